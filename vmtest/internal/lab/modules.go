@@ -1,0 +1,209 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// modName normalises a module file or name: "crc32-pclmul.ko.xz" -> "crc32_pclmul".
+func modName(s string) string {
+	s = filepath.Base(s)
+	if i := strings.Index(s, ".ko"); i >= 0 {
+		s = s[:i]
+	}
+	return strings.ReplaceAll(s, "-", "_")
+}
+
+// modDep is one line of modules.dep.
+type modDep struct {
+	path string   // relative to /lib/modules/<release>
+	deps []string // names
+}
+
+// parseModulesDep reads modules.dep ("kernel/a.ko: kernel/b.ko kernel/c.ko").
+func parseModulesDep(r io.Reader) (map[string]modDep, error) {
+	m := map[string]modDep{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		path, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		var deps []string
+		for d := range strings.FieldsSeq(rest) {
+			deps = append(deps, modName(d))
+		}
+		m[modName(path)] = modDep{path: path, deps: deps}
+	}
+	return m, sc.Err()
+}
+
+// parseBuiltin reads modules.builtin (one "kernel/.../x.ko" a line).
+func parseBuiltin(r io.Reader) (map[string]bool, error) {
+	m := map[string]bool{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); line != "" {
+			m[modName(line)] = true
+		}
+	}
+	return m, sc.Err()
+}
+
+// moduleClosure returns the modules to ship for want, dependencies first, and
+// the wanted modules that are loadable (present and not built in).
+func moduleClosure(deps map[string]modDep, builtin map[string]bool, want []string, optional map[string]bool) (files []string, load []string, err error) {
+	seen := map[string]bool{}
+	var visit func(name string, stack []string) error
+	visit = func(name string, stack []string) error {
+		if seen[name] || builtin[name] {
+			return nil
+		}
+		d, ok := deps[name]
+		if !ok {
+			return fmt.Errorf("module %s (needed by %v) is not in modules.dep", name, stack)
+		}
+		seen[name] = true
+		for _, dep := range d.deps {
+			if err := visit(dep, append(stack, name)); err != nil {
+				return err
+			}
+		}
+		files = append(files, d.path)
+		return nil
+	}
+	for _, name := range want {
+		_, present := deps[name]
+		switch {
+		case builtin[name]:
+			continue
+		case !present && optional[name]:
+			continue
+		}
+		if err := visit(name, nil); err != nil {
+			return nil, nil, err
+		}
+		load = append(load, name)
+	}
+	return files, load, nil
+}
+
+// collectModules places siw.ko beside the kernel's modules, runs depmod over
+// the unpacked tree, and copies the closure of guestModules, decompressed,
+// into tree/usr/lib/modules/<release> with a fresh modules.dep.
+func collectModules(ctx context.Context, root, modRoot, release, siwKo, tree string) ([]string, error) {
+	kdir := filepath.Join(modRoot, release)
+	if err := copyFile(siwKo, filepath.Join(kdir, "extra", "siw.ko"), 0o644); err != nil {
+		return nil, err
+	}
+	if err := mergedUsr(root); err != nil {
+		return nil, err
+	}
+	if err := runIn(ctx, "", nil, "depmod", "-b", root, release); err != nil {
+		return nil, err
+	}
+	depFile, err := os.Open(filepath.Join(kdir, "modules.dep"))
+	if err != nil {
+		return nil, err
+	}
+	deps, err := parseModulesDep(depFile)
+	depFile.Close()
+	if err != nil {
+		return nil, err
+	}
+	bFile, err := os.Open(filepath.Join(kdir, "modules.builtin"))
+	if err != nil {
+		return nil, err
+	}
+	builtin, err := parseBuiltin(bFile)
+	bFile.Close()
+	if err != nil {
+		return nil, err
+	}
+	var want []string
+	optional := map[string]bool{}
+	for _, m := range guestModules {
+		want = append(want, m.name)
+		optional[m.name] = m.optional
+	}
+	files, load, err := moduleClosure(deps, builtin, want, optional)
+	if err != nil {
+		return nil, err
+	}
+	out := filepath.Join(tree, "usr", "lib", "modules", release)
+	for _, f := range files {
+		if err := decompressModule(ctx, filepath.Join(kdir, f), filepath.Join(out, stripCompression(f))); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
+		if err := copyFile(filepath.Join(kdir, f), filepath.Join(out, f), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := mergedUsr(tree); err != nil {
+		return nil, err
+	}
+	if err := runIn(ctx, "", nil, "depmod", "-b", tree, release); err != nil {
+		return nil, err
+	}
+	return load, nil
+}
+
+// mergedUsr makes root/lib point at usr/lib when only the latter exists, so
+// depmod -b finds lib/modules in either layout.
+func mergedUsr(root string) error {
+	if _, err := os.Lstat(filepath.Join(root, "lib")); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(root, "usr", "lib"), 0o755); err != nil {
+		return err
+	}
+	return os.Symlink("usr/lib", filepath.Join(root, "lib"))
+}
+
+func stripCompression(path string) string {
+	for _, ext := range []string{".xz", ".zst", ".gz"} {
+		if s, ok := strings.CutSuffix(path, ext); ok {
+			return s
+		}
+	}
+	return path
+}
+
+func decompressModule(ctx context.Context, src, dst string) error {
+	var tool string
+	switch filepath.Ext(src) {
+	case ".ko":
+		return copyFile(src, dst, 0o644)
+	case ".xz":
+		tool = "xz"
+	case ".zst":
+		tool = "zstd"
+	case ".gz":
+		tool = "gzip"
+	default:
+		return fmt.Errorf("unknown module compression: %s", src)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, tool, "-dc", src)
+	cmd.Stdout = out
+	if err := cmd.Run(); err != nil {
+		out.Close()
+		return fmt.Errorf("%s -dc %s: %w", tool, src, err)
+	}
+	return out.Close()
+}

@@ -1,0 +1,244 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RunSpec says what to run in a guest.
+type RunSpec struct {
+	Image   Image
+	Command []string      // argv run by the guest's shell
+	Dir     string        // working directory; must lie inside a share
+	Env     []string      // KEY=VALUE pairs exported before the command
+	Shares  []string      // host directories mounted at the same path in the guest
+	Stdout  io.Writer     // the command's stdout and stderr
+	Timeout time.Duration // whole boot-run-poweroff; zero means 10 minutes
+	Memory  string        // QEMU -m, default 2G
+	CPUs    int           // QEMU -smp, default 2
+	RunDir  string        // parent of the per-run directory
+	Keep    bool          // keep the run directory (console.log) on success
+}
+
+// exitMarker ends the guest's output; its number is the command's status.
+const exitMarker = "vmtest-exit-status: "
+
+// Run boots spec.Image under QEMU, runs the command and returns its exit
+// status. An error means the guest did not get to report one.
+func Run(ctx context.Context, spec RunSpec) (int, error) {
+	if spec.Timeout == 0 {
+		spec.Timeout = 10 * time.Minute
+	}
+	if spec.Memory == "" {
+		spec.Memory = "2G"
+	}
+	if spec.CPUs == 0 {
+		spec.CPUs = 2
+	}
+	if err := os.MkdirAll(spec.RunDir, 0o755); err != nil {
+		return 0, err
+	}
+	runDir, err := os.MkdirTemp(spec.RunDir, "run-")
+	if err != nil {
+		return 0, err
+	}
+	keep := spec.Keep
+	defer func() {
+		if !keep {
+			os.RemoveAll(runDir)
+		}
+	}()
+
+	var script strings.Builder
+	script.WriteString("cd " + shellQuote(spec.Dir) + " || exit 125\n")
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		script.WriteString("export " + k + "=" + shellQuote(v) + "\n")
+	}
+	quoted := make([]string, len(spec.Command))
+	for i, a := range spec.Command {
+		quoted[i] = shellQuote(a)
+	}
+	script.WriteString(strings.Join(quoted, " ") + "\n")
+	if err := os.WriteFile(filepath.Join(runDir, "cmd"), []byte(script.String()), 0o644); err != nil {
+		return 0, err
+	}
+
+	args := []string{
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none",
+		"-m", spec.Memory, "-smp", strconv.Itoa(spec.CPUs),
+		"-kernel", spec.Image.Vmlinuz, "-initrd", spec.Image.Initramfs,
+		"-append", "console=ttyS0 panic=-1 oops=panic quiet loglevel=4",
+		"-serial", "file:" + filepath.Join(runDir, "console.log"),
+		"-chardev", "stdio,id=out,signal=off", "-serial", "chardev:out",
+	}
+	args = append(args, accelArgs()...)
+	var mounts strings.Builder
+	shares := append([]string{runDir}, dedupShares(spec.Shares)...)
+	for i, dir := range shares {
+		tag := "vmtest_run"
+		if i > 0 {
+			tag = fmt.Sprintf("vmtest_s%d", i)
+			fmt.Fprintf(&mounts, "%s %s\n", tag, dir)
+		}
+		args = append(args, "-virtfs",
+			fmt.Sprintf("local,path=%s,mount_tag=%s,security_model=none,multidevs=remap,id=%s", dir, tag, tag))
+	}
+	if err := os.WriteFile(filepath.Join(runDir, "mounts"), []byte(mounts.String()), 0o644); err != nil {
+		return 0, err
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
+	filter := &markerFilter{w: spec.Stdout}
+	cmd.Stdout = filter
+	var qemuErr bytes.Buffer
+	cmd.Stderr = &qemuErr
+	cmd.Stdin = nil
+	runErr := cmd.Run()
+	filter.flush()
+
+	status, ok := readStatus(filepath.Join(runDir, "exit-status"))
+	if !ok {
+		status, ok = filter.status, filter.found
+	}
+	switch {
+	case ctx.Err() != nil && !ok:
+		keep = true
+		return 0, fmt.Errorf("lab: guest timed out after %s; console: %s\n%s", spec.Timeout,
+			filepath.Join(runDir, "console.log"), consoleTail(runDir, 20))
+	case !ok:
+		keep = true
+		return 0, fmt.Errorf("lab: guest ended without an exit status (qemu: %v %s); console: %s\n%s",
+			runErr, strings.TrimSpace(qemuErr.String()), filepath.Join(runDir, "console.log"), consoleTail(runDir, 30))
+	}
+	return status, nil
+}
+
+func readStatus(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n, err == nil
+}
+
+func consoleTail(runDir string, n int) string {
+	b, _ := os.ReadFile(filepath.Join(runDir, "console.log"))
+	return lastLinesRaw(string(b), n)
+}
+
+func lastLinesRaw(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// dedupShares drops shares that lie inside another share.
+func dedupShares(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		d = filepath.Clean(d)
+		inside := slices.ContainsFunc(dirs, func(o string) bool {
+			o = filepath.Clean(o)
+			return o != d && strings.HasPrefix(d, o+"/")
+		})
+		if !inside && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// accelArgs picks KVM only when a stock kernel can run on it (kvm_intel or
+// kvm_amd loaded; kvm_pvm cannot), else TCG. VMTEST_ACCEL overrides.
+func accelArgs() []string {
+	accel := os.Getenv("VMTEST_ACCEL")
+	if accel == "" {
+		accel = "tcg"
+		for _, m := range []string{"kvm_intel", "kvm_amd"} {
+			if _, err := os.Stat("/sys/module/" + m); err == nil {
+				if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
+					f.Close()
+					accel = "kvm"
+				}
+			}
+		}
+	}
+	if accel == "kvm" {
+		return []string{"-accel", "kvm", "-cpu", "host"}
+	}
+	return []string{"-accel", "tcg,thread=multi", "-cpu", "max"}
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// markerFilter passes the guest's output through line by line and takes the
+// exit marker line out of it.
+type markerFilter struct {
+	w      io.Writer
+	buf    []byte
+	status int
+	found  bool
+}
+
+func (m *markerFilter) Write(p []byte) (int, error) {
+	m.buf = append(m.buf, p...)
+	for {
+		i := bytes.IndexByte(m.buf, '\n')
+		if i < 0 {
+			break
+		}
+		m.line(m.buf[:i+1])
+		m.buf = m.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func (m *markerFilter) line(l []byte) {
+	s := strings.TrimRight(string(l), "\r\n")
+	// The marker follows the command's last byte, which need not be a newline.
+	if i := strings.LastIndex(s, exitMarker); i >= 0 {
+		if n, err := strconv.Atoi(s[i+len(exitMarker):]); err == nil {
+			m.status, m.found = n, true
+			if i > 0 && m.w != nil {
+				m.w.Write([]byte(s[:i] + "\n"))
+			}
+			return
+		}
+	}
+	if m.w != nil {
+		m.w.Write(l)
+	}
+}
+
+func (m *markerFilter) flush() {
+	if len(m.buf) > 0 {
+		m.line(m.buf)
+		m.buf = nil
+	}
+}
+
+// ErrNotBuilt is returned when a kernel's image has not been built yet.
+var ErrNotBuilt = errors.New("lab image not built (run: make lab)")
