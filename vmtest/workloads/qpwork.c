@@ -1595,8 +1595,12 @@ unexpected:
 		snprintf(detail, sizeof(detail),
 			 "unexpected %s (status %d) while connecting pair %ld",
 			 rdma_event_str(ev.type), ev.status, pair);
+		/* status is -errno for most events; for REJECTED it is the
+		 * transport's reject reason. */
 		fail(a, "rdma_cm", NO_QPN,
-		     ev.status < 0 ? -ev.status : EPROTO, detail);
+		     ev.status < 0 ? -ev.status :
+		     ev.type == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : EPROTO,
+		     detail);
 	}
 
 	c->peer = 2 * pair + 1;

@@ -7,7 +7,9 @@
 //	vmlab info  [-kernel NAME]
 //	vmlab kernels
 //
-// The cache lives in <module root>/.lab unless VMTEST_CACHE says otherwise.
+// Kernels, userspace and run directories are cached in $VMTEST_CACHE, else
+// $XDG_CACHE_HOME/rdmatool-lab (~/.cache/rdmatool-lab), so fresh clones of the
+// repository reuse them.
 package main
 
 import (
@@ -56,9 +58,9 @@ func run(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 2, err
 	}
-	cache := os.Getenv("VMTEST_CACHE")
-	if cache == "" {
-		cache = filepath.Join(root, ".lab")
+	cache, err := cacheDir()
+	if err != nil {
+		return 2, err
 	}
 	b := &lab.Builder{Cache: cache, Log: log}
 
@@ -185,6 +187,17 @@ func moduleRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+func cacheDir() (string, error) {
+	if c := os.Getenv("VMTEST_CACHE"); c != "" {
+		return filepath.Abs(c)
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(base, "rdmatool-lab"), nil
 }
 
 func envOr(k, def string) string {

@@ -44,6 +44,9 @@ func (b *Builder) Cached(k Kernel) (Image, bool) {
 	if err != nil || json.Unmarshal(raw, &img) != nil {
 		return Image{}, false
 	}
+	// Paths are stored relative to the kernel's directory so a cache can move.
+	img.Vmlinuz = filepath.Join(b.kernelDir(k), img.Vmlinuz)
+	img.Initramfs = filepath.Join(b.kernelDir(k), img.Initramfs)
 	if _, err := os.Stat(img.Initramfs); err != nil {
 		return Image{}, false
 	}
@@ -92,7 +95,7 @@ func (b *Builder) build(ctx context.Context, k Kernel) (Image, error) {
 	// Newer Debian kernels split the image package into binary and modules
 	// packages; the headers need their common part and kbuild.
 	for _, p := range []struct{ pkg, prefix string }{
-		{image, "linux-binary-"}, {image, "linux-modules-"},
+		{image, "linux-binary-"}, {image, "linux-modules-"}, {image, "linux-base-"},
 		{headers, "linux-headers-"}, {headers, "linux-kbuild-"},
 	} {
 		deps, err := a.depends(ctx, p.pkg)
@@ -167,7 +170,10 @@ func (b *Builder) build(ctx context.Context, k Kernel) (Image, error) {
 		Vmlinuz: vmlinuz, Initramfs: initramfs, BuiltAt: time.Now().UTC(),
 		SIWCC: siw.cc, ForeignTC: siw.foreign,
 	}
-	raw, _ := json.MarshalIndent(img, "", "  ")
+	stored := img
+	stored.Vmlinuz, _ = filepath.Rel(dir, vmlinuz)
+	stored.Initramfs, _ = filepath.Rel(dir, initramfs)
+	raw, _ := json.MarshalIndent(stored, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "image.json"), raw, 0o644); err != nil {
 		return Image{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -129,8 +130,17 @@ func (b *Builder) wrapForeignTools(ctx context.Context, a *apt, dir, hdr string)
 		return false, err
 	}
 	kbuild := filepath.Dir(scripts)
-	out, _ := exec.CommandContext(ctx, filepath.Join(kbuild, "scripts", "basic", "fixdep")).CombinedOutput()
-	if !bytes.Contains(out, []byte("GLIBC_")) {
+	var tools []string
+	err = filepath.WalkDir(kbuild, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() && isELFExecutable(path) {
+			tools = append(tools, path)
+		}
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if !slices.ContainsFunc(tools, func(p string) bool { return !hostCanRun(ctx, p) }) {
 		return false, nil
 	}
 	b.Log.Warn("kbuild tools need a newer libc than the host's: running them on the suite's own")
@@ -176,9 +186,16 @@ func (b *Builder) wrapForeignTools(ctx context.Context, a *apt, dir, hdr string)
 	if err != nil {
 		return false, err
 	}
-	out, _ = exec.CommandContext(ctx, filepath.Join(kbuild, "scripts", "basic", "fixdep")).CombinedOutput()
+	out, _ := exec.CommandContext(ctx, filepath.Join(kbuild, "scripts", "basic", "fixdep")).CombinedOutput()
 	if bytes.Contains(out, []byte("GLIBC_")) {
 		return false, errors.New("kbuild tools still fail on the suite's libc: " + lastLines(string(out), 2))
 	}
 	return true, nil
+}
+
+// hostCanRun asks the host's dynamic loader whether every library and symbol
+// version path needs is there.
+func hostCanRun(ctx context.Context, path string) bool {
+	out, err := exec.CommandContext(ctx, "/lib64/ld-linux-x86-64.so.2", "--list", path).CombinedOutput()
+	return err == nil && !bytes.Contains(out, []byte("not found"))
 }

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+)
+
+func newDocsCmd() *cobra.Command {
+	docs := &cobra.Command{
+		Use:   "docs",
+		Short: "Generate documentation",
+		Args:  cobra.NoArgs,
+	}
+	docs.AddCommand(&cobra.Command{
+		Use:   "man DIR",
+		Short: "Write man pages for every command into DIR",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("docs: create %s: %w", dir, err)
+			}
+			header := &doc.GenManHeader{Title: "RDMATOOL", Section: "8", Source: "rdmatool " + version, Manual: "rdmatool manual"}
+			root := cmd.Root()
+			root.DisableAutoGenTag = true
+			if err := doc.GenManTree(root, header, dir); err != nil {
+				return fmt.Errorf("docs: write man pages to %s: %w", dir, err)
+			}
+			return nil
+		},
+	})
+	return docs
+}

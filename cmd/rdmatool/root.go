@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+)
+
+// globals holds the flags every command shares.
+type globals struct {
+	json    bool
+	pretty  bool
+	details bool
+	verbose bool
+	stderr  io.Writer
+}
+
+// logger returns the CLI's logger: text on stderr, Warn unless -v.
+func (g *globals) logger() *slog.Logger {
+	level := slog.LevelWarn
+	if g.verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// renderJSON writes v as JSON: compact, or indented with -p.
+func (g *globals) renderJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	if g.pretty {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(v)
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "rdmatool",
+		Short: "Find leaked RDMA queue pairs, rename devices by GUID, reset devices safely",
+		Long: `rdmatool reads the kernel's RDMA resource tracking (RDMA netlink), traces the
+queue pair lifecycle on ib_core with eBPF, and reports queue pairs that leak:
+stale QPs in error, SRQ QPs torn down without the IB spec 10.3.1 sequence,
+providers that never deliver LAST_WQE_REACHED, orphaned XRC targets and QP
+exhaustion.
+
+Exit status: 0 success (checks: nothing found), 1 findings reported (checks
+only), 2 error, 130 interrupted.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			g.stderr = cmd.ErrOrStderr()
+		},
+	}
+	root.SetVersionTemplate("rdmatool {{.Version}}\n")
+	pf := root.PersistentFlags()
+	pf.BoolVarP(&g.json, "json", "j", false, "print JSON")
+	pf.BoolVarP(&g.pretty, "pretty", "p", false, "indent JSON output")
+	pf.BoolVarP(&g.details, "details", "d", false, "print more details")
+	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log debug messages to stderr")
+	root.AddCommand(
+		newVersionCmd(g),
+		newDocsCmd(),
+	)
+	return root
+}

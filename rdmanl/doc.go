@@ -1,0 +1,16 @@
+// Package rdmanl reads and changes RDMA devices through the kernel's RDMA
+// netlink interface (NETLINK_RDMA, client RDMA_NL_NLDEV), as iproute2's rdma
+// does: devices, ports, resource summaries, resource dumps (QP, CQ, MR, PD,
+// context, SRQ, CM ID), device rename and rxe/siw link add and delete.
+// Constants mirror include/uapi/rdma/rdma_netlink.h.
+//
+// It is built on github.com/mdlayher/netlink; it opens no sockets by hand.
+// Dumps stream entry by entry. Attributes and enum values a newer kernel adds
+// decode to "unknown" with their raw value, never to an error.
+//
+// # Privileges
+//
+// Device, port and resource dumps need no privileges. Rename, link add and
+// delete, and MR keys need CAP_NET_ADMIN; errors.Is(err, os.ErrPermission)
+// reports when it is missing.
+package rdmanl

@@ -1,0 +1,42 @@
+package vmtest
+
+import "testing"
+
+// facts holds kernel behaviour measured in the lab, per matrix kernel. Tests
+// assert both directions, so a kernel that changes behaviour fails loudly
+// and this table gets updated with the new measurement.
+var facts = map[string]map[string]bool{
+	// rxe generates IB_EVENT_QP_LAST_WQE_REACHED when a QP attached to an
+	// SRQ enters the error state (from 6.5 or so; ~0.5 ms after ERR on 6.12,
+	// and again when a WR is posted afterwards).
+	"rxe emits LAST_WQE_REACHED": {"6.1": false, "6.12": true, "7.x": true},
+	// siw_query_qp did not fill in the QP state before 6.2ish, so netlink
+	// reported every siw QP as RESET.
+	"netlink shows siw QP state": {"6.1": false, "6.12": true, "7.x": true},
+	// siw never generates it.
+	"siw emits LAST_WQE_REACHED": {"6.1": false, "6.12": false, "7.x": false},
+}
+
+// Fact returns whether the guest's kernel shows the named behaviour, failing
+// t when the table has no measurement for this kernel.
+func Fact(t testing.TB, behaviour string) bool {
+	t.Helper()
+	byKernel, ok := facts[behaviour]
+	if !ok {
+		t.Fatalf("vmtest: no such fact %q", behaviour)
+	}
+	v, ok := byKernel[Kernel()]
+	if !ok {
+		t.Fatalf("vmtest: fact %q was never measured on kernel %q", behaviour, Kernel())
+	}
+	return v
+}
+
+// EmitsLastWQE is the fact for a lab device's provider.
+func EmitsLastWQE(t testing.TB, d Device) bool {
+	t.Helper()
+	if d == SIW {
+		return Fact(t, "siw emits LAST_WQE_REACHED")
+	}
+	return Fact(t, "rxe emits LAST_WQE_REACHED")
+}

@@ -1,0 +1,136 @@
+package vmtest_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/rdmatool/rdmatool/vmtest"
+)
+
+// rdmaJSON runs iproute2's rdma with -j and decodes its array.
+func rdmaJSON(t *testing.T, args ...string) []map[string]any {
+	t.Helper()
+	out, err := exec.Command("rdma", append([]string{"-j"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("rdma -j %v: %v", args, err)
+	}
+	var v []map[string]any
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("rdma -j %v: %v: %s", args, err, out)
+	}
+	return v
+}
+
+func TestLabDevicesActive(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	links := rdmaJSON(t, "link", "show")
+	devs := rdmaJSON(t, "dev", "show")
+	for _, d := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
+		t.Run(string(d), func(t *testing.T) {
+			var state string
+			for _, l := range links {
+				if l["ifname"] == string(d) && l["port"] == 1.0 {
+					state, _ = l["state"].(string)
+				}
+			}
+			if state != "ACTIVE" {
+				t.Errorf("rdma link: %s/1 state = %q, want ACTIVE (links: %v)", d, state, links)
+			}
+			var guid string
+			for _, dev := range devs {
+				if dev["ifname"] == string(d) {
+					guid, _ = dev["node_guid"].(string)
+				}
+			}
+			if guid != d.NodeGUID() {
+				t.Errorf("rdma dev: %s node_guid = %q, want %q (fixed MAC)", d, guid, d.NodeGUID())
+			}
+		})
+	}
+}
+
+// connectArgs connects pairs the way each provider allows: by hand on RoCE,
+// through rdma_cm on iWARP, where only the CM can take a QP to RTS.
+func connectArgs(d vmtest.Device) []string {
+	if d == vmtest.SIW {
+		return []string{"--connect", "cm", "--addr", d.Addr()}
+	}
+	return []string{"--connect", "verbs"}
+}
+
+func TestRCPairInIproute2(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	for _, d := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
+		t.Run(string(d), func(t *testing.T) {
+			args := append([]string{"--dev", string(d), "--pairs", "--qps", "1", "--to", "RTS", "--hold", "stdin"}, connectArgs(d)...)
+			w := vmtest.StartWorkload(t, args...)
+			ready := w.WaitFor("ready", 30*time.Second)
+			qps := w.QPs()
+			if len(qps) != 2 {
+				t.Fatalf("workload made %d QPs, want 2: %v", len(qps), qps)
+			}
+			shown := map[float64]map[string]any{}
+			for _, qp := range rdmaJSON(t, "res", "show", "qp", "link", string(d)) {
+				if n, ok := qp["lqpn"].(float64); ok {
+					shown[n] = qp
+				}
+			}
+			for _, qp := range qps {
+				got, ok := shown[float64(qp.QPN)]
+				if !ok {
+					t.Errorf("QP %d of pid %d not in rdma res show qp: %v", qp.QPN, ready.PID, shown)
+					continue
+				}
+				want := map[string]any{"state": "RTS", "type": "RC", "pid": float64(ready.PID), "comm": "qpwork"}
+				if d == vmtest.RXE {
+					want["rqpn"] = float64(qp.PeerQPN) // iWARP QPs have no remote QPN
+				}
+				if d == vmtest.SIW && !vmtest.Fact(t, "netlink shows siw QP state") {
+					want["state"] = "RESET" // siw_query_qp leaves the state at 0
+				}
+				for k, v := range want {
+					if got[k] != v {
+						t.Errorf("QP %d: %s = %v, want %v", qp.QPN, k, got[k], v)
+					}
+				}
+			}
+			w.Release(30 * time.Second)
+		})
+	}
+}
+
+// TestLastWQEReached checks the kernel fact rdmatool's detection rests on:
+// which providers deliver IB_EVENT_QP_LAST_WQE_REACHED when a QP attached to
+// an SRQ is moved to the error state (IB spec 10.3.1).
+func TestLastWQEReached(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	for _, d := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
+		t.Run(fmt.Sprintf("%s on %s", d, vmtest.Kernel()), func(t *testing.T) {
+			want := vmtest.EmitsLastWQE(t, d)
+			args := append([]string{"--dev", string(d), "--pairs", "--qps", "1", "--srq", "--to", "ERR",
+				"--teardown", "spec", "--last-wqe-timeout-ms", "1000"}, connectArgs(d)...)
+			evs := vmtest.StartWorkload(t, args...).Wait(60 * time.Second)
+			results := vmtest.Filter(evs, "last_wqe")
+			if len(results) != 2 {
+				t.Fatalf("got %d last_wqe results, want one per QP of the pair: %v", len(results), evs)
+			}
+			for _, r := range results {
+				if r.Received != want {
+					t.Errorf("QP %d: LAST_WQE_REACHED received = %v, want %v on kernel %s", r.QPN, r.Received, want, vmtest.Kernel())
+				}
+			}
+			async := vmtest.Filter(evs, "async")
+			for _, a := range async {
+				if a.Code == 16 && !want {
+					t.Errorf("unexpected LAST_WQE_REACHED for QP %d", a.QPN)
+				}
+			}
+			if destroyed := vmtest.Filter(evs, "destroyed"); len(destroyed) != 2 {
+				t.Errorf("spec teardown destroyed %d QPs, want 2", len(destroyed))
+			}
+		})
+	}
+}

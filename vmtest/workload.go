@@ -1,0 +1,200 @@
+package vmtest
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Event is one line of qpwork's output (see vmtest/workloads/README.md).
+type Event struct {
+	Event        string  `json:"event"`
+	Dev          string  `json:"dev"`
+	QPN          uint32  `json:"qpn"`
+	PeerQPN      uint32  `json:"peer_qpn"`
+	Type         string  `json:"type"`
+	State        string  `json:"state"`
+	SRQN         uint32  `json:"srqn"`
+	PID          int     `json:"pid"`
+	ChildPID     int     `json:"child_pid"`
+	QPs          int     `json:"qps"`
+	Code         int     `json:"code"`
+	Received     bool    `json:"received"`
+	UsAfterErr   int64   `json:"us_after_err"`
+	WCStatus     string  `json:"wc_status"`
+	Op           string  `json:"op"`
+	Msg          string  `json:"msg"`
+	Errno        int     `json:"errno"`
+	Cycles       int64   `json:"cycles"`
+	Seconds      float64 `json:"seconds"`
+	CyclesPerSec float64 `json:"cycles_per_sec"`
+	Raw          string  `json:"-"`
+}
+
+// Workload is a running qpwork process.
+type Workload struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	mu     sync.Mutex
+	events []Event
+	notify chan struct{}
+	done   chan struct{}
+	err    error
+}
+
+// StartWorkload runs qpwork with args, reading its JSON lines as they come.
+// Add "--hold stdin" to keep it holding its QPs until Release. The process is
+// killed when the test ends, if still running.
+func StartWorkload(t testing.TB, args ...string) *Workload {
+	t.Helper()
+	cmd := exec.Command(Bin(t, "qpwork"), args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start qpwork %v: %v", args, err)
+	}
+	w := &Workload{t: t, cmd: cmd, stdin: stdin, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			var ev Event
+			line := sc.Text()
+			if json.Unmarshal([]byte(line), &ev) != nil {
+				ev = Event{Event: "unparsed"}
+			}
+			ev.Raw = line
+			w.mu.Lock()
+			w.events = append(w.events, ev)
+			w.mu.Unlock()
+			select {
+			case w.notify <- struct{}{}:
+			default:
+			}
+		}
+		err := cmd.Wait()
+		if err != nil && stderr.Len() > 0 {
+			err = &exitError{err: err, stderr: strings.TrimSpace(stderr.String())}
+		}
+		w.mu.Lock()
+		w.err = err
+		w.mu.Unlock()
+		close(w.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-w.done:
+		default:
+			cmd.Process.Kill()
+			<-w.done
+		}
+	})
+	return w
+}
+
+type exitError struct {
+	err    error
+	stderr string
+}
+
+func (e *exitError) Error() string { return e.err.Error() + ": " + e.stderr }
+func (e *exitError) Unwrap() error { return e.err }
+
+// PID is the workload's process id.
+func (w *Workload) PID() int { return w.cmd.Process.Pid }
+
+// Events returns the lines read so far.
+func (w *Workload) Events() []Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]Event(nil), w.events...)
+}
+
+// WaitFor waits until a line of the given event kind arrives and returns it,
+// failing t on timeout, on an "error" line, or when the process ends first.
+func (w *Workload) WaitFor(kind string, timeout time.Duration) Event {
+	w.t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	seen := 0
+	for {
+		evs := w.Events()
+		for _, ev := range evs[seen:] {
+			if ev.Event == "error" {
+				w.t.Fatalf("qpwork failed: %s", ev.Raw)
+			}
+			if ev.Event == kind {
+				return ev
+			}
+		}
+		seen = len(evs)
+		select {
+		case <-w.notify:
+		case <-w.done:
+			if evs := w.Events(); len(evs) > seen {
+				continue
+			}
+			w.t.Fatalf("qpwork ended (%v) before %q; output: %v", w.err, kind, raws(w.Events()))
+		case <-deadline.C:
+			w.t.Fatalf("no %q from qpwork within %s; output: %v", kind, timeout, raws(w.Events()))
+		}
+	}
+}
+
+// QPs returns the "qp" lines read so far.
+func (w *Workload) QPs() []Event { return Filter(w.Events(), "qp") }
+
+// Release closes the workload's stdin, ending a "--hold stdin", and waits for
+// it to exit, failing t when it does not exit cleanly in time.
+func (w *Workload) Release(timeout time.Duration) []Event {
+	w.t.Helper()
+	w.stdin.Close()
+	return w.Wait(timeout)
+}
+
+// Wait waits for the workload to exit and returns every line it printed.
+func (w *Workload) Wait(timeout time.Duration) []Event {
+	w.t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(timeout):
+		w.t.Fatalf("qpwork did not exit within %s; output: %v", timeout, raws(w.Events()))
+	}
+	if w.err != nil {
+		w.t.Fatalf("qpwork: %v; output: %v", w.err, raws(w.Events()))
+	}
+	return w.Events()
+}
+
+// Filter returns the events of one kind.
+func Filter(evs []Event, kind string) []Event {
+	var out []Event
+	for _, ev := range evs {
+		if ev.Event == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func raws(evs []Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Raw
+	}
+	return out
+}
