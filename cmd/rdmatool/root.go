@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/rdmatool/rdmatool/rdmanl"
+
 	"github.com/spf13/cobra"
 )
 
@@ -16,6 +18,9 @@ type globals struct {
 	verbose bool
 	stderr  io.Writer
 }
+
+// dial opens the RDMA netlink client.
+func (g *globals) dial() (*rdmanl.Client, error) { return rdmanl.Dial() }
 
 // logger returns the CLI's logger: text on stderr, Warn unless -v.
 func (g *globals) logger() *slog.Logger {
@@ -63,6 +68,9 @@ only), 2 error, 130 interrupted.`,
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log debug messages to stderr")
 	root.AddCommand(
 		newVersionCmd(g),
+		newDevCmd(g),
+		newLinkCmd(g),
+		newResCmd(g),
 		newDocsCmd(),
 	)
 	return root

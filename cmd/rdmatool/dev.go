@@ -1,0 +1,57 @@
+package main
+
+import (
+	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/spf13/cobra"
+)
+
+func newDevCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "dev [show [DEV]]",
+		Aliases: []string{"device"},
+		Short:   "Show RDMA devices",
+		Args:    cobra.MaximumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && args[0] != "show" && args[0] != "list" {
+				args = append([]string{"show"}, args...)
+			}
+			name := ""
+			if len(args) == 2 {
+				name = args[1]
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			devs, err := c.Devices(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if name != "" {
+				d, err := findDevice(devs, name)
+				if err != nil {
+					return err
+				}
+				devs = []rdmanl.Device{d}
+			}
+			lw := newListWriter(cmd.OutOrStdout(), g)
+			for _, d := range devs {
+				if err := lw.row(devRowOf(d)); err != nil {
+					return err
+				}
+			}
+			return lw.close()
+		},
+	}
+	return cmd
+}
+
+func findDevice(devs []rdmanl.Device, name string) (rdmanl.Device, error) {
+	for _, d := range devs {
+		if d.Name == name {
+			return d, nil
+		}
+	}
+	return rdmanl.Device{}, &rdmanl.Error{Op: "find device " + name, Err: rdmanl.ErrNoDevice}
+}

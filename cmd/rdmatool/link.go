@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func newLinkCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "link",
+		Short: "Show RDMA ports; add and delete software RDMA devices",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return showLinks(cmd, g, "")
+		},
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:     "show [DEV[/PORT]]",
+		Aliases: []string{"list"},
+		Short:   "Show ports with their state and netdev",
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sel := ""
+			if len(args) == 1 {
+				sel = args[0]
+			}
+			return showLinks(cmd, g, sel)
+		},
+	}, &cobra.Command{
+		Use:   "add NAME type rxe|siw netdev IF",
+		Short: "Create a soft RoCE (rxe) or soft iWARP (siw) device on a netdev",
+		Args:  cobra.ExactArgs(5),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[1] != "type" || args[3] != "netdev" {
+				return fmt.Errorf("usage: rdmatool link add NAME type rxe|siw netdev IF")
+			}
+			if args[2] != "rxe" && args[2] != "siw" {
+				return fmt.Errorf("link type %q: only rxe and siw devices can be added", args[2])
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return c.LinkAdd(cmd.Context(), args[0], args[2], args[4])
+		},
+	}, &cobra.Command{
+		Use:     "delete NAME",
+		Aliases: []string{"del"},
+		Short:   "Delete a software RDMA device",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			d, err := c.Device(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.LinkDelete(cmd.Context(), d)
+		},
+	})
+	return cmd
+}
+
+// parseLink splits "DEV[/PORT]".
+func parseLink(s string) (dev string, port uint32, err error) {
+	dev, p, hasPort := strings.Cut(s, "/")
+	if dev == "" {
+		return "", 0, fmt.Errorf("link %q: no device name", s)
+	}
+	if hasPort && p != "" && p != "-" {
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil || n == 0 {
+			return "", 0, fmt.Errorf("link %q: port must be a number from 1", s)
+		}
+		port = uint32(n)
+	}
+	return dev, port, nil
+}
+
+func showLinks(cmd *cobra.Command, g *globals, sel string) error {
+	devName, port := "", uint32(0)
+	if sel != "" {
+		var err error
+		if devName, port, err = parseLink(sel); err != nil {
+			return err
+		}
+	}
+	c, err := g.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	devs, err := c.Devices(cmd.Context())
+	if err != nil {
+		return err
+	}
+	if devName != "" {
+		d, err := findDevice(devs, devName)
+		if err != nil {
+			return err
+		}
+		devs = devs[:0]
+		devs = append(devs, d)
+	}
+	lw := newListWriter(cmd.OutOrStdout(), g)
+	for _, d := range devs {
+		ports, err := c.Ports(cmd.Context(), d)
+		if err != nil {
+			return err
+		}
+		for _, p := range ports {
+			if port != 0 && p.Index != port {
+				continue
+			}
+			if err := lw.row(linkRowOf(p)); err != nil {
+				return err
+			}
+		}
+	}
+	return lw.close()
+}

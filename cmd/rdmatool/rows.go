@@ -1,0 +1,332 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/sysfs"
+)
+
+// Rows are the JSON API of the listings: field names follow iproute2's rdma
+// (hyphens become underscores), every documented field is always present,
+// and numbers stay numbers. Keys people read in hex also get a "_hex" string.
+
+type devRow struct {
+	IfIndex        uint32 `json:"ifindex" txt:"-"`
+	IfName         string `json:"ifname" txt:"-"`
+	Lead           string `json:"-" txt:"lead" filter:"-"`
+	NodeType       string `json:"node_type"`
+	FW             string `json:"fw" txt:"nz"`
+	NodeGUID       string `json:"node_guid"`
+	SysImageGUID   string `json:"sys_image_guid"`
+	Protocol       string `json:"protocol" txt:"nz"`
+	Ports          uint32 `json:"ports" txt:"d"`
+	Caps           uint64 `json:"caps" txt:"d"`
+	NameAssignType string `json:"name_assign_type" txt:"d"` // "" before 6.11
+}
+
+func devRowOf(d rdmanl.Device) devRow {
+	r := devRow{
+		IfIndex: d.Index, IfName: d.Name, Lead: fmt.Sprintf("%d: %s:", d.Index, d.Name), NodeType: d.NodeType.String(), FW: d.FWVersion,
+		NodeGUID: d.NodeGUID.String(), SysImageGUID: d.SysImageGUID.String(),
+		Protocol: d.Protocol, Ports: d.Ports, Caps: d.CapFlags,
+	}
+	if d.HasNameAssign {
+		r.NameAssignType = d.NameAssignType.String()
+	}
+	return r
+}
+
+type linkRow struct {
+	IfIndex      uint32 `json:"ifindex" txt:"-"`
+	IfName       string `json:"ifname" txt:"-"`
+	Link         string `json:"-" txt:"lead"`
+	Port         uint32 `json:"port" txt:"-"`
+	State        string `json:"state"`
+	PhysState    string `json:"physical_state"`
+	Netdev       string `json:"netdev" txt:"nz"`
+	NetdevIndex  uint32 `json:"netdev_index" txt:"d"`
+	LID          uint32 `json:"lid" txt:"nz"`
+	SMLID        uint32 `json:"sm_lid" txt:"nz"`
+	LMC          uint8  `json:"lmc" txt:"nz"`
+	SubnetPrefix string `json:"subnet_prefix" txt:"nz"`
+	Caps         uint64 `json:"caps" txt:"d"`
+}
+
+func linkRowOf(p rdmanl.Port) linkRow {
+	r := linkRow{
+		IfIndex: p.DevIndex, IfName: p.DevName, Link: fmt.Sprintf("link %s/%d", p.DevName, p.Index), Port: p.Index,
+		State: p.State.String(), PhysState: p.PhysState.String(), Netdev: p.NetdevName, NetdevIndex: p.NetdevIndex,
+		LID: p.LID, SMLID: p.SMLID, LMC: p.LMC, Caps: p.CapFlags,
+	}
+	if p.SubnetPrefix != 0 {
+		r.SubnetPrefix = rdmanl.GUID(p.SubnetPrefix).String()
+	}
+	return r
+}
+
+// owner resolves a resource owner to the row fields: pid (0 when none),
+// comm (the process's, or the kernel module's like iproute2 prints it) and
+// kern_name.
+func owner(o rdmanl.Owner, procs *sysfs.Procs) (pid uint32, comm, kern string) {
+	if o.Kernel() {
+		return 0, o.KernName, o.KernName
+	}
+	if procs != nil {
+		if p, ok := procs.Lookup(int(o.PID)); ok {
+			comm = p.Comm
+		}
+	}
+	return o.PID, comm, ""
+}
+
+type qpRow struct {
+	IfIndex      uint32 `json:"ifindex" txt:"-"`
+	IfName       string `json:"ifname" txt:"-"`
+	Link         string `json:"-" txt:"lead" filter:"-"`
+	Port         uint32 `json:"port" txt:"-"`
+	LQPN         uint32 `json:"lqpn"`
+	RQPN         uint32 `json:"rqpn" txt:"nz"` // 0 for types without a remote QP
+	Type         string `json:"type"`
+	State        string `json:"state"`
+	RQPSN        uint32 `json:"rq_psn" txt:"d"`
+	SQPSN        uint32 `json:"sq_psn" txt:"d"`
+	PathMigState string `json:"path_mig_state" txt:"d"` // "" for UD, GSI, ...
+	PDN          uint32 `json:"pdn" txt:"nz"`
+	SRQN         uint32 `json:"srqn" txt:"nz"`
+	PID          uint32 `json:"pid" txt:"nz"`
+	Comm         string `json:"comm" txt:"nz"`
+	KernName     string `json:"kern_name" txt:"-"`
+	Subtype      string `json:"subtype" txt:"nz"`
+}
+
+func resLink(dev string, port uint32) string {
+	if port == 0 {
+		return "link " + dev + "/-"
+	}
+	return fmt.Sprintf("link %s/%d", dev, port)
+}
+
+func qpRowOf(q rdmanl.QP, procs *sysfs.Procs) qpRow {
+	r := qpRow{
+		IfIndex: q.DevIndex, IfName: q.DevName, Link: resLink(q.DevName, q.Port), Port: q.Port,
+		LQPN: q.LQPN, RQPN: q.RQPN, Type: q.Type.String(), State: q.State.String(),
+		RQPSN: q.RQPSN, SQPSN: q.SQPSN, PDN: q.PDN, SRQN: q.SRQN, Subtype: q.Subtype,
+	}
+	if q.HasPathMig {
+		r.PathMigState = q.PathMigState.String()
+	}
+	r.PID, r.Comm, r.KernName = owner(q.Owner, procs)
+	return r
+}
+
+type cqRow struct {
+	IfIndex  uint32 `json:"ifindex" txt:"-"`
+	IfName   string `json:"ifname" txt:"lead"`
+	CQN      uint32 `json:"cqn"`
+	CQE      uint32 `json:"cqe"`
+	Users    uint64 `json:"users"`
+	PollCtx  string `json:"poll_ctx" txt:"nz"`
+	DIM      bool   `json:"adaptive_moderation" txt:"d"`
+	CtxN     uint32 `json:"ctxn" txt:"nz"`
+	PID      uint32 `json:"pid" txt:"nz"`
+	Comm     string `json:"comm" txt:"nz"`
+	KernName string `json:"kern_name" txt:"nz"`
+}
+
+func cqRowOf(c rdmanl.CQ, procs *sysfs.Procs) cqRow {
+	r := cqRow{IfIndex: c.DevIndex, IfName: "dev " + c.DevName, CQN: c.CQN, CQE: c.CQE, Users: c.Users, DIM: c.DIM, CtxN: c.CtxN}
+	if c.HasPoll {
+		r.PollCtx = c.PollCtx.String()
+	}
+	r.PID, r.Comm, r.KernName = owner(c.Owner, procs)
+	return r
+}
+
+type mrRow struct {
+	IfIndex  uint32 `json:"ifindex" txt:"-"`
+	IfName   string `json:"ifname" txt:"lead"`
+	MRN      uint32 `json:"mrn"`
+	RKey     uint32 `json:"rkey" txt:"-"` // 0 without CAP_NET_ADMIN
+	RKeyHex  string `json:"rkey_hex" txt:"nz"`
+	LKey     uint32 `json:"lkey" txt:"-"`
+	LKeyHex  string `json:"lkey_hex" txt:"nz"`
+	IOVA     uint64 `json:"iova" txt:"-"`
+	IOVAHex  string `json:"iova_hex" txt:"nz"`
+	MRLen    uint64 `json:"mrlen"`
+	PDN      uint32 `json:"pdn"`
+	PID      uint32 `json:"pid" txt:"nz"`
+	Comm     string `json:"comm" txt:"nz"`
+	KernName string `json:"kern_name" txt:"nz"`
+}
+
+func hex32(v uint32, ok bool) string {
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("0x%x", v)
+}
+
+func mrRowOf(m rdmanl.MR, procs *sysfs.Procs) mrRow {
+	r := mrRow{
+		IfIndex: m.DevIndex, IfName: "dev " + m.DevName, MRN: m.MRN, RKey: m.RKey, LKey: m.LKey,
+		RKeyHex: hex32(m.RKey, m.HasKeys), LKeyHex: hex32(m.LKey, m.HasKeys),
+		IOVA: m.IOVA, IOVAHex: fmt.Sprintf("0x%x", m.IOVA), MRLen: m.Len, PDN: m.PDN,
+	}
+	r.PID, r.Comm, r.KernName = owner(m.Owner, procs)
+	return r
+}
+
+type pdRow struct {
+	IfIndex             uint32 `json:"ifindex" txt:"-"`
+	IfName              string `json:"ifname" txt:"lead"`
+	PDN                 uint32 `json:"pdn"`
+	Users               uint64 `json:"users"`
+	LocalDMALKey        uint32 `json:"local_dma_lkey" txt:"-"`
+	LocalDMALKeyHex     string `json:"local_dma_lkey_hex" txt:"nz"`
+	UnsafeGlobalRKey    uint32 `json:"unsafe_global_rkey" txt:"-"`
+	UnsafeGlobalRKeyHex string `json:"unsafe_global_rkey_hex" txt:"nz"`
+	CtxN                uint32 `json:"ctxn" txt:"nz"`
+	PID                 uint32 `json:"pid" txt:"nz"`
+	Comm                string `json:"comm" txt:"nz"`
+	KernName            string `json:"kern_name" txt:"nz"`
+}
+
+func pdRowOf(p rdmanl.PD, procs *sysfs.Procs) pdRow {
+	r := pdRow{
+		IfIndex: p.DevIndex, IfName: "dev " + p.DevName, PDN: p.PDN, Users: p.Users,
+		LocalDMALKey: p.LocalDMALKey, LocalDMALKeyHex: hex32(p.LocalDMALKey, p.LocalDMALKey != 0),
+		UnsafeGlobalRKey: p.UnsafeGlobalRKey, UnsafeGlobalRKeyHex: hex32(p.UnsafeGlobalRKey, p.HasUnsafeGlobalRK),
+		CtxN: p.CtxN,
+	}
+	r.PID, r.Comm, r.KernName = owner(p.Owner, procs)
+	return r
+}
+
+type ctxRow struct {
+	IfIndex  uint32 `json:"ifindex" txt:"-"`
+	IfName   string `json:"ifname" txt:"lead"`
+	CtxN     uint32 `json:"ctxn"`
+	PID      uint32 `json:"pid" txt:"nz"`
+	Comm     string `json:"comm" txt:"nz"`
+	KernName string `json:"kern_name" txt:"nz"`
+}
+
+func ctxRowOf(c rdmanl.Context, procs *sysfs.Procs) ctxRow {
+	r := ctxRow{IfIndex: c.DevIndex, IfName: "dev " + c.DevName, CtxN: c.CtxN}
+	r.PID, r.Comm, r.KernName = owner(c.Owner, procs)
+	return r
+}
+
+type qpRange struct {
+	Min uint32 `json:"min"`
+	Max uint32 `json:"max"`
+}
+
+func (r qpRange) String() string {
+	if r.Min == r.Max {
+		return fmt.Sprint(r.Min)
+	}
+	return fmt.Sprintf("%d-%d", r.Min, r.Max)
+}
+
+type srqRow struct {
+	IfIndex  uint32    `json:"ifindex" txt:"-"`
+	IfName   string    `json:"ifname" txt:"lead"`
+	SRQN     uint32    `json:"srqn"`
+	Type     string    `json:"type"`
+	PDN      uint32    `json:"pdn"`
+	CQN      uint32    `json:"cqn" txt:"nz"`
+	LQPN     string    `json:"lqpn" filter:"-"` // iproute2's form: "17-18,20"
+	QPRanges []qpRange `json:"qp_ranges" txt:"-" filter:"-"`
+	QPs      uint64    `json:"qps" txt:"d"` // how many QPs are attached
+	PID      uint32    `json:"pid" txt:"nz"`
+	Comm     string    `json:"comm" txt:"nz"`
+	KernName string    `json:"kern_name" txt:"nz"`
+}
+
+func srqRowOf(s rdmanl.SRQ, procs *sysfs.Procs) srqRow {
+	r := srqRow{IfIndex: s.DevIndex, IfName: "dev " + s.DevName, SRQN: s.SRQN, Type: s.Type.String(), PDN: s.PDN, CQN: s.CQN, QPRanges: []qpRange{}}
+	var parts []string
+	for _, q := range s.QPs {
+		qr := qpRange{Min: q.Min, Max: q.Max}
+		r.QPRanges = append(r.QPRanges, qr)
+		parts = append(parts, qr.String())
+		r.QPs += uint64(q.Max-q.Min) + 1
+	}
+	r.LQPN = strings.Join(parts, ",")
+	r.PID, r.Comm, r.KernName = owner(s.Owner, procs)
+	return r
+}
+
+type cmIDRow struct {
+	IfIndex  uint32 `json:"ifindex" txt:"-"`
+	IfName   string `json:"ifname" txt:"-"`
+	Link     string `json:"-" txt:"lead" filter:"-"`
+	Port     uint32 `json:"port" txt:"-"`
+	CMIDN    uint32 `json:"cm_idn"`
+	LQPN     uint32 `json:"lqpn" txt:"nz"`
+	QPType   string `json:"qp_type"`
+	State    string `json:"state"`
+	PS       string `json:"ps"`
+	SrcAddr  string `json:"src_addr" txt:"nz"`
+	SrcPort  uint16 `json:"src_port" txt:"nz"`
+	DstAddr  string `json:"dst_addr" txt:"nz"`
+	DstPort  uint16 `json:"dst_port" txt:"nz"`
+	PID      uint32 `json:"pid" txt:"nz"`
+	Comm     string `json:"comm" txt:"nz"`
+	KernName string `json:"kern_name" txt:"nz"`
+}
+
+func cmIDRowOf(c rdmanl.CMID, procs *sysfs.Procs) cmIDRow {
+	r := cmIDRow{
+		IfIndex: c.DevIndex, IfName: c.DevName, Link: resLink(c.DevName, c.Port), Port: c.Port, CMIDN: c.CMIDN,
+		LQPN: c.LQPN, QPType: c.Type.String(), State: c.State.String(), PS: c.PS.String(),
+	}
+	if c.SrcAddr.IsValid() {
+		r.SrcAddr, r.SrcPort = c.SrcAddr.Addr().String(), c.SrcAddr.Port()
+	}
+	if c.DstAddr.IsValid() {
+		r.DstAddr, r.DstPort = c.DstAddr.Addr().String(), c.DstAddr.Port()
+	}
+	r.PID, r.Comm, r.KernName = owner(c.Owner, procs)
+	return r
+}
+
+// summaryRow is `rdma res` compatible: one count per resource type.
+type summaryRow struct {
+	IfIndex uint32 `json:"ifindex" txt:"-"`
+	IfName  string `json:"ifname" txt:"-"`
+	Lead    string `json:"-" txt:"lead"`
+	PD      uint64 `json:"pd"`
+	CQ      uint64 `json:"cq"`
+	QP      uint64 `json:"qp"`
+	CMID    uint64 `json:"cm_id"`
+	MR      uint64 `json:"mr"`
+	Ctx     uint64 `json:"ctx"`
+	SRQ     uint64 `json:"srq"`
+}
+
+func summaryRowOf(s rdmanl.Summary) summaryRow {
+	r := summaryRow{IfIndex: s.DevIndex, IfName: s.DevName, Lead: fmt.Sprintf("%d: %s:", s.DevIndex, s.DevName)}
+	for _, c := range s.Counts {
+		switch c.Name {
+		case "pd":
+			r.PD = c.Current
+		case "cq":
+			r.CQ = c.Current
+		case "qp":
+			r.QP = c.Current
+		case "cm_id":
+			r.CMID = c.Current
+		case "mr":
+			r.MR = c.Current
+		case "ctx":
+			r.Ctx = c.Current
+		case "srq":
+			r.SRQ = c.Current
+		}
+	}
+	return r
+}

@@ -1,0 +1,533 @@
+package rdmanl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"time"
+
+	"github.com/mdlayher/netlink"
+)
+
+// maxDumpRetries bounds how often a dump the kernel flags as interrupted is
+// restarted.
+const maxDumpRetries = 3
+
+// Client talks RDMA_NLDEV to the kernel. A Client runs one request at a
+// time: finish or break out of a dump's iteration before the next call.
+type Client struct {
+	c *netlink.Conn
+}
+
+// Dial opens a NETLINK_RDMA socket.
+func Dial() (*Client, error) {
+	c, err := netlink.Dial(familyRDMA, &netlink.Config{Strict: true})
+	if err != nil {
+		return nil, wrap("open netlink socket", err)
+	}
+	return &Client{c: c}, nil
+}
+
+// newClient wraps an existing connection (tests use nltest).
+func newClient(c *netlink.Conn) *Client { return &Client{c: c} }
+
+// Close closes the socket.
+func (c *Client) Close() error { return c.c.Close() }
+
+func msgType(op uint16) netlink.HeaderType {
+	return netlink.HeaderType(clientNLDev<<10 | op)
+}
+
+// withContext makes ctx's end unblock the socket.
+func (c *Client) withContext(ctx context.Context) (stop func()) {
+	_ = c.c.SetDeadline(time.Time{})
+	cancel := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
+	return func() { cancel() }
+}
+
+// ctxErr prefers the context's error over the timeout it caused.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// do sends a request (not a dump) and returns the replies.
+func (c *Client) do(ctx context.Context, op uint16, flags netlink.HeaderFlags, attrs []byte) ([]netlink.Message, error) {
+	defer c.withContext(ctx)()
+	msgs, err := c.c.Execute(netlink.Message{
+		Header: netlink.Header{Type: msgType(op), Flags: netlink.Request | flags},
+		Data:   attrs,
+	})
+	return msgs, ctxErr(ctx, err)
+}
+
+// dump sends a dump request and calls fn for each reply message until fn
+// returns false. It reports whether the kernel flagged the dump as
+// interrupted.
+func (c *Client) dump(ctx context.Context, op uint16, attrs []byte, fn func(netlink.Message) bool) (interrupted bool, err error) {
+	defer c.withContext(ctx)()
+	req, err := c.c.Send(netlink.Message{
+		Header: netlink.Header{Type: msgType(op), Flags: netlink.Request | netlink.Dump},
+		Data:   attrs,
+	})
+	if err != nil {
+		return false, ctxErr(ctx, err)
+	}
+	for m, err := range c.c.ReceiveIter() {
+		if err != nil {
+			return interrupted, ctxErr(ctx, err)
+		}
+		if m.Header.Sequence != req.Header.Sequence {
+			return interrupted, fmt.Errorf("reply sequence %d does not match request %d", m.Header.Sequence, req.Header.Sequence)
+		}
+		if m.Header.Flags&netlink.DumpInterrupted != 0 {
+			interrupted = true
+		}
+		if m.Header.Type != msgType(op) {
+			continue
+		}
+		if !fn(m) {
+			break
+		}
+	}
+	return interrupted, nil
+}
+
+func encode(fn func(*netlink.AttributeEncoder)) []byte {
+	ae := netlink.NewAttributeEncoder()
+	fn(ae)
+	b, _ := ae.Encode() // only fails on oversized attributes, which we never build
+	return b
+}
+
+// Devices lists the RDMA devices in the caller's network namespace.
+func (c *Client) Devices(ctx context.Context) ([]Device, error) {
+	var devs []Device
+	var decodeErr error
+	_, err := c.dump(ctx, cmdGet, nil, func(m netlink.Message) bool {
+		d, err := decodeDevice(m.Data)
+		if err != nil {
+			decodeErr = err
+			return true
+		}
+		if !slices.ContainsFunc(devs, func(o Device) bool { return o.Index == d.Index }) {
+			devs = append(devs, d)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, wrap("list devices", err)
+	}
+	if decodeErr != nil && len(devs) == 0 {
+		return nil, wrap("list devices", decodeErr)
+	}
+	return devs, nil
+}
+
+// Device returns the device called name, or an error matching ErrNoDevice.
+func (c *Client) Device(ctx context.Context, name string) (Device, error) {
+	devs, err := c.Devices(ctx)
+	if err != nil {
+		return Device{}, err
+	}
+	for _, d := range devs {
+		if d.Name == name {
+			return d, nil
+		}
+	}
+	return Device{}, &Error{Op: "find device " + name, Err: ErrNoDevice}
+}
+
+// Ports lists the ports of dev.
+func (c *Client) Ports(ctx context.Context, dev Device) ([]Port, error) {
+	var ports []Port
+	var decodeErr error
+	attrs := encode(func(ae *netlink.AttributeEncoder) { ae.Uint32(attrDevIndex, dev.Index) })
+	_, err := c.dump(ctx, cmdPortGet, attrs, func(m netlink.Message) bool {
+		p, err := decodePort(m.Data)
+		if err != nil {
+			decodeErr = err
+			return true
+		}
+		if !slices.ContainsFunc(ports, func(o Port) bool { return o.Index == p.Index }) {
+			ports = append(ports, p)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, wrap("list ports of "+dev.Name, err)
+	}
+	if decodeErr != nil {
+		return ports, &PartialError{Op: "list ports of " + dev.Name, Skipped: 1, First: decodeErr}
+	}
+	return ports, nil
+}
+
+// Summaries counts the tracked resources of every device.
+func (c *Client) Summaries(ctx context.Context) ([]Summary, error) {
+	var out []Summary
+	var decodeErr error
+	_, err := c.dump(ctx, cmdResGet, nil, func(m netlink.Message) bool {
+		s, err := decodeSummary(m.Data)
+		if err != nil {
+			decodeErr = err
+			return true
+		}
+		out = append(out, s)
+		return true
+	})
+	if err != nil {
+		return nil, wrap("summarize resources", err)
+	}
+	if decodeErr != nil {
+		return out, &PartialError{Op: "summarize resources", Skipped: 1, First: decodeErr}
+	}
+	return out, nil
+}
+
+// DumpOptions tune a resource dump.
+type DumpOptions struct {
+	// Port asks the kernel for one port's resources only (QPs and CM IDs);
+	// 0 means all.
+	Port uint32
+	// Raw uses the *_GET_RAW command and fills the entries' Raw field with
+	// the provider's raw context (needs CAP_NET_ADMIN and provider support).
+	Raw bool
+	// NoSRQJoin skips the SRQ dump that fills QP.SRQN.
+	NoSRQJoin bool
+}
+
+// entryCodec describes one resource dump.
+type entryCodec[T any] struct {
+	what          string // "QPs"
+	op, rawOp     uint16
+	table, entry  uint16
+	decode        func(*netlink.AttributeDecoder) (T, error)
+	key           func(*T) uint32 // identity within the device
+	setDev        func(*T, uint32, string)
+	portFiltering bool
+}
+
+// resDump streams one device's entries of a resource type. Entries are
+// yielded as their message is decoded, never collected first. The kernel
+// restarts dumps by position, so an entry can repeat while resources churn:
+// repeats are dropped. A dump the kernel flags as interrupted is restarted.
+func resDump[T any](ctx context.Context, c *Client, dev Device, opts DumpOptions, codec entryCodec[T], finish func(*T)) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		op := codec.op
+		if opts.Raw {
+			if codec.rawOp == 0 {
+				var zero T
+				yield(zero, &Error{Op: "dump raw " + codec.what + " of " + dev.Name, Err: ErrNotSupported})
+				return
+			}
+			op = codec.rawOp
+		}
+		what := "dump " + codec.what + " of " + dev.Name
+		attrs := encode(func(ae *netlink.AttributeEncoder) {
+			ae.Uint32(attrDevIndex, dev.Index)
+			if opts.Port != 0 && codec.portFiltering {
+				ae.Uint32(attrPortIndex, opts.Port)
+			}
+			// Include driver-internal resources where the kernel hides them
+			// by default; older kernels ignore the attribute.
+			ae.Uint8(attrDriverDetails, 1)
+		})
+		seen := map[uint32]bool{}
+		skipped := 0
+		var firstErr error
+		stopped := false
+		for attempt := 0; ; attempt++ {
+			interrupted, err := c.dump(ctx, op, attrs, func(m netlink.Message) bool {
+				ad, err := netlink.NewAttributeDecoder(m.Data)
+				if err != nil {
+					skipped++
+					firstErr = cmpErr(firstErr, err)
+					return true
+				}
+				var devIndex uint32
+				var devName string
+				for ad.Next() && !stopped {
+					switch ad.Type() {
+					case attrDevIndex:
+						devIndex = ad.Uint32()
+					case attrDevName:
+						devName = ad.String()
+					case codec.table:
+						ad.Nested(func(tad *netlink.AttributeDecoder) error {
+							for tad.Next() && !stopped {
+								if tad.Type() != codec.entry {
+									continue
+								}
+								tad.Nested(func(ead *netlink.AttributeDecoder) error {
+									v, err := codec.decode(ead)
+									if err != nil {
+										skipped++
+										firstErr = cmpErr(firstErr, err)
+										return nil
+									}
+									key := codec.key(&v)
+									if seen[key] {
+										return nil
+									}
+									seen[key] = true
+									codec.setDev(&v, devIndex, devName)
+									if finish != nil {
+										finish(&v)
+									}
+									if !yield(v, nil) {
+										stopped = true
+									}
+									return nil
+								})
+							}
+							return nil
+						})
+					}
+				}
+				if err := ad.Err(); err != nil {
+					skipped++
+					firstErr = cmpErr(firstErr, err)
+				}
+				return !stopped
+			})
+			if stopped {
+				return
+			}
+			if err != nil {
+				var zero T
+				yield(zero, wrap(what, err))
+				return
+			}
+			if !interrupted {
+				break
+			}
+			if attempt == maxDumpRetries {
+				var zero T
+				yield(zero, &Error{Op: what, Err: ErrDumpInterrupted})
+				return
+			}
+		}
+		if skipped > 0 {
+			var zero T
+			yield(zero, &PartialError{Op: what, Skipped: skipped, First: firstErr})
+		}
+	}
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// QPs streams the queue pairs of dev. Each QP's SRQN is filled in from an
+// SRQ dump made first (QP entries carry no SRQ number), unless
+// opts.NoSRQJoin. An error ends the sequence, except a *PartialError, which
+// comes last and means malformed entries were skipped.
+func (c *Client) QPs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[QP, error] {
+	return func(yield func(QP, error) bool) {
+		var srqs []SRQ
+		if !opts.NoSRQJoin {
+			for s, err := range c.SRQs(ctx, dev, DumpOptions{}) {
+				if err != nil {
+					var pe *PartialError
+					if errors.Is(err, ErrNotSupported) || errors.As(err, &pe) {
+						break // no join rather than no QPs
+					}
+					yield(QP{}, err)
+					return
+				}
+				srqs = append(srqs, s)
+			}
+		}
+		join := func(qp *QP) {
+			for _, s := range srqs {
+				if s.HasQP(qp.LQPN) {
+					qp.SRQN = s.SRQN
+					return
+				}
+			}
+		}
+		codec := entryCodec[QP]{
+			what: "QPs", op: cmdResQPGet, rawOp: cmdResQPGetRaw, table: attrResQP, entry: attrResQPEntry,
+			decode: decodeQP, portFiltering: true,
+			key:    func(q *QP) uint32 { return q.LQPN },
+			setDev: func(q *QP, i uint32, n string) { q.DevIndex, q.DevName = i, n },
+		}
+		for qp, err := range resDump(ctx, c, dev, opts, codec, join) {
+			if !yield(qp, err) {
+				return
+			}
+		}
+	}
+}
+
+// CQs streams the completion queues of dev.
+func (c *Client) CQs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[CQ, error] {
+	return resDump(ctx, c, dev, opts, entryCodec[CQ]{
+		what: "CQs", op: cmdResCQGet, rawOp: cmdResCQGetRaw, table: attrResCQ, entry: attrResCQEntry,
+		decode: decodeCQ,
+		key:    func(v *CQ) uint32 { return v.CQN },
+		setDev: func(v *CQ, i uint32, n string) { v.DevIndex, v.DevName = i, n },
+	}, nil)
+}
+
+// MRs streams the memory regions of dev. Keys are present only with
+// CAP_NET_ADMIN.
+func (c *Client) MRs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[MR, error] {
+	return resDump(ctx, c, dev, opts, entryCodec[MR]{
+		what: "MRs", op: cmdResMRGet, rawOp: cmdResMRGetRaw, table: attrResMR, entry: attrResMREntry,
+		decode: decodeMR,
+		key:    func(v *MR) uint32 { return v.MRN },
+		setDev: func(v *MR, i uint32, n string) { v.DevIndex, v.DevName = i, n },
+	}, nil)
+}
+
+// PDs streams the protection domains of dev.
+func (c *Client) PDs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[PD, error] {
+	return resDump(ctx, c, dev, opts, entryCodec[PD]{
+		what: "PDs", op: cmdResPDGet, table: attrResPD, entry: attrResPDEntry,
+		decode: decodePD,
+		key:    func(v *PD) uint32 { return v.PDN },
+		setDev: func(v *PD, i uint32, n string) { v.DevIndex, v.DevName = i, n },
+	}, nil)
+}
+
+// Contexts streams the user verbs contexts of dev.
+func (c *Client) Contexts(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[Context, error] {
+	return resDump(ctx, c, dev, opts, entryCodec[Context]{
+		what: "contexts", op: cmdResCtxGet, table: attrResCtx, entry: attrResCtxEntry,
+		decode: decodeCtx,
+		key:    func(v *Context) uint32 { return v.CtxN },
+		setDev: func(v *Context, i uint32, n string) { v.DevIndex, v.DevName = i, n },
+	}, nil)
+}
+
+// SRQs streams the shared receive queues of dev with their attached QPs.
+func (c *Client) SRQs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[SRQ, error] {
+	return resDump(ctx, c, dev, opts, entryCodec[SRQ]{
+		what: "SRQs", op: cmdResSRQGet, rawOp: cmdResSRQGetRaw, table: attrResSRQ, entry: attrResSRQEntry,
+		decode: decodeSRQ,
+		key:    func(v *SRQ) uint32 { return v.SRQN },
+		setDev: func(v *SRQ, i uint32, n string) { v.DevIndex, v.DevName = i, n },
+	}, nil)
+}
+
+// CMIDs streams the rdma_cm IDs of dev.
+func (c *Client) CMIDs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[CMID, error] {
+	return resDump(ctx, c, dev, opts, entryCodec[CMID]{
+		what: "CM IDs", op: cmdResCMIDGet, table: attrResCMID, entry: attrResCMIDEntry,
+		decode: decodeCMID, portFiltering: true,
+		key:    func(v *CMID) uint32 { return v.CMIDN },
+		setDev: func(v *CMID, i uint32, n string) { v.DevIndex, v.DevName = i, n },
+	}, nil)
+}
+
+// Rename renames dev. The kernel's answer is checked: a taken name is an
+// error matching os.ErrExist.
+func (c *Client) Rename(ctx context.Context, dev Device, name string) error {
+	attrs := encode(func(ae *netlink.AttributeEncoder) {
+		ae.Uint32(attrDevIndex, dev.Index)
+		ae.String(attrDevName, name)
+	})
+	if _, err := c.do(ctx, cmdSet, netlink.Acknowledge, attrs); err != nil {
+		return wrap(fmt.Sprintf("rename %s to %s", dev.Name, name), err)
+	}
+	return nil
+}
+
+// LinkAdd creates a software RDMA device (linkType "rxe" or "siw") called
+// name on the netdev.
+func (c *Client) LinkAdd(ctx context.Context, name, linkType, netdev string) error {
+	attrs := encode(func(ae *netlink.AttributeEncoder) {
+		ae.String(attrDevName, name)
+		ae.String(attrLinkType, linkType)
+		ae.String(attrNdevName, netdev)
+	})
+	if _, err := c.do(ctx, cmdNewLink, netlink.Acknowledge, attrs); err != nil {
+		return wrap(fmt.Sprintf("add %s link %s on %s", linkType, name, netdev), err)
+	}
+	return nil
+}
+
+// LinkDelete removes a software RDMA device.
+func (c *Client) LinkDelete(ctx context.Context, dev Device) error {
+	attrs := encode(func(ae *netlink.AttributeEncoder) { ae.Uint32(attrDevIndex, dev.Index) })
+	if _, err := c.do(ctx, cmdDelLink, netlink.Acknowledge, attrs); err != nil {
+		return wrap("delete link "+dev.Name, err)
+	}
+	return nil
+}
+
+// System returns the RDMA subsystem settings.
+func (c *Client) System(ctx context.Context) (System, error) {
+	msgs, err := c.do(ctx, cmdSysGet, 0, nil)
+	if err != nil {
+		return System{}, wrap("get system settings", err)
+	}
+	for _, m := range msgs {
+		if m.Header.Type == msgType(cmdSysGet) {
+			s, err := decodeSystem(m.Data)
+			if err != nil {
+				return System{}, wrap("get system settings", err)
+			}
+			return s, nil
+		}
+	}
+	return System{}, wrap("get system settings", errors.New("no reply"))
+}
+
+// SetNetnsShared sets the netns mode: shared (true) or exclusive.
+func (c *Client) SetNetnsShared(ctx context.Context, shared bool) error {
+	var v uint8
+	if shared {
+		v = 1
+	}
+	attrs := encode(func(ae *netlink.AttributeEncoder) { ae.Uint8(attrSysNetnsMode, v) })
+	if _, err := c.do(ctx, cmdSysSet, netlink.Acknowledge, attrs); err != nil {
+		return wrap("set netns mode", err)
+	}
+	return nil
+}
+
+// Monitor joins the RDMA notify multicast group (6.12+; needs
+// CAP_NET_ADMIN) and yields device events until ctx ends. Use a Client for
+// nothing else while monitoring.
+func (c *Client) Monitor(ctx context.Context) iter.Seq2[MonitorEvent, error] {
+	return func(yield func(MonitorEvent, error) bool) {
+		if err := c.c.JoinGroup(groupNotify); err != nil {
+			yield(MonitorEvent{}, wrap("join the RDMA monitor group", err))
+			return
+		}
+		defer c.c.LeaveGroup(groupNotify)
+		defer c.withContext(ctx)()
+		for {
+			msgs, err := c.c.Receive()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				yield(MonitorEvent{}, wrap("receive monitor events", err))
+				return
+			}
+			for _, m := range msgs {
+				if m.Header.Type != msgType(cmdMonitor) {
+					continue
+				}
+				e, err := decodeMonitor(m.Data)
+				if err != nil {
+					err = wrap("decode monitor event", err)
+				}
+				if !yield(e, err) {
+					return
+				}
+			}
+		}
+	}
+}
