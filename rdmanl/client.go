@@ -263,8 +263,14 @@ func resDump[T any](ctx context.Context, c *Client, dev Device, opts DumpOptions
 								if tad.Type() != codec.entry {
 									continue
 								}
-								tad.Nested(func(ead *netlink.AttributeDecoder) error {
-									v, err := codec.decode(ead)
+								// Do, not Nested: a malformed entry must not stop the
+								// table's decoder, so its error stays here.
+								tad.Do(func(b []byte) error {
+									ead, err := netlink.NewAttributeDecoder(b)
+									var v T
+									if err == nil {
+										v, err = codec.decode(ead)
+									}
 									if err != nil {
 										skipped++
 										firstErr = cmpErr(firstErr, err)
@@ -349,7 +355,7 @@ func (c *Client) QPs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq
 		join := func(qp *QP) {
 			for _, s := range srqs {
 				if s.HasQP(qp.LQPN) {
-					qp.SRQN = s.SRQN
+					qp.SRQN, qp.OnSRQ = s.SRQN, true
 					return
 				}
 			}

@@ -296,7 +296,8 @@ type QP struct {
 	PDN          uint32 // user QPs only; 0 for kernel QPs
 	Owner        Owner
 	Subtype      string // driver QPs (6.10+), e.g. "DCT"
-	SRQN         uint32 // joined from the SRQ dump; 0 when not on an SRQ
+	SRQN         uint32 // joined from the SRQ dump; valid when OnSRQ (SRQ numbers start at 0)
+	OnSRQ        bool
 	Driver       []DriverAttr
 	Raw          []byte // RES_QP_GET_RAW only
 }

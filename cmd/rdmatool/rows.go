@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/sysfs"
@@ -94,7 +93,9 @@ type qpRow struct {
 	SQPSN        uint32 `json:"sq_psn" txt:"d"`
 	PathMigState string `json:"path_mig_state" txt:"d"` // "" for UD, GSI, ...
 	PDN          uint32 `json:"pdn" txt:"nz"`
-	SRQN         uint32 `json:"srqn" txt:"nz"`
+	SRQ          bool   `json:"srq" txt:"-"`  // attached to an SRQ
+	SRQN         uint32 `json:"srqn" txt:"-"` // meaningful when srq is true (SRQ numbers start at 0)
+	SRQText      string `json:"-" txt:"lead" filter:"-"`
 	PID          uint32 `json:"pid" txt:"nz"`
 	Comm         string `json:"comm" txt:"nz"`
 	KernName     string `json:"kern_name" txt:"-"`
@@ -112,7 +113,10 @@ func qpRowOf(q rdmanl.QP, procs *sysfs.Procs) qpRow {
 	r := qpRow{
 		IfIndex: q.DevIndex, IfName: q.DevName, Link: resLink(q.DevName, q.Port), Port: q.Port,
 		LQPN: q.LQPN, RQPN: q.RQPN, Type: q.Type.String(), State: q.State.String(),
-		RQPSN: q.RQPSN, SQPSN: q.SQPSN, PDN: q.PDN, SRQN: q.SRQN, Subtype: q.Subtype,
+		RQPSN: q.RQPSN, SQPSN: q.SQPSN, PDN: q.PDN, SRQ: q.OnSRQ, SRQN: q.SRQN, Subtype: q.Subtype,
+	}
+	if q.OnSRQ {
+		r.SRQText = fmt.Sprintf("srqn %d", q.SRQN)
 	}
 	if q.HasPathMig {
 		r.PathMigState = q.PathMigState.String()
@@ -123,7 +127,8 @@ func qpRowOf(q rdmanl.QP, procs *sysfs.Procs) qpRow {
 
 type cqRow struct {
 	IfIndex  uint32 `json:"ifindex" txt:"-"`
-	IfName   string `json:"ifname" txt:"lead"`
+	IfName   string `json:"ifname" txt:"-"`
+	Lead     string `json:"-" txt:"lead" filter:"-"`
 	CQN      uint32 `json:"cqn"`
 	CQE      uint32 `json:"cqe"`
 	Users    uint64 `json:"users"`
@@ -136,7 +141,7 @@ type cqRow struct {
 }
 
 func cqRowOf(c rdmanl.CQ, procs *sysfs.Procs) cqRow {
-	r := cqRow{IfIndex: c.DevIndex, IfName: "dev " + c.DevName, CQN: c.CQN, CQE: c.CQE, Users: c.Users, DIM: c.DIM, CtxN: c.CtxN}
+	r := cqRow{IfIndex: c.DevIndex, IfName: c.DevName, Lead: "dev " + c.DevName, CQN: c.CQN, CQE: c.CQE, Users: c.Users, DIM: c.DIM, CtxN: c.CtxN}
 	if c.HasPoll {
 		r.PollCtx = c.PollCtx.String()
 	}
@@ -146,7 +151,8 @@ func cqRowOf(c rdmanl.CQ, procs *sysfs.Procs) cqRow {
 
 type mrRow struct {
 	IfIndex  uint32 `json:"ifindex" txt:"-"`
-	IfName   string `json:"ifname" txt:"lead"`
+	IfName   string `json:"ifname" txt:"-"`
+	Lead     string `json:"-" txt:"lead" filter:"-"`
 	MRN      uint32 `json:"mrn"`
 	RKey     uint32 `json:"rkey" txt:"-"` // 0 without CAP_NET_ADMIN
 	RKeyHex  string `json:"rkey_hex" txt:"nz"`
@@ -170,7 +176,7 @@ func hex32(v uint32, ok bool) string {
 
 func mrRowOf(m rdmanl.MR, procs *sysfs.Procs) mrRow {
 	r := mrRow{
-		IfIndex: m.DevIndex, IfName: "dev " + m.DevName, MRN: m.MRN, RKey: m.RKey, LKey: m.LKey,
+		IfIndex: m.DevIndex, IfName: m.DevName, Lead: "dev " + m.DevName, MRN: m.MRN, RKey: m.RKey, LKey: m.LKey,
 		RKeyHex: hex32(m.RKey, m.HasKeys), LKeyHex: hex32(m.LKey, m.HasKeys),
 		IOVA: m.IOVA, IOVAHex: fmt.Sprintf("0x%x", m.IOVA), MRLen: m.Len, PDN: m.PDN,
 	}
@@ -180,7 +186,8 @@ func mrRowOf(m rdmanl.MR, procs *sysfs.Procs) mrRow {
 
 type pdRow struct {
 	IfIndex             uint32 `json:"ifindex" txt:"-"`
-	IfName              string `json:"ifname" txt:"lead"`
+	IfName              string `json:"ifname" txt:"-"`
+	Lead                string `json:"-" txt:"lead" filter:"-"`
 	PDN                 uint32 `json:"pdn"`
 	Users               uint64 `json:"users"`
 	LocalDMALKey        uint32 `json:"local_dma_lkey" txt:"-"`
@@ -195,7 +202,7 @@ type pdRow struct {
 
 func pdRowOf(p rdmanl.PD, procs *sysfs.Procs) pdRow {
 	r := pdRow{
-		IfIndex: p.DevIndex, IfName: "dev " + p.DevName, PDN: p.PDN, Users: p.Users,
+		IfIndex: p.DevIndex, IfName: p.DevName, Lead: "dev " + p.DevName, PDN: p.PDN, Users: p.Users,
 		LocalDMALKey: p.LocalDMALKey, LocalDMALKeyHex: hex32(p.LocalDMALKey, p.LocalDMALKey != 0),
 		UnsafeGlobalRKey: p.UnsafeGlobalRKey, UnsafeGlobalRKeyHex: hex32(p.UnsafeGlobalRKey, p.HasUnsafeGlobalRK),
 		CtxN: p.CtxN,
@@ -206,7 +213,8 @@ func pdRowOf(p rdmanl.PD, procs *sysfs.Procs) pdRow {
 
 type ctxRow struct {
 	IfIndex  uint32 `json:"ifindex" txt:"-"`
-	IfName   string `json:"ifname" txt:"lead"`
+	IfName   string `json:"ifname" txt:"-"`
+	Lead     string `json:"-" txt:"lead" filter:"-"`
 	CtxN     uint32 `json:"ctxn"`
 	PID      uint32 `json:"pid" txt:"nz"`
 	Comm     string `json:"comm" txt:"nz"`
@@ -214,7 +222,7 @@ type ctxRow struct {
 }
 
 func ctxRowOf(c rdmanl.Context, procs *sysfs.Procs) ctxRow {
-	r := ctxRow{IfIndex: c.DevIndex, IfName: "dev " + c.DevName, CtxN: c.CtxN}
+	r := ctxRow{IfIndex: c.DevIndex, IfName: c.DevName, Lead: "dev " + c.DevName, CtxN: c.CtxN}
 	r.PID, r.Comm, r.KernName = owner(c.Owner, procs)
 	return r
 }
@@ -233,12 +241,13 @@ func (r qpRange) String() string {
 
 type srqRow struct {
 	IfIndex  uint32    `json:"ifindex" txt:"-"`
-	IfName   string    `json:"ifname" txt:"lead"`
+	IfName   string    `json:"ifname" txt:"-"`
+	Lead     string    `json:"-" txt:"lead" filter:"-"`
 	SRQN     uint32    `json:"srqn"`
 	Type     string    `json:"type"`
 	PDN      uint32    `json:"pdn"`
 	CQN      uint32    `json:"cqn" txt:"nz"`
-	LQPN     string    `json:"lqpn" filter:"-"` // iproute2's form: "17-18,20"
+	LQPN     []string  `json:"lqpn" filter:"-"` // iproute2's form: ["17-18", "20"]
 	QPRanges []qpRange `json:"qp_ranges" txt:"-" filter:"-"`
 	QPs      uint64    `json:"qps" txt:"d"` // how many QPs are attached
 	PID      uint32    `json:"pid" txt:"nz"`
@@ -247,15 +256,13 @@ type srqRow struct {
 }
 
 func srqRowOf(s rdmanl.SRQ, procs *sysfs.Procs) srqRow {
-	r := srqRow{IfIndex: s.DevIndex, IfName: "dev " + s.DevName, SRQN: s.SRQN, Type: s.Type.String(), PDN: s.PDN, CQN: s.CQN, QPRanges: []qpRange{}}
-	var parts []string
+	r := srqRow{IfIndex: s.DevIndex, IfName: s.DevName, Lead: "dev " + s.DevName, SRQN: s.SRQN, Type: s.Type.String(), PDN: s.PDN, CQN: s.CQN, QPRanges: []qpRange{}, LQPN: []string{}}
 	for _, q := range s.QPs {
 		qr := qpRange{Min: q.Min, Max: q.Max}
 		r.QPRanges = append(r.QPRanges, qr)
-		parts = append(parts, qr.String())
+		r.LQPN = append(r.LQPN, qr.String())
 		r.QPs += uint64(q.Max-q.Min) + 1
 	}
-	r.LQPN = strings.Join(parts, ",")
 	r.PID, r.Comm, r.KernName = owner(s.Owner, procs)
 	return r
 }

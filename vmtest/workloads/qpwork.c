@@ -94,6 +94,7 @@ struct opts {
 	bool pairs;
 	enum ibv_qp_type type;
 	bool srq;
+	long srq_every;			/* attach QP i to the SRQ when i % srq_every == 0 */
 	enum ibv_qp_state to;
 	enum connect_mode conn;
 	struct in_addr addr;
@@ -115,6 +116,7 @@ struct opts {
 
 struct qpent {
 	long idx;
+	bool on_srq;			/* attached to the SRQ */
 	struct ibv_qp *qp;
 	struct rdma_cm_id *id;		/* --connect cm only */
 	uint32_t qpn;
@@ -456,6 +458,7 @@ static void usage(FILE *f)
 "  --pairs                  create N loopback-connected pairs\n"
 "  --type rc|uc|ud          QP type                              [rc]\n"
 "  --srq                    attach every QP to one SRQ\n"
+"  --srq-every N            attach only QPs 0, N, 2N, ... to the SRQ (SRQ QP ranges with gaps)\n"
 "  --to STATE               RESET|INIT|RTR|RTS|ERR     [INIT, RTS with --pairs]\n"
 "  --connect verbs|cm       how pairs are connected              [verbs]\n"
 "  --addr A.B.C.D           local IPv4 address (--connect cm)\n"
@@ -542,7 +545,7 @@ static const char *opt_name(const struct option *opts, int val)
 }
 
 enum {
-	OPT_DEV = 256, OPT_PORT, OPT_GID, OPT_QPS, OPT_PAIRS, OPT_TYPE, OPT_SRQ,
+	OPT_DEV = 256, OPT_PORT, OPT_GID, OPT_QPS, OPT_PAIRS, OPT_TYPE, OPT_SRQ, OPT_SRQ_EVERY,
 	OPT_TO, OPT_CONNECT, OPT_ADDR, OPT_CMPORT, OPT_TIMEOUT, OPT_TEARDOWN,
 	OPT_LASTWQE, OPT_DRAIN, OPT_GRACE, OPT_HOLD, OPT_ORPHAN, OPT_CHURN,
 	OPT_CHURN_SECS, OPT_CHURN_STATES, OPT_BATCH, OPT_QUIET, OPT_HELP,
@@ -559,6 +562,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "pairs",               no_argument,       NULL, OPT_PAIRS },
 		{ "type",                required_argument, NULL, OPT_TYPE },
 		{ "srq",                 no_argument,       NULL, OPT_SRQ },
+		{ "srq-every",           required_argument, NULL, OPT_SRQ_EVERY },
 		{ "to",                  required_argument, NULL, OPT_TO },
 		{ "connect",             required_argument, NULL, OPT_CONNECT },
 		{ "addr",                required_argument, NULL, OPT_ADDR },
@@ -633,6 +637,10 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 				o->type = IBV_QPT_UD;
 			else
 				bad_usage("--type: expected rc|uc|ud, got '%s'", optarg);
+			break;
+		case OPT_SRQ_EVERY:
+			o->srq = true;
+			o->srq_every = parse_long("--srq-every", optarg, 1, 1000000);
 			break;
 		case OPT_SRQ:
 			o->srq = true;
@@ -1213,8 +1221,12 @@ static void create_shared(struct app *a, long total_qps)
 }
 
 static void fill_qp_init_attr(struct app *a, struct ibv_qp_init_attr *ia,
-			      void *qp_context)
+			      struct qpent *qp_context)
 {
+	struct ibv_srq *srq = a->srq;
+
+	if (qp_context && !qp_context->on_srq)
+		srq = NULL;
 	int wr = clamp_int(QPW_QP_WR, 1, a->dattr.max_qp_wr > 0 ?
 			   a->dattr.max_qp_wr : QPW_QP_WR);
 	int sge = clamp_int(1, 1, a->dattr.max_sge > 0 ? a->dattr.max_sge : 1);
@@ -1223,11 +1235,11 @@ static void fill_qp_init_attr(struct app *a, struct ibv_qp_init_attr *ia,
 	ia->qp_context = qp_context;
 	ia->send_cq = a->cq;
 	ia->recv_cq = a->cq;
-	ia->srq = a->srq;
+	ia->srq = srq;
 	ia->cap.max_send_wr = (uint32_t)wr;
 	ia->cap.max_send_sge = (uint32_t)sge;
-	ia->cap.max_recv_wr = a->srq ? 0 : (uint32_t)wr;
-	ia->cap.max_recv_sge = a->srq ? 0 : (uint32_t)sge;
+	ia->cap.max_recv_wr = srq ? 0 : (uint32_t)wr;
+	ia->cap.max_recv_sge = srq ? 0 : (uint32_t)sge;
 	ia->cap.max_inline_data = 0;
 	ia->qp_type = a->o.type;
 	ia->sq_sig_all = 0;
@@ -1387,6 +1399,7 @@ static void setup_verbs(struct app *a, int64_t *create_us)
 		struct qpent *e = &a->q[i];
 		struct ibv_qp_init_attr ia;
 
+		e->on_srq = a->srq && (a->o.srq_every <= 1 || i % a->o.srq_every == 0);
 		fill_qp_init_attr(a, &ia, e);
 		e->qp = ibv_create_qp(a->pd, &ia);
 		if (!e->qp)
@@ -1510,6 +1523,7 @@ static void cm_create_qp(struct app *a, struct qpent *e)
 	if (e->id->verbs != a->ctx)
 		fail(a, "rdma_create_qp", NO_QPN, EXDEV,
 		     "cm id is bound to a different verbs context than --dev");
+	e->on_srq = a->srq && (a->o.srq_every <= 1 || e->idx % a->o.srq_every == 0);
 	fill_qp_init_attr(a, &ia, e);
 	if (rdma_create_qp(e->id, a->pd, &ia))
 		fail(a, "rdma_create_qp", NO_QPN, err_of(-1), NULL);
@@ -1673,10 +1687,10 @@ static void print_qp(struct app *a, const struct qpent *e)
 	l_int(&l, "qpn", e->qpn);
 	l_str(&l, "type", qp_type_name(a->o.type));
 	l_str(&l, "state", qp_state_name(e->state));
-	l_int(&l, "srqn", a->srqn_known ? a->srqn : 0);
-	if (a->srq && !a->srqn_known)
+	l_int(&l, "srqn", e->on_srq && a->srqn_known ? a->srqn : 0);
+	if (e->on_srq && !a->srqn_known)
 		l_bool(&l, "srqn_known", false);
-	l_bool(&l, "srq", a->srq != NULL);
+	l_bool(&l, "srq", e->on_srq);
 	l_int(&l, "peer_qpn", e->connected && e->peer >= 0 ?
 			      a->q[e->peer].qpn : 0);
 	l_str(&l, "dev", a->o.dev);
@@ -1931,7 +1945,8 @@ static void teardown_one(struct app *a, struct qpent *e)
 	case TD_SPEC:
 		if (e->state != IBV_QPS_ERR)
 			move_to_err(a, e);
-		wait_last_wqe(a, e, a->o.last_wqe_timeout_ms);
+		if (e->on_srq)	/* only SRQ QPs get LAST_WQE_REACHED */
+			wait_last_wqe(a, e, a->o.last_wqe_timeout_ms);
 		drain_marker(a, e);
 		grace_period(a, a->o.grace_ms);
 		break;
