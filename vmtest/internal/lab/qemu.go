@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -48,6 +49,13 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 	if err := os.MkdirAll(spec.RunDir, 0o755); err != nil {
 		return 0, err
 	}
+	// One guest at a time on this machine: TCG guests on two cores slow each
+	// other down enough to break timing-sensitive lab tests.
+	unlock, err := lockFile(ctx, filepath.Join(spec.RunDir, "vm.lock"))
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
 	runDir, err := os.MkdirTemp(spec.RunDir, "run-")
 	if err != nil {
 		return 0, err
@@ -242,3 +250,27 @@ func (m *markerFilter) flush() {
 
 // ErrNotBuilt is returned when a kernel's image has not been built yet.
 var ErrNotBuilt = errors.New("lab image not built (run: make lab)")
+
+// lockFile takes an exclusive flock on path, waiting until ctx ends.
+func lockFile(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lab: lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("lab: waiting for another guest to finish: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
