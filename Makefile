@@ -46,6 +46,7 @@ lab: deps
 lab-bins:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/rdmatool ./cmd/rdmatool
 	$(GO) build -o $(BIN)/vmlab ./vmtest/cmd/vmlab
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/labtime ./vmtest/cmd/labtime
 	$(MAKE) -s -C vmtest/workloads OUT=$(BIN)
 
 # Lab tests on every kernel, one guest at a time (-p 1). VMTEST_EXPECT_GUEST
@@ -65,6 +66,15 @@ demo: lab lab-bins
 CMD ?= rdma dev; rdma link
 lab-shell: lab lab-bins
 	$(BIN)/vmlab run -kernel $(KERNEL) -- sh -c '$(CMD)'
+
+# Benchmarks: Go benchmarks on the host, then rdmatool against iproute2 on
+# BENCH_QPS QPs in one guest run per kernel.
+BENCH_QPS ?= 10000
+bench: lab lab-bins
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+	@for k in $(KERNELS); do \
+		$(BIN)/vmlab run -kernel $$k -memory 4G -timeout 30m -- sh vmtest/bench/res-qp.sh $(BENCH_QPS) || exit 1; \
+	done
 
 clean:
 	rm -rf $(BIN) $(LAB)/runs

@@ -9,8 +9,17 @@ import (
 // Procs resolves the owners of RDMA resources through /proc. The kernel
 // records the creating thread's id; it is absent (0) when that thread has
 // exited or lives in another PID namespace, which alone is no proof of a leak.
+//
+// Lookups are cached for the life of the Procs: a listing of 60k QPs held
+// by a few processes reads each process once. Make a new Procs per scan.
 type Procs struct {
-	fs procfs.FS
+	fs    procfs.FS
+	cache map[int]cached
+}
+
+type cached struct {
+	proc Process
+	ok   bool
 }
 
 // NewProcs reads processes under procRoot (normally /proc).
@@ -19,7 +28,7 @@ func NewProcs(procRoot string) (*Procs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sysfs: open %s: %w", procRoot, err)
 	}
-	return &Procs{fs: fs}, nil
+	return &Procs{fs: fs, cache: map[int]cached{}}, nil
 }
 
 // Process is what /proc says about a resource owner.
@@ -34,6 +43,15 @@ func (p *Procs) Lookup(tid int) (proc Process, ok bool) {
 	if tid <= 0 {
 		return Process{}, false
 	}
+	if c, hit := p.cache[tid]; hit {
+		return c.proc, c.ok
+	}
+	proc, ok = p.lookup(tid)
+	p.cache[tid] = cached{proc, ok}
+	return proc, ok
+}
+
+func (p *Procs) lookup(tid int) (proc Process, ok bool) {
 	pr, err := p.fs.Proc(tid)
 	if err != nil {
 		return Process{}, false

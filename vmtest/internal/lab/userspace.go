@@ -21,6 +21,7 @@ var userPackages = []string{
 	"librdmacm1", "rdmacm-utils", "perftest",
 	"libnl-3-200", "libnl-route-3-200", "libibumad3", "libpci3", "libkmod2",
 	"libgcc-s1", // rping's pthread_cancel dlopens libgcc_s.so.1
+	"udev",      // systemd-udevd and udevadm, for the rename lab tests' udev rule
 }
 
 // skipPrefixes are unpacked paths the guest never needs.
