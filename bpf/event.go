@@ -1,0 +1,102 @@
+package bpf
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// Kind says what an Event records.
+type Kind uint8
+
+// Event kinds. The values are part of the ring buffer ABI shared with the C
+// programs (qp.c) and never change.
+const (
+	KindQPCreate         Kind = 1  // ib_create_qp_user / ib_create_qp_kernel returned
+	KindQPModify         Kind = 2  // _ib_modify_qp returned
+	KindQPDestroy        Kind = 3  // ib_destroy_qp_user entered (fields) and returned (Result)
+	KindQPEvent          Kind = 4  // an async event was delivered for a QP
+	KindDeviceEvent      Kind = 5  // ib_dispatch_event: port and device events
+	KindDeviceRegister   Kind = 6  // a device was registered
+	KindDeviceUnregister Kind = 7  // a device is being unregistered
+	KindDeviceRename     Kind = 8  // a device was renamed
+	KindDrainStart       Kind = 9  // ib_drain_qp / ib_drain_rq entered
+	KindDrainEnd         Kind = 10 // ib_drain_qp / ib_drain_rq returned
+)
+
+var kindNames = []string{"", "qp_create", "qp_modify", "qp_destroy", "qp_event", "device_event",
+	"device_register", "device_unregister", "device_rename", "drain_start", "drain_end"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return "unknown(" + strconv.Itoa(int(k)) + ")"
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// IBEvent is an async event type (enum ib_event_type).
+type IBEvent uint32
+
+// Async events leakwatch acts on.
+const (
+	IBEventQPFatal     IBEvent = 1  // IB_EVENT_QP_FATAL
+	IBEventDeviceFatal IBEvent = 8  // IB_EVENT_DEVICE_FATAL
+	IBEventQPLastWQE   IBEvent = 16 // IB_EVENT_QP_LAST_WQE_REACHED
+)
+
+var ibEventNames = []string{
+	"CQ_ERR", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR", "COMM_EST", "SQ_DRAINED", "PATH_MIG",
+	"PATH_MIG_ERR", "DEVICE_FATAL", "PORT_ACTIVE", "PORT_ERR", "LID_CHANGE", "PKEY_CHANGE",
+	"SM_CHANGE", "SRQ_ERR", "SRQ_LIMIT_REACHED", "QP_LAST_WQE_REACHED", "CLIENT_REREGISTER",
+	"GID_CHANGE", "WQ_FATAL",
+}
+
+func (e IBEvent) String() string {
+	if int(e) < len(ibEventNames) {
+		return ibEventNames[e]
+	}
+	return "unknown(" + strconv.Itoa(int(e)) + ")"
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (e IBEvent) MarshalText() ([]byte, error) { return []byte(e.String()), nil }
+
+// Event is one decoded ring buffer record. Which fields are set depends on
+// Kind; the doc of each field says when.
+type Event struct {
+	Kind Kind
+	// Time is when the probe fired (CLOCK_MONOTONIC converted to wall
+	// time at decode).
+	Time time.Time
+	// DevIndex and DevName identify the ib_device (every kind).
+	DevIndex uint32
+	DevName  string
+	// QPN, QPType and SRQ describe the QP (QP kinds, drains). SRQN is the
+	// SRQ's restrack id, the number netlink reports, when OnSRQ.
+	QPN    uint32
+	QPType rdmanl.QPType
+	OnSRQ  bool
+	SRQN   uint32
+	// NewState is the state a modify asked for, when HasState (the mask had
+	// IB_QP_STATE).
+	NewState rdmanl.QPState
+	HasState bool
+	// Result is the function's return: 0 or a negative errno (create,
+	// modify, destroy, drain end).
+	Result int32
+	// PID, TID and Comm are the calling task's (user QPs); KernOwner is the
+	// kernel module that created a kernel QP (ib_create_qp_kernel's caller).
+	PID, TID  uint32
+	Comm      string
+	KernOwner string
+	// IBEvent is the async event type (QP and device events); Port the port
+	// of a port event.
+	IBEvent IBEvent
+	Port    uint32
+	// NewName is the device's name after a rename.
+	NewName string
+}
