@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -19,6 +21,9 @@ type listWriter struct {
 	pretty  bool
 	details bool
 	n       int
+	// text mode: the row type's fields, parsed once
+	textType   reflect.Type
+	textFields []textField
 }
 
 func newListWriter(w io.Writer, g *globals) *listWriter {
@@ -52,8 +57,12 @@ func (l *listWriter) row(v any) error {
 		return err
 	}
 	l.n++
-	_, err := l.w.WriteString(textLine(v, l.details) + "\n")
-	return err
+	rv := reflect.ValueOf(v)
+	if rv.Type() != l.textType {
+		l.textType, l.textFields = rv.Type(), textFields(rv.Type())
+	}
+	l.w.WriteString(textLineFields(rv, l.textFields, l.details))
+	return l.w.WriteByte('\n')
 }
 
 // close ends the listing; an empty JSON listing is [].
@@ -72,48 +81,85 @@ func (l *listWriter) close() error {
 	return l.w.Flush()
 }
 
-// textLine renders a row's fields in order as "name value" pairs. Struct tag
+// textField is how one struct field prints in text mode, from its tags.
+type textField struct {
+	index   int
+	name    string // "rq-psn"
+	lead    bool   // txt:"lead": the value alone, no name
+	nonZero bool   // txt:"nz": only when not zero
+	details bool   // txt:"d": only with -d
+}
+
+// textFields parses a row type's tags once per listing. Struct tag
 // txt:"lead" prints the value alone at the start, txt:"nz" prints only a
 // non-zero value, txt:"d" only with -d, txt:"-" never.
+func textFields(rt reflect.Type) []textField {
+	var out []textField
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		opts := strings.Split(f.Tag.Get("txt"), ",")
+		lead := slices.Contains(opts, "lead")
+		if slices.Contains(opts, "-") || (name == "" || name == "-") && !lead {
+			continue
+		}
+		out = append(out, textField{
+			index: i, name: strings.ReplaceAll(name, "_", "-"), lead: lead,
+			nonZero: slices.Contains(opts, "nz"), details: slices.Contains(opts, "d"),
+		})
+	}
+	return out
+}
+
+// textValue formats one field value: numbers in decimal, Stringers by
+// String, slices joined by commas.
+func textValue(fv reflect.Value) string {
+	if s, ok := fv.Interface().(fmt.Stringer); ok {
+		return s.String()
+	}
+	switch fv.Kind() {
+	case reflect.String:
+		return fv.String()
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return strconv.FormatUint(fv.Uint(), 10)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(fv.Int(), 10)
+	case reflect.Bool:
+		return strconv.FormatBool(fv.Bool())
+	case reflect.Slice:
+		items := make([]string, fv.Len())
+		for j := range fv.Len() {
+			items[j] = textValue(fv.Index(j))
+		}
+		return strings.Join(items, ",")
+	}
+	return fmt.Sprint(fv.Interface())
+}
+
+// textLine renders a row's fields in order as "name value" pairs.
 func textLine(v any, details bool) string {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() == reflect.Pointer {
 		rv = rv.Elem()
 	}
-	rt := rv.Type()
-	var parts []string
-	for i := range rt.NumField() {
-		f := rt.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		opts := f.Tag.Get("txt")
-		fv := rv.Field(i)
-		switch {
-		case opts == "-" || (name == "" || name == "-") && !strings.Contains(opts, "lead"):
-			continue
-		case strings.Contains(opts, "d") && !details:
-			continue
-		case strings.Contains(opts, "nz") && fv.IsZero():
+	return textLineFields(rv, textFields(rv.Type()), details)
+}
+
+func textLineFields(rv reflect.Value, fields []textField, details bool) string {
+	var b strings.Builder
+	for _, f := range fields {
+		fv := rv.Field(f.index)
+		if f.details && !details || (f.nonZero || f.lead) && fv.IsZero() || fv.Kind() == reflect.Slice && fv.Len() == 0 {
 			continue
 		}
-		val := fmt.Sprint(fv.Interface())
-		if s, ok := fv.Interface().(fmt.Stringer); ok {
-			val = s.String()
+		if b.Len() > 0 {
+			b.WriteByte(' ')
 		}
-		if fv.Kind() == reflect.Slice {
-			if fv.Len() == 0 {
-				continue
-			}
-			items := make([]string, fv.Len())
-			for j := range fv.Len() {
-				items[j] = fmt.Sprint(fv.Index(j).Interface())
-			}
-			val = strings.Join(items, ",")
+		if !f.lead {
+			b.WriteString(f.name)
+			b.WriteByte(' ')
 		}
-		if strings.Contains(opts, "lead") {
-			parts = append(parts, val)
-			continue
-		}
-		parts = append(parts, strings.ReplaceAll(name, "_", "-")+" "+val)
+		b.WriteString(textValue(fv))
 	}
-	return strings.Join(parts, " ")
+	return b.String()
 }
