@@ -1,0 +1,283 @@
+package leakwatch
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// qpRule is one rule over one QP's history. Rules are small, pure and
+// separate; the time comes from the caller.
+type qpRule struct {
+	id          string
+	needsProbes bool
+	check       func(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool)
+}
+
+var qpRules = []qpRule{
+	{RuleStaleErrorQP, false, staleErrorQP},
+	{RuleNeverConnectedQP, false, neverConnectedQP},
+	{RuleSRQDestroyWithoutLastWQE, true, srqDestroyWithoutLastWQE},
+	{RuleLastWQENotEmitted, true, lastWQENotEmitted},
+	{RuleLastWQEUnhandled, true, lastWQEUnhandled},
+	{RuleXRCTgtOrphan, false, xrcTgtOrphan},
+}
+
+// Rules lists every rule ID in the order they are evaluated.
+func Rules() []string {
+	ids := make([]string, 0, len(qpRules)+1)
+	for _, r := range qpRules {
+		ids = append(ids, r.id)
+	}
+	return append(ids, RuleQPExhaustion)
+}
+
+const (
+	specStateMachine = "IB spec 10.3 (QP states): a QP in Error keeps its resources until its consumer destroys it"
+	specSRQTeardown  = "IB spec 10.3.1: move an SRQ QP to Error, wait for LAST_WQE_REACHED, drain, then destroy, or WQEs and data segments leak"
+	specNoLastWQE    = "IB spec 10.3.1; rxe before 6.5ish, siw, irdma and qedr never deliver LAST_WQE_REACHED"
+)
+
+func base(rule string, sev Severity, h *History, age time.Duration) Finding {
+	f := Finding{
+		Rule: rule, Severity: sev, Device: h.Device, QPN: h.QPN, Type: h.Type.String(),
+		State: h.State.String(), PID: h.Owner.PID, Comm: h.Comm, KernName: h.Owner.KernName,
+		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
+		Evidence: append([]Evidence{}, h.Evidence...),
+	}
+	if h.Owner.KernName != "" && f.Comm == "" {
+		f.Comm = h.Owner.KernName
+	}
+	if !h.StateKnown {
+		f.State = "unknown"
+	}
+	return f
+}
+
+// staleErrorQP: a QP stays in ERR (or SQE) for at least MinAge.
+func staleErrorQP(h *History, _ *deviceState, now time.Time, cfg Config) (Finding, bool) {
+	if h.Destroyed || !h.StateKnown || (h.State != rdmanl.QPStateErr && h.State != rdmanl.QPStateSQE) {
+		return Finding{}, false
+	}
+	age := now.Sub(h.StateSince)
+	if age < cfg.MinAge {
+		return Finding{}, false
+	}
+	f := base(RuleStaleErrorQP, SeverityWarning, h, age)
+	f.Hint = "the owner moved this QP to the error state and never destroyed it; it counts against max_qp until destroyed: fix the consumer's error path"
+	if h.OnSRQ {
+		f.Hint += " (it is on an SRQ: drain with a marker WR, then destroy)"
+	}
+	f.Spec = specStateMachine
+	return f, true
+}
+
+// neverConnectedQP: an RC or UC QP stays in RESET or INIT, or in RTR
+// without ever reaching RTS, for at least MinAge. XRC targets live in RTR
+// by design and are not RC/UC.
+func neverConnectedQP(h *History, _ *deviceState, now time.Time, cfg Config) (Finding, bool) {
+	if h.Destroyed || !h.StateKnown || (h.Type != rdmanl.QPTypeRC && h.Type != rdmanl.QPTypeUC) {
+		return Finding{}, false
+	}
+	switch {
+	case h.State == rdmanl.QPStateReset, h.State == rdmanl.QPStateInit:
+	case h.State == rdmanl.QPStateRTR && !h.EverRTS:
+	default:
+		return Finding{}, false
+	}
+	age := now.Sub(h.StateSince)
+	if age < cfg.MinAge {
+		return Finding{}, false
+	}
+	f := base(RuleNeverConnectedQP, SeverityWarning, h, age)
+	f.Hint = "connection setup never completed (CM timeout, missing or rejected peer); the consumer should destroy QPs whose connection failed"
+	f.Spec = specStateMachine
+	return f, true
+}
+
+// srqDestroyWithoutLastWQE: an SRQ QP was destroyed without first being
+// moved to ERR or, on a provider that emits it, before LAST_WQE_REACHED.
+func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+	if !h.Destroyed || !h.DestroySeen || h.DeviceGone || !h.OnSRQ {
+		return Finding{}, false
+	}
+	var why string
+	switch {
+	case !h.ErrBeforeDestroy:
+		why = fmt.Sprintf("destroyed from state %s without moving it to Error first", h.State)
+	case dev.emitsLastWQE && !h.LastWQEBeforeDestroy:
+		why = "destroyed in Error before LAST_WQE_REACHED was delivered (this provider delivers it)"
+	default:
+		return Finding{}, false
+	}
+	f := base(RuleSRQDestroyWithoutLastWQE, SeverityError, h, now.Sub(h.DestroyedAt))
+	f.State = "destroyed"
+	f.Hint = why + "; tear SRQ QPs down as the spec says: modify to Error, wait for LAST_WQE_REACHED (or post a marker WR and wait for its flush), drain the CQ, then destroy"
+	f.Spec = specSRQTeardown
+	return f, true
+}
+
+// lastWQENotEmitted: an SRQ QP has been in ERR for at least MinAge (the
+// move seen by a probe) and the provider never delivered LAST_WQE_REACHED.
+func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+	if h.Destroyed || !h.OnSRQ || h.ErrAt.IsZero() || h.State != rdmanl.QPStateErr || h.LastWQECount > 0 {
+		return Finding{}, false
+	}
+	age := now.Sub(h.ErrAt)
+	if age < cfg.MinAge {
+		return Finding{}, false
+	}
+	f := base(RuleLastWQENotEmitted, SeverityError, h, age)
+	f.Hint = fmt.Sprintf("%s did not deliver IB_EVENT_QP_LAST_WQE_REACHED after this SRQ QP entered Error; a consumer waiting for it never destroys the QP: post a marker WR after Error, wait for its flush completion, then destroy", dev.name)
+	f.Spec = specNoLastWQE
+	return f, true
+}
+
+// lastWQEUnhandled: LAST_WQE_REACHED was delivered but the QP was not
+// destroyed within MinAge.
+func lastWQEUnhandled(h *History, _ *deviceState, now time.Time, cfg Config) (Finding, bool) {
+	if h.Destroyed || !h.OnSRQ || h.LastWQECount == 0 {
+		return Finding{}, false
+	}
+	age := now.Sub(h.LastWQEAt)
+	if age < cfg.MinAge {
+		return Finding{}, false
+	}
+	f := base(RuleLastWQEUnhandled, SeverityError, h, age)
+	f.Hint = fmt.Sprintf("LAST_WQE_REACHED was delivered %d time(s) but the QP is still there: the consumer has no handler for it or loses the event; drain and destroy when it arrives", h.LastWQECount)
+	f.Spec = specSRQTeardown
+	return f, true
+}
+
+// xrcTgtOrphan: an XRC target QP owned by ib_uverbs with no PID that has
+// outlived every process with the device open.
+func xrcTgtOrphan(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+	if h.Destroyed || h.Type != rdmanl.QPTypeXRCTgt || h.Owner.PID != 0 || dev.contexts != 0 {
+		return Finding{}, false
+	}
+	if h.Owner.KernName != "" && h.Owner.KernName != "ib_uverbs" {
+		return Finding{}, false
+	}
+	age := now.Sub(h.FirstSeen)
+	if age < cfg.MinAge {
+		return Finding{}, false
+	}
+	f := base(RuleXRCTgtOrphan, SeverityWarning, h, age)
+	f.Hint = "an XRC target QP outlived every process with the device open; it holds a QP until its XRC domain goes away: restart the XRC users or reset the device"
+	f.Spec = "IB spec 14.2 (XRC): target QPs belong to the XRC domain, not to a process"
+	return f, true
+}
+
+// qpExhaustion: a device's QPs in use reach the threshold of its max, or
+// at the observed growth rate reach the max within the horizon.
+func qpExhaustion(dev *deviceState, max uint64, now time.Time, cfg Config) (Finding, bool) {
+	if len(dev.samples) == 0 || max == 0 {
+		return Finding{}, false
+	}
+	last := dev.samples[len(dev.samples)-1]
+	n := uint64(last.n)
+	f := Finding{
+		Rule: RuleQPExhaustion, Device: dev.name, Type: "", State: "", Count: n, Limit: max,
+		Evidence: []Evidence{{Time: last.t.UTC(), Source: "scan", What: fmt.Sprintf("%d of %d QPs in use", n, max)}},
+		Spec:     "a device refuses new QPs at max_qp: no new connection can be built",
+	}
+	if float64(n) >= cfg.ExhaustionThreshold*float64(max) {
+		f.Severity = SeverityCritical
+		f.Hint = fmt.Sprintf("%d of %d QPs in use (%.0f%%); new connections fail at max_qp: find the owners with rdmatool res qp and the other findings", n, max, 100*float64(n)/float64(max))
+		return f, true
+	}
+	first := dev.samples[0]
+	span := last.t.Sub(first.t)
+	if span < cfg.MinAge || last.n <= first.n {
+		return Finding{}, false
+	}
+	rate := float64(last.n-first.n) / span.Seconds() // QPs per second
+	eta := time.Duration(float64(max-n) / rate * float64(time.Second))
+	if eta > cfg.ExhaustionHorizon {
+		return Finding{}, false
+	}
+	f.Severity = SeverityError
+	f.AgeSeconds = math.Round(span.Seconds()*1000) / 1000
+	f.Hint = fmt.Sprintf("QPs in use grow by %.2f/s (%d to %d in %s); at that rate max_qp (%d) is reached in %s", rate, first.n, last.n, span.Round(time.Second), max, eta.Round(time.Second))
+	return f, true
+}
+
+// Findings evaluates every enabled rule at the watcher's current time.
+func (w *Watcher) Findings() Report {
+	now := w.now()
+	w.expire(now)
+	enabled := func(id string) bool { return len(w.cfg.Rules) == 0 || slices.Contains(w.cfg.Rules, id) }
+	rep := Report{Findings: []Finding{}, SkippedRules: []Skipped{}, ObservedSeconds: math.Round(now.Sub(w.start).Seconds()*1000) / 1000}
+	for _, h := range w.qps {
+		if !h.Destroyed {
+			rep.QPs++
+		}
+	}
+	for _, r := range qpRules {
+		if !enabled(r.id) {
+			continue
+		}
+		if r.needsProbes && !w.cfg.Probes {
+			reason := "needs the eBPF probes"
+			if w.cfg.ProbesReason != "" {
+				reason += ": " + w.cfg.ProbesReason
+			}
+			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: r.id, Reason: reason})
+			continue
+		}
+		for _, h := range w.qps {
+			if f, ok := r.check(h, w.device(h.DevIndex, ""), now, w.cfg); ok {
+				rep.Findings = append(rep.Findings, f)
+			}
+		}
+	}
+	if enabled(RuleQPExhaustion) {
+		var unknown []string
+		for _, d := range w.devs {
+			max := w.cfg.MaxQP[d.name]
+			if max == 0 {
+				unknown = append(unknown, d.name)
+				continue
+			}
+			if f, ok := qpExhaustion(d, max, now, w.cfg); ok {
+				rep.Findings = append(rep.Findings, f)
+			}
+		}
+		if len(unknown) > 0 {
+			sort.Strings(unknown)
+			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleQPExhaustion,
+				Reason: "max_qp unknown for " + strings.Join(unknown, ", ") + " (netlink does not report it; set it per device)"})
+		}
+	}
+	rep.Findings = dropSuperseded(rep.Findings)
+	sort.Slice(rep.Findings, func(i, j int) bool {
+		a, b := rep.Findings[i], rep.Findings[j]
+		if a.Device != b.Device {
+			return a.Device < b.Device
+		}
+		if a.QPN != b.QPN {
+			return a.QPN < b.QPN
+		}
+		return a.Rule < b.Rule
+	})
+	return rep
+}
+
+// dropSuperseded removes stale-error-qp for QPs that a more specific SRQ
+// rule already explains, so each leak is reported once, for its cause.
+func dropSuperseded(fs []Finding) []Finding {
+	specific := map[string]bool{}
+	for _, f := range fs {
+		if f.Rule == RuleLastWQENotEmitted || f.Rule == RuleLastWQEUnhandled {
+			specific[fmt.Sprintf("%s/%d", f.Device, f.QPN)] = true
+		}
+	}
+	return slices.DeleteFunc(fs, func(f Finding) bool {
+		return f.Rule == RuleStaleErrorQP && specific[fmt.Sprintf("%s/%d", f.Device, f.QPN)]
+	})
+}

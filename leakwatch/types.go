@@ -1,0 +1,112 @@
+package leakwatch
+
+import (
+	"time"
+
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// Rule IDs. They are stable API: JSON, metrics and docs use them.
+const (
+	RuleStaleErrorQP             = "stale-error-qp"
+	RuleNeverConnectedQP         = "never-connected-qp"
+	RuleSRQDestroyWithoutLastWQE = "srq-destroy-without-last-wqe"
+	RuleLastWQENotEmitted        = "last-wqe-not-emitted"
+	RuleLastWQEUnhandled         = "last-wqe-unhandled"
+	RuleXRCTgtOrphan             = "xrc-tgt-orphan"
+	RuleQPExhaustion             = "qp-exhaustion"
+)
+
+// Severity of a finding.
+type Severity string
+
+// Severities, from least to most urgent.
+const (
+	SeverityWarning  Severity = "warning"
+	SeverityError    Severity = "error"
+	SeverityCritical Severity = "critical"
+)
+
+// Config tunes the rules.
+type Config struct {
+	// MinAge is how long a state must last before it is reported.
+	MinAge time.Duration
+	// Rules limits evaluation to these rule IDs; empty means all.
+	Rules []string
+	// Probes says whether probe events feed the watcher. Rules that need
+	// them are skipped, with ProbesReason, when false.
+	Probes       bool
+	ProbesReason string
+	// ExhaustionThreshold is the share of MaxQP that qp-exhaustion reports
+	// (default 0.8); ExhaustionHorizon how far it extrapolates the growth
+	// of QPs in use (default 24h).
+	ExhaustionThreshold float64
+	ExhaustionHorizon   time.Duration
+	// MaxQP is the QP limit per device name when the caller knows it
+	// (netlink does not carry it); qp-exhaustion needs it.
+	MaxQP map[string]uint64
+	// Retain is how long destroyed QPs are kept for the destroy rules
+	// (default 10 minutes).
+	Retain time.Duration
+}
+
+// DeviceScan is one device's part of a netlink scan.
+type DeviceScan struct {
+	Device rdmanl.Device
+	QPs    []rdmanl.QP
+	// Contexts is the number of user verbs contexts open on the device.
+	Contexts uint64
+	// Owners maps a QP owner PID to its command name (from /proc); absent
+	// owners have exited.
+	Owners map[uint32]string
+}
+
+// Scan is a netlink snapshot of every device.
+type Scan struct {
+	Time    time.Time
+	Devices []DeviceScan
+}
+
+// Evidence is one observation a finding rests on.
+type Evidence struct {
+	Time   time.Time `json:"time"`
+	Source string    `json:"source"` // "scan" or "probe"
+	What   string    `json:"what"`
+}
+
+// Finding is one reported leak.
+type Finding struct {
+	Rule       string     `json:"rule"`
+	Severity   Severity   `json:"severity"`
+	Device     string     `json:"device"`
+	QPN        uint32     `json:"qpn"`
+	Type       string     `json:"type"`
+	State      string     `json:"state"`
+	PID        uint32     `json:"pid"`  // 0: kernel-owned, or the creator is gone / in another pid namespace
+	Comm       string     `json:"comm"` // "" when unknown
+	KernName   string     `json:"kern_name"`
+	SRQ        bool       `json:"srq"`  // attached to an SRQ
+	SRQN       uint32     `json:"srqn"` // meaningful when srq is true
+	AgeSeconds float64    `json:"age_seconds"`
+	Evidence   []Evidence `json:"evidence"`
+	Hint       string     `json:"hint"`
+	Spec       string     `json:"spec"`
+	// Count and Limit are set by qp-exhaustion (QPs in use and max_qp).
+	Count uint64 `json:"count"`
+	Limit uint64 `json:"limit"`
+}
+
+// Skipped is a rule that was not evaluated, and why.
+type Skipped struct {
+	Rule   string `json:"rule"`
+	Reason string `json:"reason"`
+}
+
+// Report is the outcome of one evaluation.
+type Report struct {
+	Findings     []Finding `json:"findings"`
+	SkippedRules []Skipped `json:"skipped_rules"`
+	// ObservedSeconds is how long the watcher has been observing.
+	ObservedSeconds float64 `json:"observed_seconds"`
+	QPs             int     `json:"qps"` // QPs tracked at the last scan
+}

@@ -1,0 +1,280 @@
+package leakwatch
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// maxEvidence bounds the observations kept per QP.
+const maxEvidence = 12
+
+// maxSamples bounds the QP count samples kept per device for growth.
+const maxSamples = 256
+
+type qpKey struct {
+	dev uint32
+	qpn uint32
+}
+
+// History is what was observed of one QP. Restrack carries no timestamps,
+// so every time here is when rdmatool first saw something: a scan or a
+// probe event.
+type History struct {
+	DevIndex uint32
+	Device   string
+	QPN      uint32
+	Type     rdmanl.QPType
+	// State is the last known state, StateSince when it was first seen in
+	// it. StateKnown is false while the only source is a netlink state
+	// the kernel does not fill in (siw before 6.2 reports RESET always).
+	State       rdmanl.QPState
+	StateSince  time.Time
+	StateKnown  bool
+	StateSource string // "scan" or "probe"
+	FirstSeen   time.Time
+	EverRTS     bool
+
+	Owner rdmanl.Owner
+	Comm  string
+	OnSRQ bool
+	SRQN  uint32
+
+	// ErrAt is when a probe saw the QP moved to ERR (zero if not seen).
+	ErrAt time.Time
+	// LastWQEAt is the first LAST_WQE_REACHED after ErrAt (or ever, if no
+	// ERR was seen); LastWQECount counts deliveries (rxe sends it again
+	// when a WR is posted after ERR).
+	LastWQEAt    time.Time
+	LastWQECount int
+
+	Destroyed   bool
+	DestroyedAt time.Time
+	// DestroySeen says a probe saw the destroy (not just a scan missing the
+	// QP); only then are the destroy rules evaluated.
+	DestroySeen          bool
+	ErrBeforeDestroy     bool
+	LastWQEBeforeDestroy bool
+	DeviceGone           bool // destroyed by device unregistration
+
+	inScan   bool
+	Evidence []Evidence
+}
+
+func (h *History) note(t time.Time, source, format string, args ...any) {
+	if len(h.Evidence) >= maxEvidence {
+		copy(h.Evidence[1:], h.Evidence[2:]) // keep the first observation
+		h.Evidence = h.Evidence[:maxEvidence-1]
+	}
+	h.Evidence = append(h.Evidence, Evidence{Time: t.UTC(), Source: source, What: fmt.Sprintf(format, args...)})
+}
+
+func (h *History) setState(s rdmanl.QPState, t time.Time, source string) {
+	if !h.StateKnown || h.State != s {
+		h.State, h.StateSince = s, t
+		h.note(t, source, "state %s", s)
+	}
+	h.StateKnown, h.StateSource = true, source
+	if s == rdmanl.QPStateRTS {
+		h.EverRTS = true
+	}
+}
+
+type sample struct {
+	t time.Time
+	n int
+}
+
+type deviceState struct {
+	name         string
+	emitsLastWQE bool // a LAST_WQE_REACHED was seen on this device
+	contexts     uint64
+	samples      []sample
+}
+
+// Watcher keeps QP histories from scans and probe events and evaluates the
+// rules over them. It is not safe for concurrent use.
+type Watcher struct {
+	cfg   Config
+	now   func() time.Time
+	start time.Time
+	qps   map[qpKey]*History
+	devs  map[uint32]*deviceState
+}
+
+// New returns a watcher that reads the time from now.
+func New(cfg Config, now func() time.Time) *Watcher {
+	if cfg.ExhaustionThreshold == 0 {
+		cfg.ExhaustionThreshold = 0.8
+	}
+	if cfg.ExhaustionHorizon == 0 {
+		cfg.ExhaustionHorizon = 24 * time.Hour
+	}
+	if cfg.Retain == 0 {
+		cfg.Retain = 10 * time.Minute
+	}
+	return &Watcher{cfg: cfg, now: now, start: now(), qps: map[qpKey]*History{}, devs: map[uint32]*deviceState{}}
+}
+
+func (w *Watcher) device(index uint32, name string) *deviceState {
+	d, ok := w.devs[index]
+	if !ok {
+		d = &deviceState{name: name}
+		w.devs[index] = d
+	}
+	if name != "" {
+		d.name = name
+	}
+	return d
+}
+
+// Scan folds a netlink snapshot into the histories.
+func (w *Watcher) Scan(s Scan) {
+	seen := map[qpKey]bool{}
+	for _, ds := range s.Devices {
+		dev := w.device(ds.Device.Index, ds.Device.Name)
+		dev.contexts = ds.Contexts
+		dev.samples = append(dev.samples, sample{s.Time, len(ds.QPs)})
+		if len(dev.samples) > maxSamples {
+			dev.samples = dev.samples[1:]
+		}
+		for _, qp := range ds.QPs {
+			k := qpKey{ds.Device.Index, qp.LQPN}
+			seen[k] = true
+			h := w.qps[k]
+			if h == nil || h.Destroyed {
+				h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: s.Time}
+				w.qps[k] = h
+				h.note(s.Time, "scan", "first seen, state %s", qp.State)
+			}
+			h.Device, h.Type, h.Owner = dev.name, qp.Type, qp.Owner
+			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
+			if comm, ok := ds.Owners[qp.Owner.PID]; ok {
+				h.Comm = comm
+			}
+			h.inScan = true
+			// Probes are authoritative; a scan only fills in what they
+			// have not seen. A QP in RESET has no port: one that reports
+			// RESET with a port comes from a provider that does not fill
+			// in the state (siw on 6.1).
+			if h.StateSource == "probe" {
+				continue
+			}
+			if qp.State == rdmanl.QPStateReset && qp.Port != 0 {
+				if !h.StateKnown {
+					h.StateSource = "scan"
+				}
+				continue
+			}
+			h.setState(qp.State, s.Time, "scan")
+		}
+	}
+	for k, h := range w.qps {
+		if seen[k] || h.Destroyed {
+			continue
+		}
+		if h.inScan || h.StateSource == "scan" {
+			h.Destroyed, h.DestroyedAt = true, s.Time
+			h.note(s.Time, "scan", "gone from the QP dump")
+		}
+	}
+	w.expire(s.Time)
+}
+
+// expire forgets destroyed QPs older than Retain.
+func (w *Watcher) expire(now time.Time) {
+	for k, h := range w.qps {
+		if h.Destroyed && now.Sub(h.DestroyedAt) > w.cfg.Retain {
+			delete(w.qps, k)
+		}
+	}
+}
+
+// Event folds a probe event into the histories.
+func (w *Watcher) Event(ev bpf.Event) {
+	dev := w.device(ev.DevIndex, ev.DevName)
+	k := qpKey{ev.DevIndex, ev.QPN}
+	h := w.qps[k]
+	get := func() *History {
+		if h == nil || h.Destroyed {
+			h = &History{DevIndex: k.dev, Device: dev.name, QPN: k.qpn, FirstSeen: ev.Time, Type: ev.QPType}
+			w.qps[k] = h
+		}
+		return h
+	}
+	switch ev.Kind {
+	case bpf.KindQPCreate:
+		if ev.Result != 0 {
+			return
+		}
+		h = nil // a new QP, even if its number was used before
+		h = get()
+		// Netlink records the creating thread's id; kernel QPs have none.
+		h.Owner = rdmanl.Owner{KernName: ev.KernOwner}
+		if ev.KernOwner == "" {
+			h.Owner.PID = ev.TID
+		}
+		h.Comm, h.OnSRQ, h.SRQN = ev.Comm, ev.OnSRQ, ev.SRQN
+		h.note(ev.Time, "probe", "created")
+		h.setState(rdmanl.QPStateReset, ev.Time, "probe")
+	case bpf.KindQPModify:
+		if ev.Result != 0 || !ev.HasState {
+			return
+		}
+		h = get()
+		if ev.NewState == rdmanl.QPStateErr && (h.State != rdmanl.QPStateErr || h.ErrAt.IsZero()) {
+			h.ErrAt, h.LastWQEAt, h.LastWQECount = ev.Time, time.Time{}, 0
+		}
+		h.setState(ev.NewState, ev.Time, "probe")
+	case bpf.KindQPEvent:
+		h = get()
+		if ev.IBEvent == bpf.IBEventQPLastWQE {
+			dev.emitsLastWQE = true
+			h.LastWQECount++
+			if h.LastWQECount == 1 {
+				h.LastWQEAt = ev.Time
+				h.note(ev.Time, "probe", "LAST_WQE_REACHED delivered")
+			}
+			return
+		}
+		h.note(ev.Time, "probe", "async event %s", ev.IBEvent)
+	case bpf.KindQPDestroy:
+		if h == nil || h.Destroyed {
+			h = get() // a QP created before the probes attached
+		}
+		if ev.Result != 0 {
+			h.note(ev.Time, "probe", "destroy failed: %d", ev.Result)
+			return
+		}
+		h.Destroyed, h.DestroyedAt, h.DestroySeen = true, ev.Time, true
+		h.ErrBeforeDestroy = h.StateKnown && h.State == rdmanl.QPStateErr
+		h.LastWQEBeforeDestroy = h.LastWQECount > 0
+		h.note(ev.Time, "probe", "destroyed in state %s", h.State)
+	case bpf.KindDeviceUnregister:
+		for _, q := range w.qps {
+			if q.DevIndex == ev.DevIndex && !q.Destroyed {
+				q.Destroyed, q.DestroyedAt, q.DeviceGone = true, ev.Time, true
+				q.note(ev.Time, "probe", "device unregistered")
+			}
+		}
+	case bpf.KindDeviceRename:
+		dev.name = ev.NewName
+		for _, q := range w.qps {
+			if q.DevIndex == ev.DevIndex {
+				q.Device = ev.NewName
+			}
+		}
+	}
+}
+
+// Histories returns the QPs being tracked (for the agent's socket and
+// tests); the values are copies.
+func (w *Watcher) Histories() []History {
+	out := make([]History, 0, len(w.qps))
+	for _, h := range w.qps {
+		out = append(out, *h)
+	}
+	return out
+}

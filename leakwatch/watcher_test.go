@@ -1,0 +1,318 @@
+package leakwatch
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// clock is a settable time source for the watcher.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time               { return c.t }
+func (c *clock) at(d time.Duration) time.Time { c.t = t0.Add(d); return c.t }
+
+var rxe = rdmanl.Device{Index: 0, Name: "rxe0"}
+var siw = rdmanl.Device{Index: 1, Name: "siw0"}
+
+func qp(lqpn uint32, typ rdmanl.QPType, state rdmanl.QPState, pid uint32) rdmanl.QP {
+	q := rdmanl.QP{LQPN: lqpn, Type: typ, State: state, Owner: rdmanl.Owner{PID: pid}}
+	if state != rdmanl.QPStateReset {
+		q.Port = 1
+	}
+	return q
+}
+
+func onSRQ(q rdmanl.QP, srqn uint32) rdmanl.QP { q.OnSRQ, q.SRQN = true, srqn; return q }
+
+func scan(t time.Time, dev rdmanl.Device, qps ...rdmanl.QP) Scan {
+	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]string{42: "app", 43: "other"}}}}
+}
+
+func ev(t time.Time, kind bpf.Kind, dev rdmanl.Device, qpn uint32) bpf.Event {
+	return bpf.Event{Kind: kind, Time: t, DevIndex: dev.Index, DevName: dev.Name, QPN: qpn, QPType: rdmanl.QPTypeRC, PID: 42, TID: 42, Comm: "app"}
+}
+
+func modify(t time.Time, dev rdmanl.Device, qpn uint32, s rdmanl.QPState) bpf.Event {
+	e := ev(t, bpf.KindQPModify, dev, qpn)
+	e.NewState, e.HasState = s, true
+	return e
+}
+
+func create(t time.Time, dev rdmanl.Device, qpn uint32, srq bool) bpf.Event {
+	e := ev(t, bpf.KindQPCreate, dev, qpn)
+	e.OnSRQ, e.SRQN = srq, 0
+	return e
+}
+
+func lastWQE(t time.Time, dev rdmanl.Device, qpn uint32) bpf.Event {
+	e := ev(t, bpf.KindQPEvent, dev, qpn)
+	e.IBEvent = bpf.IBEventQPLastWQE
+	return e
+}
+
+type found struct {
+	Rule, Device string
+	QPN, PID     uint32
+}
+
+func summarize(r Report) []found {
+	out := []found{}
+	for _, f := range r.Findings {
+		out = append(out, found{f.Rule, f.Device, f.QPN, f.PID})
+	}
+	return out
+}
+
+func TestRules(t *testing.T) {
+	cfg := Config{MinAge: 5 * time.Second, Probes: true}
+	tests := []struct {
+		name  string
+		steps func(w *Watcher, c *clock)
+		want  []found
+	}{
+		{"QP in ERR for 10s", func(w *Watcher, c *clock) {
+			w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+			w.Scan(scan(c.at(10*time.Second), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+		}, []found{{RuleStaleErrorQP, "rxe0", 17, 42}}},
+		{"QP in ERR for 1s", func(w *Watcher, c *clock) {
+			w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+			c.at(time.Second)
+		}, nil},
+		{"RC QP in INIT for 6s", func(w *Watcher, c *clock) {
+			w.Scan(scan(c.at(0), rxe, qp(20, rdmanl.QPTypeRC, rdmanl.QPStateInit, 43)))
+			c.at(6 * time.Second)
+		}, []found{{RuleNeverConnectedQP, "rxe0", 20, 43}}},
+		{"RC QP back in RTR after RTS is not never-connected", func(w *Watcher, c *clock) {
+			w.Event(modify(c.at(0), rxe, 20, rdmanl.QPStateRTS))
+			w.Event(modify(c.at(time.Second), rxe, 20, rdmanl.QPStateRTR))
+			c.at(20 * time.Second)
+		}, nil},
+		{"UD and XRC target QPs in RTR/INIT are fine", func(w *Watcher, c *clock) {
+			w.Scan(scan(c.at(0), rxe, qp(21, rdmanl.QPTypeUD, rdmanl.QPStateInit, 42), qp(22, rdmanl.QPTypeXRCTgt, rdmanl.QPStateRTR, 42)))
+			c.at(time.Minute)
+		}, nil},
+		{"siw on 6.1: RESET with a port is an unfilled state, not a leak", func(w *Watcher, c *clock) {
+			q := qp(1, rdmanl.QPTypeRC, rdmanl.QPStateReset, 42)
+			q.Port = 1
+			w.Scan(scan(c.at(0), siw, q))
+			w.Scan(scan(c.at(time.Minute), siw, q))
+		}, nil},
+		{"siw on 6.1 with probes: the probe's state counts", func(w *Watcher, c *clock) {
+			q := qp(1, rdmanl.QPTypeRC, rdmanl.QPStateReset, 42)
+			q.Port = 1
+			w.Event(modify(c.at(0), siw, 1, rdmanl.QPStateErr))
+			w.Scan(scan(c.at(time.Second), siw, q))
+			c.at(10 * time.Second)
+		}, []found{{RuleStaleErrorQP, "siw0", 1, 42}}},
+		{"SRQ QP destroyed straight from RTS", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), rxe, 30, true))
+			w.Event(modify(c.at(time.Millisecond), rxe, 30, rdmanl.QPStateRTS))
+			w.Event(ev(c.at(2*time.Millisecond), bpf.KindQPDestroy, rxe, 30))
+			c.at(time.Second)
+		}, []found{{RuleSRQDestroyWithoutLastWQE, "rxe0", 30, 42}}},
+		{"SRQ QP torn down by the spec on an emitting provider", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), rxe, 30, true))
+			w.Event(modify(c.at(time.Millisecond), rxe, 30, rdmanl.QPStateRTS))
+			w.Event(modify(c.at(2*time.Millisecond), rxe, 30, rdmanl.QPStateErr))
+			w.Event(lastWQE(c.at(3*time.Millisecond), rxe, 30))
+			w.Event(lastWQE(c.at(4*time.Millisecond), rxe, 30)) // again after the marker WR
+			w.Event(ev(c.at(5*time.Millisecond), bpf.KindQPDestroy, rxe, 30))
+			c.at(time.Minute)
+		}, nil},
+		{"SRQ QP destroyed in ERR before LAST_WQE on an emitting provider", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), rxe, 31, true))
+			w.Event(modify(c.at(time.Millisecond), rxe, 31, rdmanl.QPStateErr))
+			w.Event(lastWQE(c.at(2*time.Millisecond), rxe, 31))
+			w.Event(ev(c.at(2*time.Millisecond), bpf.KindQPDestroy, rxe, 31))
+			w.Event(create(c.at(3*time.Millisecond), rxe, 32, true))
+			w.Event(modify(c.at(4*time.Millisecond), rxe, 32, rdmanl.QPStateErr))
+			w.Event(ev(c.at(5*time.Millisecond), bpf.KindQPDestroy, rxe, 32))
+		}, []found{{RuleSRQDestroyWithoutLastWQE, "rxe0", 32, 42}}},
+		{"SRQ QP drained with a marker on a provider that never emits", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), siw, 1, true))
+			w.Event(modify(c.at(time.Millisecond), siw, 1, rdmanl.QPStateErr))
+			w.Event(ev(c.at(time.Second), bpf.KindQPDestroy, siw, 1))
+			c.at(time.Minute)
+		}, nil},
+		{"SRQ QP in ERR, provider never emits", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), siw, 1, true))
+			w.Event(modify(c.at(time.Millisecond), siw, 1, rdmanl.QPStateErr))
+			c.at(6 * time.Second)
+		}, []found{{RuleLastWQENotEmitted, "siw0", 1, 42}}},
+		{"SRQ QP in ERR, event delivered, never destroyed", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), rxe, 33, true))
+			w.Event(modify(c.at(time.Millisecond), rxe, 33, rdmanl.QPStateErr))
+			w.Event(lastWQE(c.at(2*time.Millisecond), rxe, 33))
+			c.at(6 * time.Second)
+		}, []found{{RuleLastWQEUnhandled, "rxe0", 33, 42}}},
+		{"device unregistered under its QPs", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), rxe, 34, true))
+			w.Event(modify(c.at(time.Millisecond), rxe, 34, rdmanl.QPStateRTS))
+			w.Event(bpf.Event{Kind: bpf.KindDeviceUnregister, Time: c.at(time.Second), DevIndex: 0, DevName: "rxe0"})
+			c.at(time.Minute)
+		}, nil},
+		{"QP number reused after destroy", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), rxe, 40, false))
+			w.Event(modify(c.at(time.Millisecond), rxe, 40, rdmanl.QPStateErr))
+			w.Event(ev(c.at(2*time.Millisecond), bpf.KindQPDestroy, rxe, 40))
+			w.Event(create(c.at(3*time.Millisecond), rxe, 40, false))
+			w.Event(modify(c.at(4*time.Millisecond), rxe, 40, rdmanl.QPStateRTS))
+			c.at(time.Minute)
+		}, nil},
+		{"QP gone from the dump is not reported", func(w *Watcher, c *clock) {
+			w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+			w.Scan(scan(c.at(10*time.Second), rxe))
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{t: t0}
+			w := New(cfg, c.now)
+			tt.steps(w, c)
+			if diff := cmp.Diff(append([]found{}, tt.want...), summarize(w.Findings())); diff != "" {
+				t.Errorf("findings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHealthyChurn(t *testing.T) {
+	// Thousands of QPs through the full spec lifecycle: nothing to report.
+	c := &clock{t: t0}
+	w := New(Config{MinAge: 5 * time.Second, Probes: true}, c.now)
+	at := time.Duration(0)
+	step := func() time.Time { at += 100 * time.Microsecond; return c.at(at) }
+	for i := range 5000 {
+		qpn := uint32(17 + i%300) // numbers are reused
+		w.Event(create(step(), rxe, qpn, i%2 == 0))
+		for _, s := range []rdmanl.QPState{rdmanl.QPStateInit, rdmanl.QPStateRTR, rdmanl.QPStateRTS, rdmanl.QPStateErr} {
+			w.Event(modify(step(), rxe, qpn, s))
+		}
+		if i%2 == 0 {
+			w.Event(lastWQE(step(), rxe, qpn))
+		}
+		w.Event(ev(step(), bpf.KindQPDestroy, rxe, qpn))
+	}
+	c.at(at + time.Hour)
+	if got := w.Findings(); len(got.Findings) != 0 {
+		t.Errorf("healthy churn gave %d findings, first %+v", len(got.Findings), got.Findings[0])
+	}
+}
+
+func TestWithoutProbes(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{MinAge: 5 * time.Second, ProbesReason: "no BTF"}, c.now)
+	w.Scan(scan(c.at(0), rxe, onSRQ(qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), 0)))
+	c.at(10 * time.Second)
+	r := w.Findings()
+	if diff := cmp.Diff([]found{{RuleStaleErrorQP, "rxe0", 17, 42}}, summarize(r)); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+	var skipped []string
+	for _, s := range r.SkippedRules {
+		skipped = append(skipped, s.Rule)
+		if s.Rule != RuleQPExhaustion && s.Reason != "needs the eBPF probes: no BTF" {
+			t.Errorf("%s skipped with reason %q", s.Rule, s.Reason)
+		}
+	}
+	want := []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleQPExhaustion}
+	if !slices.Equal(skipped, want) {
+		t.Errorf("skipped rules %v, want %v", skipped, want)
+	}
+}
+
+func TestRuleSelection(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{MinAge: time.Second, Probes: true, Rules: []string{RuleNeverConnectedQP}}, c.now)
+	w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42)))
+	c.at(time.Minute)
+	if diff := cmp.Diff([]found{{RuleNeverConnectedQP, "rxe0", 18, 42}}, summarize(w.Findings())); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+}
+
+func TestQPExhaustion(t *testing.T) {
+	many := func(n int) []rdmanl.QP {
+		qps := make([]rdmanl.QP, n)
+		for i := range qps {
+			qps[i] = qp(uint32(17+i), rdmanl.QPTypeUD, rdmanl.QPStateRTS, 42)
+		}
+		return qps
+	}
+	tests := []struct {
+		name      string
+		counts    []int // one scan a minute
+		max       uint64
+		wantSev   Severity
+		wantFound bool
+	}{
+		{"85% of max", []int{85}, 100, SeverityCritical, true},
+		{"50% and flat", []int{50, 50, 50}, 100, "", false},
+		{"growing to max within a day", []int{100, 200, 300}, 10000, SeverityError, true},
+		{"growing but far from max", []int{100, 101, 102}, 1000000, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{t: t0}
+			w := New(Config{MinAge: 5 * time.Second, Probes: true, MaxQP: map[string]uint64{"rxe0": tt.max}, Rules: []string{RuleQPExhaustion}}, c.now)
+			for i, n := range tt.counts {
+				w.Scan(scan(c.at(time.Duration(i)*time.Minute), rxe, many(n)...))
+			}
+			r := w.Findings()
+			if got := len(r.Findings) == 1; got != tt.wantFound {
+				t.Fatalf("findings %+v, want found=%v", r.Findings, tt.wantFound)
+			}
+			if tt.wantFound && (r.Findings[0].Severity != tt.wantSev || r.Findings[0].Limit != tt.max) {
+				t.Errorf("finding %+v, want severity %s limit %d", r.Findings[0], tt.wantSev, tt.max)
+			}
+		})
+	}
+	t.Run("max unknown", func(t *testing.T) {
+		c := &clock{t: t0}
+		w := New(Config{Rules: []string{RuleQPExhaustion}}, c.now)
+		w.Scan(scan(c.at(0), rxe, many(3)...))
+		r := w.Findings()
+		if len(r.SkippedRules) != 1 || r.SkippedRules[0].Rule != RuleQPExhaustion {
+			t.Errorf("skipped %+v, want qp-exhaustion skipped for rxe0", r.SkippedRules)
+		}
+	})
+}
+
+func TestXRCTgtOrphan(t *testing.T) {
+	tgt := rdmanl.QP{LQPN: 50, Type: rdmanl.QPTypeXRCTgt, State: rdmanl.QPStateRTR, Port: 1, Owner: rdmanl.Owner{KernName: "ib_uverbs"}}
+	for _, contexts := range []uint64{0, 2} {
+		c := &clock{t: t0}
+		w := New(Config{MinAge: 5 * time.Second, Rules: []string{RuleXRCTgtOrphan}}, c.now)
+		s := scan(c.at(0), rxe, tgt)
+		s.Devices[0].Contexts = contexts
+		w.Scan(s)
+		c.at(time.Minute)
+		if got, want := len(w.Findings().Findings), map[uint64]int{0: 1, 2: 0}[contexts]; got != want {
+			t.Errorf("%d open contexts: %d findings, want %d", contexts, got, want)
+		}
+	}
+}
+
+func TestFindingFields(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{MinAge: 5 * time.Second, Probes: true}, c.now)
+	w.Event(create(c.at(0), siw, 1, true))
+	w.Event(modify(c.at(time.Second), siw, 1, rdmanl.QPStateErr))
+	c.at(8 * time.Second)
+	fs := w.Findings().Findings
+	if len(fs) != 1 {
+		t.Fatalf("findings %+v", fs)
+	}
+	f := fs[0]
+	if f.Rule != RuleLastWQENotEmitted || f.Severity != SeverityError || f.Comm != "app" || !f.SRQ || f.State != "ERR" ||
+		f.AgeSeconds != 7 || f.Type != "RC" || f.Hint == "" || f.Spec == "" || len(f.Evidence) < 2 {
+		t.Errorf("finding %+v", f)
+	}
+}
