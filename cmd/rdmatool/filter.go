@@ -62,13 +62,13 @@ func parseFilter(row any, args []string, extra ...string) (filter, map[string]st
 		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Int, reflect.Int64:
 			for part := range strings.SplitSeq(value, ",") {
 				lo, hi, isRange := strings.Cut(part, "-")
-				a, err := strconv.ParseUint(lo, 0, 64)
+				a, err := parseNumber(lo)
 				if err != nil {
 					return filter{}, nil, fmt.Errorf("filter %s: %q is not a number or range", args[i], value)
 				}
 				b := a
 				if isRange {
-					if b, err = strconv.ParseUint(hi, 0, 64); err != nil || b < a {
+					if b, err = parseNumber(hi); err != nil || b < a {
 						return filter{}, nil, fmt.Errorf("filter %s: bad range %q", args[i], part)
 					}
 				}
@@ -108,4 +108,13 @@ func (f filter) match(row any) bool {
 		}
 	}
 	return true
+}
+
+// parseNumber reads a decimal number, or a hex one with 0x (keys are hex):
+// "010" is ten, not octal eight.
+func parseNumber(s string) (uint64, error) {
+	if h, ok := strings.CutPrefix(strings.ToLower(s), "0x"); ok {
+		return strconv.ParseUint(h, 16, 64)
+	}
+	return strconv.ParseUint(s, 10, 64)
 }

@@ -149,7 +149,10 @@ func textLineFields(rv reflect.Value, fields []textField, details bool) string {
 	var b strings.Builder
 	for _, f := range fields {
 		fv := rv.Field(f.index)
-		if f.details && !details || (f.nonZero || f.lead) && fv.IsZero() || fv.Kind() == reflect.Slice && fv.Len() == 0 {
+		// Zero-valued nz and lead fields, empty strings (a field the kernel
+		// did not send) and empty lists are left out.
+		if f.details && !details || (f.nonZero || f.lead) && fv.IsZero() ||
+			fv.Kind() == reflect.String && fv.Len() == 0 || fv.Kind() == reflect.Slice && fv.Len() == 0 {
 			continue
 		}
 		if b.Len() > 0 {

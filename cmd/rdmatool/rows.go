@@ -66,18 +66,22 @@ func linkRowOf(p rdmanl.Port) linkRow {
 }
 
 // owner resolves a resource owner to the row fields: pid (0 when none),
-// comm (the process's, or the kernel module's like iproute2 prints it) and
-// kern_name.
-func owner(o rdmanl.Owner, procs *sysfs.Procs) (pid uint32, comm, kern string) {
+// comm (the process's, or the kernel module's like iproute2 prints it),
+// kern_name, and the text form: "comm app", or "comm [ib_core]" for a
+// kernel owner.
+func owner(o rdmanl.Owner, procs *sysfs.Procs) (pid uint32, comm, kern, text string) {
 	if o.Kernel() {
-		return 0, o.KernName, o.KernName
+		return 0, o.KernName, o.KernName, "comm [" + o.KernName + "]"
 	}
 	if procs != nil {
 		if p, ok := procs.Lookup(int(o.PID)); ok {
 			comm = p.Comm
 		}
 	}
-	return o.PID, comm, ""
+	if comm != "" {
+		text = "comm " + comm
+	}
+	return o.PID, comm, "", text
 }
 
 type qpRow struct {
@@ -97,8 +101,9 @@ type qpRow struct {
 	SRQN         uint32 `json:"srqn" txt:"-"` // meaningful when srq is true (SRQ numbers start at 0)
 	SRQText      string `json:"-" txt:"lead" filter:"-"`
 	PID          uint32 `json:"pid" txt:"nz"`
-	Comm         string `json:"comm" txt:"nz"`
+	Comm         string `json:"comm" txt:"-"`
 	KernName     string `json:"kern_name" txt:"-"`
+	CommText     string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 	Subtype      string `json:"subtype" txt:"nz"`
 }
 
@@ -121,7 +126,7 @@ func qpRowOf(q rdmanl.QP, procs *sysfs.Procs) qpRow {
 	if q.HasPathMig {
 		r.PathMigState = q.PathMigState.String()
 	}
-	r.PID, r.Comm, r.KernName = owner(q.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = owner(q.Owner, procs)
 	return r
 }
 
@@ -136,8 +141,9 @@ type cqRow struct {
 	DIM      bool   `json:"adaptive_moderation" txt:"d"`
 	CtxN     uint32 `json:"ctxn" txt:"nz"`
 	PID      uint32 `json:"pid" txt:"nz"`
-	Comm     string `json:"comm" txt:"nz"`
-	KernName string `json:"kern_name" txt:"nz"`
+	Comm     string `json:"comm" txt:"-"`
+	KernName string `json:"kern_name" txt:"-"`
+	CommText string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
 func cqRowOf(c rdmanl.CQ, procs *sysfs.Procs) cqRow {
@@ -145,7 +151,7 @@ func cqRowOf(c rdmanl.CQ, procs *sysfs.Procs) cqRow {
 	if c.HasPoll {
 		r.PollCtx = c.PollCtx.String()
 	}
-	r.PID, r.Comm, r.KernName = owner(c.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = owner(c.Owner, procs)
 	return r
 }
 
@@ -163,8 +169,9 @@ type mrRow struct {
 	MRLen    uint64 `json:"mrlen"`
 	PDN      uint32 `json:"pdn"`
 	PID      uint32 `json:"pid" txt:"nz"`
-	Comm     string `json:"comm" txt:"nz"`
-	KernName string `json:"kern_name" txt:"nz"`
+	Comm     string `json:"comm" txt:"-"`
+	KernName string `json:"kern_name" txt:"-"`
+	CommText string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
 func hex32(v uint32, ok bool) string {
@@ -180,7 +187,7 @@ func mrRowOf(m rdmanl.MR, procs *sysfs.Procs) mrRow {
 		RKeyHex: hex32(m.RKey, m.HasKeys), LKeyHex: hex32(m.LKey, m.HasKeys),
 		IOVA: m.IOVA, IOVAHex: fmt.Sprintf("0x%x", m.IOVA), MRLen: m.Len, PDN: m.PDN,
 	}
-	r.PID, r.Comm, r.KernName = owner(m.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = owner(m.Owner, procs)
 	return r
 }
 
@@ -196,8 +203,9 @@ type pdRow struct {
 	UnsafeGlobalRKeyHex string `json:"unsafe_global_rkey_hex" txt:"nz"`
 	CtxN                uint32 `json:"ctxn" txt:"nz"`
 	PID                 uint32 `json:"pid" txt:"nz"`
-	Comm                string `json:"comm" txt:"nz"`
-	KernName            string `json:"kern_name" txt:"nz"`
+	Comm                string `json:"comm" txt:"-"`
+	KernName            string `json:"kern_name" txt:"-"`
+	CommText            string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
 func pdRowOf(p rdmanl.PD, procs *sysfs.Procs) pdRow {
@@ -207,7 +215,7 @@ func pdRowOf(p rdmanl.PD, procs *sysfs.Procs) pdRow {
 		UnsafeGlobalRKey: p.UnsafeGlobalRKey, UnsafeGlobalRKeyHex: hex32(p.UnsafeGlobalRKey, p.HasUnsafeGlobalRK),
 		CtxN: p.CtxN,
 	}
-	r.PID, r.Comm, r.KernName = owner(p.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = owner(p.Owner, procs)
 	return r
 }
 
@@ -217,13 +225,14 @@ type ctxRow struct {
 	Lead     string `json:"-" txt:"lead" filter:"-"`
 	CtxN     uint32 `json:"ctxn"`
 	PID      uint32 `json:"pid" txt:"nz"`
-	Comm     string `json:"comm" txt:"nz"`
-	KernName string `json:"kern_name" txt:"nz"`
+	Comm     string `json:"comm" txt:"-"`
+	KernName string `json:"kern_name" txt:"-"`
+	CommText string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
 func ctxRowOf(c rdmanl.Context, procs *sysfs.Procs) ctxRow {
 	r := ctxRow{IfIndex: c.DevIndex, IfName: c.DevName, Lead: "dev " + c.DevName, CtxN: c.CtxN}
-	r.PID, r.Comm, r.KernName = owner(c.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = owner(c.Owner, procs)
 	return r
 }
 
@@ -251,8 +260,9 @@ type srqRow struct {
 	QPRanges []qpRange `json:"qp_ranges" txt:"-" filter:"-"`
 	QPs      uint64    `json:"qps" txt:"d"` // how many QPs are attached
 	PID      uint32    `json:"pid" txt:"nz"`
-	Comm     string    `json:"comm" txt:"nz"`
-	KernName string    `json:"kern_name" txt:"nz"`
+	Comm     string    `json:"comm" txt:"-"`
+	KernName string    `json:"kern_name" txt:"-"`
+	CommText string    `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
 func srqRowOf(s rdmanl.SRQ, procs *sysfs.Procs) srqRow {
@@ -263,7 +273,7 @@ func srqRowOf(s rdmanl.SRQ, procs *sysfs.Procs) srqRow {
 		r.LQPN = append(r.LQPN, qr.String())
 		r.QPs += uint64(q.Max-q.Min) + 1
 	}
-	r.PID, r.Comm, r.KernName = owner(s.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = owner(s.Owner, procs)
 	return r
 }
 
@@ -282,8 +292,9 @@ type cmIDRow struct {
 	DstAddr  string `json:"dst_addr" txt:"nz"`
 	DstPort  uint16 `json:"dst_port" txt:"nz"`
 	PID      uint32 `json:"pid" txt:"nz"`
-	Comm     string `json:"comm" txt:"nz"`
-	KernName string `json:"kern_name" txt:"nz"`
+	Comm     string `json:"comm" txt:"-"`
+	KernName string `json:"kern_name" txt:"-"`
+	CommText string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
 func cmIDRowOf(c rdmanl.CMID, procs *sysfs.Procs) cmIDRow {
@@ -297,7 +308,7 @@ func cmIDRowOf(c rdmanl.CMID, procs *sysfs.Procs) cmIDRow {
 	if c.DstAddr.IsValid() {
 		r.DstAddr, r.DstPort = c.DstAddr.Addr().String(), c.DstAddr.Port()
 	}
-	r.PID, r.Comm, r.KernName = owner(c.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = owner(c.Owner, procs)
 	return r
 }
 

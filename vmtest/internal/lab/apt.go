@@ -6,8 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -187,13 +189,18 @@ func hostMirror(etc string) (uri, keyring string, err error) {
 	return "", "", fmt.Errorf("apt: no Debian mirror found in %s", etc)
 }
 
-func isDebianMain(uri string, suites []string) bool {
-	if strings.Contains(uri, "security") || !strings.Contains(uri, "debian") {
+// isDebianMain reports whether a source is the Debian archive itself for a
+// release suite (bookworm, not bookworm-updates), with the main component:
+// not the security archive and not a third-party repository that merely
+// has "debian" in its URI (Docker, Microsoft).
+func isDebianMain(uri string, suites, components []string) bool {
+	u, err := url.Parse(uri)
+	if err != nil || path.Base(strings.TrimSuffix(u.Path, "/")) != "debian" || !slices.Contains(components, "main") {
 		return false
 	}
 	for _, s := range suites {
 		if !strings.Contains(s, "-") && !strings.Contains(s, "/") {
-			return true // a release suite such as bookworm, not bookworm-updates
+			return true
 		}
 	}
 	return false
@@ -208,11 +215,11 @@ func mirrorFromDeb822(text string) (uri, keyring string) {
 				fields[strings.ToLower(k)] = strings.TrimSpace(v)
 			}
 		}
-		if !strings.Contains(fields["types"], "deb") || strings.Contains(fields["enabled"], "no") {
+		if !slices.Contains(strings.Fields(fields["types"]), "deb") || strings.Contains(fields["enabled"], "no") {
 			continue
 		}
 		for u := range strings.FieldsSeq(fields["uris"]) {
-			if isDebianMain(u, strings.Fields(fields["suites"])) {
+			if isDebianMain(u, strings.Fields(fields["suites"]), strings.Fields(fields["components"])) {
 				return u, fields["signed-by"]
 			}
 		}
@@ -236,7 +243,7 @@ func mirrorFromOneLine(text string) string {
 			}
 			f = f[1:]
 		}
-		if isDebianMain(f[0], f[1:2]) {
+		if isDebianMain(f[0], f[1:2], f[2:]) {
 			return f[0]
 		}
 	}

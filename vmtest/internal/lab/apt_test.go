@@ -366,9 +366,6 @@ func TestHostMirror(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.bug != "" {
-				t.Skip("BUG: " + tt.bug)
-			}
 			etc := writeEtc(t, tt.files)
 			uri, keyring, err := hostMirror(etc)
 			if tt.wantErr {

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+func TestExitCode(t *testing.T) {
+	t.Parallel()
+	canceled, cancel := context.WithCancel(t.Context())
+	cancel()
+	tests := []struct {
+		name       string
+		ctx        context.Context
+		err        error
+		want       int
+		wantStderr string
+	}{
+		{name: "success", ctx: t.Context(), err: nil, want: 0},
+		{name: "findings", ctx: t.Context(), err: errFindings, want: 1},
+		{name: "wrapped findings", ctx: t.Context(), err: fmt.Errorf("qp-leaks: %w", errFindings), want: 1},
+		{
+			name: "permission from the kernel", ctx: t.Context(),
+			err:        &rdmanl.Error{Op: "rename rxe0 to fab0-hca0", Err: syscall.EPERM},
+			want:       2,
+			wantStderr: "rdmatool: rdmanl: rename rxe0 to fab0-hca0: operation not permitted (run as root or grant CAP_NET_ADMIN)\n",
+		},
+		{
+			name: "os.ErrPermission wrapped twice", ctx: t.Context(),
+			err:        fmt.Errorf("reset: reset rxe0: %w", fmt.Errorf("write /sys/...: %w", os.ErrPermission)),
+			want:       2,
+			wantStderr: "rdmatool: reset: reset rxe0: write /sys/...: permission denied (run as root or grant CAP_NET_ADMIN)\n",
+		},
+		{
+			name: "no device", ctx: t.Context(),
+			err:        &rdmanl.Error{Op: "find device mlx5_9", Err: rdmanl.ErrNoDevice},
+			want:       2,
+			wantStderr: "rdmatool: rdmanl: find device mlx5_9: no such RDMA device\n",
+		},
+		{name: "interrupted", ctx: canceled, err: context.Canceled, want: 130, wantStderr: "rdmatool: interrupted\n"},
+		{
+			name: "interrupted during a dump", ctx: canceled,
+			err: &rdmanl.Error{Op: "dump QPs of rxe0", Err: context.Canceled}, want: 130, wantStderr: "rdmatool: interrupted\n",
+		},
+		{
+			// A signal cancels ctx, which unblocks netlink reads by setting a
+			// past deadline: the error is then an I/O timeout.
+			name: "interrupted, the read ended by a deadline", ctx: canceled,
+			err: &rdmanl.Error{Op: "dump QPs of rxe0", Err: os.ErrDeadlineExceeded}, want: 130, wantStderr: "rdmatool: interrupted\n",
+		},
+		{
+			name: "a deadline of the command's own is an error", ctx: t.Context(),
+			err:        fmt.Errorf("reset: wait for rxe0 to return: %w", context.DeadlineExceeded),
+			want:       2,
+			wantStderr: "rdmatool: reset: wait for rxe0 to return: context deadline exceeded\n",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			if got := exitCode(tt.ctx, tt.err, &stderr); got != tt.want {
+				t.Errorf("exitCode() = %d, want %d", got, tt.want)
+			}
+			if diff := cmp.Diff(tt.wantStderr, stderr.String()); diff != "" {
+				t.Errorf("stderr (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestUserMessage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{name: "plain", err: errors.New("link type \"ib\": only rxe and siw devices can be added"), want: "link type \"ib\": only rxe and siw devices can be added"},
+		{name: "permission", err: fmt.Errorf("rdmanl: dump MRs of rxe0: %w", syscall.EPERM), want: "rdmanl: dump MRs of rxe0: operation not permitted (run as root or grant CAP_NET_ADMIN)"},
+		{name: "EACCES is a permission error too", err: fmt.Errorf("open: %w", syscall.EACCES), want: "open: permission denied (run as root or grant CAP_NET_ADMIN)"},
+		{name: "not found", err: fmt.Errorf("docs: %w", os.ErrNotExist), want: "docs: file does not exist"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := userMessage(tt.err)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("userMessage() (-want +got):\n%s", diff)
+			}
+			if n := strings.Count(got, "CAP_NET_ADMIN"); n > 1 {
+				t.Errorf("hint given %d times: %q", n, got)
+			}
+		})
+	}
+}
+
+// runCLI runs rdmatool with args the way main does.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestRunVersion(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runCLI(t, "version", "-j")
+	if code != 0 || stderr != "" {
+		t.Fatalf("rdmatool version -j: exit %d, stderr %q", code, stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	var got versionInfo
+	if err := dec.Decode(&got); err != nil {
+		t.Fatalf("decode %q: %v", stdout, err)
+	}
+	want := versionInfo{Version: version, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("version -j (-want +got):\n%s", diff)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(stdout), &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"version", "go_version", "platform"} {
+		if _, ok := fields[f]; !ok {
+			t.Errorf("version -j has no %q field: %s", f, stdout)
+		}
+	}
+	if !strings.HasSuffix(stdout, "}\n") || strings.Count(stdout, "\n") != 1 {
+		t.Errorf("version -j is not one compact line: %q", stdout)
+	}
+}
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		args       []string
+		want       int
+		wantStdout string   // exact, when set
+		wantErr    []string // substrings of the one stderr line
+	}{
+		{name: "version", args: []string{"version"}, want: 0, wantStdout: fmt.Sprintf("rdmatool %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)},
+		{name: "--version", args: []string{"--version"}, want: 0, wantStdout: "rdmatool " + version + "\n"},
+		{name: "version -j -p", args: []string{"version", "-j", "-p"}, want: 0, wantStdout: fmt.Sprintf("{\n  \"version\": %q,\n  \"go_version\": %q,\n  \"platform\": \"%s/%s\"\n}\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)},
+		{name: "unknown command", args: []string{"bogus"}, want: 2, wantStdout: "", wantErr: []string{`"bogus"`}},
+		{name: "unknown flag", args: []string{"version", "--bogus"}, want: 2, wantStdout: "", wantErr: []string{"--bogus"}},
+		{name: "extra argument", args: []string{"version", "extra"}, want: 2, wantStdout: "", wantErr: []string{"extra"}},
+		{name: "link add of an unknown type", args: []string{"link", "add", "ib0", "type", "ib", "netdev", "eth0"}, want: 2, wantStdout: "", wantErr: []string{`link type "ib"`, "rxe", "siw"}},
+		{name: "link add with misplaced words", args: []string{"link", "add", "rxe0", "kind", "rxe", "netdev", "eth0"}, want: 2, wantStdout: "", wantErr: []string{"usage: rdmatool link add NAME type rxe|siw netdev IF"}},
+		{name: "link show of port 0", args: []string{"link", "show", "rxe0/0"}, want: 2, wantStdout: "", wantErr: []string{`link "rxe0/0"`, "port must be a number from 1"}},
+		{name: "link show without a device", args: []string{"link", "show", "/1"}, want: 2, wantStdout: "", wantErr: []string{`link "/1": no device name`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tt.args...)
+			if code != tt.want {
+				t.Errorf("rdmatool %s: exit %d, want %d (stderr %q)", strings.Join(tt.args, " "), code, tt.want, stderr)
+			}
+			if diff := cmp.Diff(tt.wantStdout, stdout); diff != "" {
+				t.Errorf("stdout (-want +got):\n%s", diff)
+			}
+			if tt.wantErr == nil {
+				if stderr != "" {
+					t.Errorf("stderr = %q, want nothing", stderr)
+				}
+				return
+			}
+			if !strings.HasPrefix(stderr, "rdmatool: ") || strings.Count(stderr, "\n") != 1 || !strings.HasSuffix(stderr, "\n") {
+				t.Errorf("stderr = %q, want one line starting with \"rdmatool: \"", stderr)
+			}
+			for _, s := range tt.wantErr {
+				if !strings.Contains(stderr, s) {
+					t.Errorf("stderr %q does not contain %q", stderr, s)
+				}
+			}
+		})
+	}
+}
+
+func TestRunDocsMan(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "man8") // created by the command
+	code, stdout, stderr := runCLI(t, "docs", "man", dir)
+	if code != 0 || stdout != "" || stderr != "" {
+		t.Fatalf("rdmatool docs man: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "rdmatool.8"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`.TH "RDMATOOL" "8"`, "rdmatool " + version, "Exit status", `\fB-j\fP, \fB--json\fP`} {
+		if !strings.Contains(string(page), s) {
+			t.Errorf("rdmatool.8 does not contain %q", s)
+		}
+	}
+	for _, name := range []string{"rdmatool-version.8", "rdmatool-dev.8", "rdmatool-link.8", "rdmatool-link-add.8", "rdmatool-res.8", "rdmatool-docs-man.8"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("no page for a command: %v", err)
+		}
+	}
+	res, err := os.ReadFile(filepath.Join(dir, "rdmatool-res.8"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(res), "lqpn 0-6") {
+		t.Errorf("rdmatool-res.8 does not document number ranges (lqpn 0-6)")
+	}
+}
+
+func TestRunDocsManUnwritable(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "docs", "man", filepath.Join(file, "man8"))
+	if code != 2 || !strings.HasPrefix(stderr, "rdmatool: docs: create ") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("rdmatool docs man into a file: exit %d, stderr %q, want 2 and one line \"rdmatool: docs: create ...\"", code, stderr)
+	}
+}

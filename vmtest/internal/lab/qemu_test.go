@@ -1,0 +1,208 @@
+package lab
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestMarkerFilter(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		writes     []string // the guest's serial output, as the pipe delivers it
+		want       string   // what the user sees
+		wantStatus int
+		wantFound  bool
+	}{
+		{
+			name:   "marker line removed",
+			writes: []string{"=== RUN   TestX\n--- PASS: TestX\nPASS\n", "vmtest-exit-status: 0\n"},
+			want:   "=== RUN   TestX\n--- PASS: TestX\nPASS\n", wantStatus: 0, wantFound: true,
+		},
+		{
+			name:   "non-zero status",
+			writes: []string{"FAIL\nvmtest-exit-status: 1\n"},
+			want:   "FAIL\n", wantStatus: 1, wantFound: true,
+		},
+		{
+			name:   "marker glued to output without a newline",
+			writes: []string{"abcvmtest-exit-status: 3\n"},
+			want:   "abc\n", wantStatus: 3, wantFound: true,
+		},
+		{
+			name:   "marker glued and the stream ends without a newline",
+			writes: []string{"line\nabcvmtest-exit-status: 3"},
+			want:   "line\nabc\n", wantStatus: 3, wantFound: true,
+		},
+		{
+			name:   "marker split across writes",
+			writes: []string{"out", "put\nvmtest-ex", "it-status: 1", "2\n"},
+			want:   "output\n", wantStatus: 12, wantFound: true,
+		},
+		{
+			name:   "one byte at a time",
+			writes: strings.Split("ok\nvmtest-exit-status: 125\n", ""),
+			want:   "ok\n", wantStatus: 125, wantFound: true,
+		},
+		{
+			name:   "serial line endings",
+			writes: []string{"line\r\nvmtest-exit-status: 4\r\n"},
+			want:   "line\r\n", wantStatus: 4, wantFound: true,
+		},
+		{
+			name:   "text that merely mentions the marker",
+			writes: []string{"grep 'vmtest-exit-status: ' console.log\n", "vmtest-exit-status: none\n"},
+			want:   "grep 'vmtest-exit-status: ' console.log\nvmtest-exit-status: none\n",
+		},
+		{
+			name:   "marker followed by more text",
+			writes: []string{"vmtest-exit-status: 3 and more\n"},
+			want:   "vmtest-exit-status: 3 and more\n",
+		},
+		{
+			name:   "output after the marker is kept",
+			writes: []string{"vmtest-exit-status: 0\n[  1.0] reboot: Power down\n"},
+			want:   "[  1.0] reboot: Power down\n", wantStatus: 0, wantFound: true,
+		},
+		{
+			name:   "last line without a newline",
+			writes: []string{"a\n", "partial"},
+			want:   "a\npartial",
+		},
+		{name: "no output", writes: nil, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			m := &markerFilter{w: &out}
+			for _, w := range tt.writes {
+				n, err := m.Write([]byte(w))
+				if n != len(w) || err != nil {
+					t.Fatalf("Write(%q) = %d, %v, want %d, nil", w, n, err, len(w))
+				}
+			}
+			m.flush()
+			if diff := cmp.Diff(tt.want, out.String()); diff != "" {
+				t.Errorf("output (-want +got):\n%s", diff)
+			}
+			if m.status != tt.wantStatus || m.found != tt.wantFound {
+				t.Errorf("status = %d, found %v, want %d, %v", m.status, m.found, tt.wantStatus, tt.wantFound)
+			}
+		})
+	}
+}
+
+func TestMarkerFilterWithoutWriter(t *testing.T) {
+	t.Parallel()
+	m := &markerFilter{} // Run with a nil Stdout still gets the status
+	if _, err := m.Write([]byte("output\nabcvmtest-exit-status: 7\n")); err != nil {
+		t.Fatal(err)
+	}
+	m.flush()
+	if m.status != 7 || !m.found {
+		t.Errorf("status = %d, found %v, want 7, true", m.status, m.found)
+	}
+}
+
+func TestDedupShares(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		dirs []string
+		want []string
+	}{
+		{name: "none", dirs: nil, want: nil},
+		{name: "child after parent", dirs: []string{"/work/main", "/work/main/vmtest"}, want: []string{"/work/main"}},
+		{name: "child before parent", dirs: []string{"/work/main/vmtest", "/work/main"}, want: []string{"/work/main"}},
+		{name: "sibling with a common prefix", dirs: []string{"/work/main", "/work/main2"}, want: []string{"/work/main", "/work/main2"}},
+		{name: "duplicates", dirs: []string{"/work/main", "/work/main/", "/work/./main"}, want: []string{"/work/main"}},
+		{name: "unclean child", dirs: []string{"/root/go/pkg/mod/../mod/x", "/root/go/pkg/mod"}, want: []string{"/root/go/pkg/mod"}},
+		{
+			name: "repository, module cache and build cache",
+			dirs: []string{"/work/main", "/root/go/pkg/mod", "/root/.cache/go-build", "/work/main/.lab/runs"},
+			want: []string{"/work/main", "/root/go/pkg/mod", "/root/.cache/go-build"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, dedupShares(tt.dirs)); diff != "" {
+				t.Errorf("dedupShares(%q) (-want +got):\n%s", tt.dirs, diff)
+			}
+		})
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	t.Parallel()
+	// Words the guest script writes unquoted stay readable.
+	for _, s := range []string{"go", "-test.run=TestLab", "/work/main/rdmanl", "a,b+c@d%e:f_g.h", "GOFLAGS=-mod=mod"} {
+		if got := shellQuote(s); got != s {
+			t.Errorf("shellQuote(%q) = %q, want it unquoted", s, got)
+		}
+	}
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	args := []string{
+		"", " ", "two words", "it's", "'", "''", `"`, `\`, `a\nb`, "a\nb", "\t",
+		"$HOME", "${PATH}", "`id`", "$(id)", "*", "?", "[a]", "~", "!", "#comment", ";", "&&", "|", ">x", "<x",
+		"-test.run=^TestQP$", "é", "%s", "-n", "a'b'c",
+	}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = shellQuote(a)
+	}
+	// One printf with every argument: each must come back as one word, unchanged.
+	out, err := exec.CommandContext(t.Context(), "sh", "-c", "printf '<%s>' "+strings.Join(quoted, " ")).Output()
+	if err != nil {
+		t.Fatalf("sh: %v", err)
+	}
+	var want strings.Builder
+	for _, a := range args {
+		want.WriteString("<" + a + ">")
+	}
+	if diff := cmp.Diff(want.String(), string(out)); diff != "" {
+		t.Errorf("arguments after the shell (-want +got):\n%s", diff)
+	}
+}
+
+func TestReadStatus(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		content *string // nil: no file
+		want    int
+		wantOK  bool
+	}{
+		{name: "success", content: ptr("0\n"), want: 0, wantOK: true},
+		{name: "failure", content: ptr("1\n"), want: 1, wantOK: true},
+		{name: "no newline", content: ptr("125"), want: 125, wantOK: true},
+		{name: "spaces", content: ptr("  3 \n"), want: 3, wantOK: true},
+		{name: "empty", content: ptr("")},
+		{name: "garbage", content: ptr("exit 3\n")},
+		{name: "missing"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, tt.name)
+			if tt.content != nil {
+				if err := os.WriteFile(path, []byte(*tt.content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, ok := readStatus(path)
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("readStatus() = %d, %v, want %d, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
