@@ -175,8 +175,11 @@ loop:
 	}
 	// Drain what the probes delivered before the deadline, then scan once
 	// more so the report reflects the end of the watch.
-	for ev := range events {
-		w.Event(ev)
+	if events != nil {
+		cancel() // the reader stops at the deadline anyway; do not wait on it
+		for ev := range events {
+			w.Event(ev)
+		}
 	}
 	if err := scan(); err != nil {
 		return CheckReport{}, err

@@ -147,7 +147,7 @@ func (w *Watcher) Scan(s Scan) {
 			if h == nil || h.Destroyed {
 				h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: s.Time}
 				w.qps[k] = h
-				h.note(s.Time, "scan", "first seen, state %s", qp.State)
+				h.note(s.Time, "scan", "first seen")
 			}
 			h.Device, h.Type, h.Owner = dev.name, qp.Type, qp.Owner
 			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/spf13/cobra"
+)
+
+func newQPLeaksCmd(g *globals) *cobra.Command {
+	var o agent.CheckOptions
+	var maxQP []string
+	cmd := &cobra.Command{
+		Use:   "qp-leaks",
+		Short: "Report queue pairs that look leaked",
+		Long: `Observe the host for --watch with the eBPF probes (when they load) and
+periodic netlink scans, then report QPs that leak, who owns them, why, and
+what to do. Rules: ` + strings.Join(leakwatch.Rules(), ", ") + `.
+
+Exit status: 0 nothing found, 1 findings reported, 2 error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.MaxQP, err = parseMaxQP(maxQP); err != nil {
+				return err
+			}
+			rep, err := agent.CheckOnce(cmd.Context(), g.deps(), o)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				err = g.renderJSON(cmd.OutOrStdout(), rep)
+			} else {
+				err = renderLeaks(cmd.OutOrStdout(), rep)
+			}
+			if err != nil || len(rep.Findings) == 0 {
+				return err
+			}
+			return errFindings
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Device, "dev", "", "only this device")
+	f.DurationVar(&o.Watch, "watch", 10*time.Second, "how long to observe")
+	f.DurationVar(&o.Interval, "interval", 2*time.Second, "time between netlink scans")
+	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held at least this long")
+	f.StringArrayVar(&o.Rules, "rule", nil, "evaluate only this rule (repeatable)")
+	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
+	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
+	return cmd
+}
+
+func parseMaxQP(args []string) (map[string]uint64, error) {
+	m := map[string]uint64{}
+	for _, a := range args {
+		dev, n, ok := strings.Cut(a, "=")
+		v, err := strconv.ParseUint(n, 10, 64)
+		if !ok || dev == "" || err != nil || v == 0 {
+			return nil, fmt.Errorf("--max-qp %q: want DEV=N with N > 0", a)
+		}
+		m[dev] = v
+	}
+	return m, nil
+}
+
+// renderLeaks prints findings grouped by device and owner, then a summary.
+func renderLeaks(w io.Writer, rep agent.CheckReport) error {
+	bw := bufio.NewWriter(w)
+	type group struct{ dev, owner string }
+	groups := map[group][]leakwatch.Finding{}
+	var order []group
+	for _, f := range rep.Findings {
+		owner := "no owner process (creator gone or in another pid namespace)"
+		switch {
+		case f.KernName != "":
+			owner = "kernel [" + f.KernName + "]"
+		case f.PID != 0 && f.Comm != "":
+			owner = fmt.Sprintf("pid %d (%s)", f.PID, f.Comm)
+		case f.PID != 0:
+			owner = fmt.Sprintf("pid %d (exited)", f.PID)
+		case f.Rule == leakwatch.RuleQPExhaustion:
+			owner = "device"
+		}
+		k := group{f.Device, owner}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], f)
+	}
+	sort.SliceStable(order, func(i, j int) bool { return order[i].dev < order[j].dev })
+	severities := map[leakwatch.Severity]int{}
+	for _, k := range order {
+		fmt.Fprintf(bw, "%s  %s\n", k.dev, k.owner)
+		for _, f := range groups[k] {
+			severities[f.Severity]++
+			if f.Rule == leakwatch.RuleQPExhaustion {
+				fmt.Fprintf(bw, "  %-8s %-29s %d of %d QPs\n", f.Severity, f.Rule, f.Count, f.Limit)
+			} else {
+				srq := ""
+				if f.SRQ {
+					srq = fmt.Sprintf(" srqn %d", f.SRQN)
+				}
+				fmt.Fprintf(bw, "  %-8s %-29s qpn %d %s %s%s for %.1fs\n", f.Severity, f.Rule, f.QPN, f.Type, f.State, srq, f.AgeSeconds)
+			}
+			fmt.Fprintf(bw, "           %s\n", f.Hint)
+		}
+	}
+	var parts []string
+	for _, s := range []leakwatch.Severity{leakwatch.SeverityCritical, leakwatch.SeverityError, leakwatch.SeverityWarning} {
+		if n := severities[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, s))
+		}
+	}
+	summary := fmt.Sprintf("%d findings", len(rep.Findings))
+	if len(parts) > 0 {
+		summary += " (" + strings.Join(parts, ", ") + ")"
+	}
+	summary += fmt.Sprintf(" over %d QPs on %s, observed %.0fs, probes %s", rep.QPs, strings.Join(rep.Devices, ", "), rep.ObservedSeconds, rep.Probes)
+	if rep.LostEvents > 0 {
+		summary += fmt.Sprintf(", %d probe events lost", rep.LostEvents)
+	}
+	if len(rep.SkippedRules) > 0 {
+		var skipped []string
+		for _, s := range rep.SkippedRules {
+			skipped = append(skipped, s.Rule+" ("+s.Reason+")")
+		}
+		summary += "; not evaluated: " + strings.Join(skipped, "; ")
+	}
+	fmt.Fprintln(bw, summary)
+	return bw.Flush()
+}
