@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/rdmanl"
 
 	"github.com/spf13/cobra"
@@ -21,6 +22,12 @@ type globals struct {
 
 // dial opens the RDMA netlink client.
 func (g *globals) dial() (*rdmanl.Client, error) { return rdmanl.Dial() }
+
+// deps wires the check's dependencies: netlink, /proc and, when the probes
+// are available, the eBPF tracer.
+func (g *globals) deps() agent.Deps {
+	return agent.Deps{Log: g.logger(), Dial: rdmanl.Dial, ProcRoot: "/proc", OpenProbes: openProbes}
+}
 
 // logger returns the CLI's logger: text on stderr, Warn unless -v.
 func (g *globals) logger() *slog.Logger {
@@ -71,6 +78,7 @@ only), 2 error, 130 interrupted.`,
 		newDevCmd(g),
 		newLinkCmd(g),
 		newResCmd(g),
+		newQPLeaksCmd(g),
 		newDocsCmd(),
 	)
 	return root
