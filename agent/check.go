@@ -149,6 +149,7 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 	if err := scan(); err != nil {
 		return CheckReport{}, err
 	}
+	d.Log.Info("watching", "probes", rep.Probes, "duration_seconds", o.Watch.Seconds(), "devices", len(devs))
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
 loop:

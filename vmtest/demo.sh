@@ -29,7 +29,15 @@ say "rdmatool res srq (SRQs with their QPs)"
 $bin/rdmatool res srq
 say "rdmatool res cm_id link siw0"
 $bin/rdmatool res cm_id link siw0
-say "rdmatool res qp -j type RC state RTS -p"
-$bin/rdmatool res qp -j -p type RC state RTS
+say "rdmatool qp-leaks (watches 8s; the RTS pairs are healthy, the rest leak)"
+$bin/rdmatool qp-leaks --watch 8s --min-age 4s
+echo "exit status $? (1: findings)"
 exec 3>&-
+wait
+
+say "a healthy workload: QP churn and SRQ QPs torn down by the IB spec 10.3.1 sequence"
+$bin/qpwork --dev rxe0 --churn-seconds 6 --quiet >/dev/null &
+$bin/qpwork --dev rxe0 --pairs --qps 2 --srq --to RTS --teardown spec --hold 3 --quiet >/dev/null &
+$bin/rdmatool qp-leaks --watch 8s --min-age 4s
+echo "exit status $? (0: nothing found)"
 wait

@@ -24,5 +24,8 @@ $bin/labtime -n 5 -label "rdmatool res qp -j" -- $bin/rdmatool res qp -j
 $bin/labtime -n 5 -label "rdma -j res show qp" -- rdma -j res show qp
 $bin/labtime -n 5 -label "rdmatool res qp (text)" -- $bin/rdmatool res qp
 $bin/labtime -n 5 -label "rdma res show qp (text)" -- rdma res show qp
+# qp-leaks over the same QPs (held in INIT: every one is a finding, exit 1).
+$bin/labtime -n 3 -ok 0,1 -label "rdmatool qp-leaks (2s, netlink)" -- $bin/rdmatool qp-leaks -j --no-probes --watch 2s --min-age 1s
+$bin/labtime -n 3 -ok 0,1 -label "rdmatool qp-leaks (2s, probes)" -- $bin/rdmatool qp-leaks -j --watch 2s --min-age 1s
 exec 3>&-
 wait

@@ -2,18 +2,21 @@
 // and peak resident set size, for side-by-side benchmarks in the lab guest
 // (busybox has no GNU time). The command's stdout goes to /dev/null.
 //
-//	labtime [-n 5] [-label NAME] -- COMMAND [ARG...]
+//	labtime [-n 5] [-label NAME] [-ok 0,1] -- COMMAND [ARG...]
 //
 // It prints one line: label, runs, min/median/max wall seconds, and the
 // largest maxrss over the runs in KiB.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -21,6 +24,7 @@ import (
 func main() {
 	n := flag.Int("n", 5, "runs")
 	label := flag.String("label", "", "name to print (default: the command)")
+	okCodes := flag.String("ok", "0", "exit statuses that count as success, comma separated")
 	flag.Parse()
 	args := flag.Args()
 	if len(args) == 0 || *n < 1 {
@@ -37,8 +41,11 @@ func main() {
 		cmd.Stderr = os.Stderr
 		start := time.Now()
 		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "labtime: %s: %v\n", *label, err)
-			os.Exit(1)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || !slices.Contains(strings.Split(*okCodes, ","), strconv.Itoa(ee.ExitCode())) {
+				fmt.Fprintf(os.Stderr, "labtime: %s: %v\n", *label, err)
+				os.Exit(1)
+			}
 		}
 		walls = append(walls, time.Since(start).Seconds())
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > maxRSS {
