@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"errors"
+
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/spf13/cobra"
 )
@@ -24,16 +27,9 @@ func newDevCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			devs, err := c.Devices(cmd.Context())
+			devs, err := selectDevices(cmd.Context(), c, name)
 			if err != nil {
 				return err
-			}
-			if name != "" {
-				d, err := findDevice(devs, name)
-				if err != nil {
-					return err
-				}
-				devs = []rdmanl.Device{d}
 			}
 			lw := newListWriter(cmd.OutOrStdout(), g)
 			for _, d := range devs {
@@ -45,6 +41,26 @@ func newDevCmd(g *globals) *cobra.Command {
 		},
 	}
 	return cmd
+}
+
+// selectDevices lists every device, or only the one called name; no device
+// at all is an error.
+func selectDevices(ctx context.Context, c *rdmanl.Client, name string) ([]rdmanl.Device, error) {
+	devs, err := c.Devices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(devs) == 0 {
+		return nil, errors.New("no RDMA devices")
+	}
+	if name == "" {
+		return devs, nil
+	}
+	d, err := findDevice(devs, name)
+	if err != nil {
+		return nil, err
+	}
+	return []rdmanl.Device{d}, nil
 }
 
 func findDevice(devs []rdmanl.Device, name string) (rdmanl.Device, error) {

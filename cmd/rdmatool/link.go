@@ -97,17 +97,9 @@ func showLinks(cmd *cobra.Command, g *globals, sel string) error {
 		return err
 	}
 	defer c.Close()
-	devs, err := c.Devices(cmd.Context())
+	devs, err := selectDevices(cmd.Context(), c, devName)
 	if err != nil {
 		return err
-	}
-	if devName != "" {
-		d, err := findDevice(devs, devName)
-		if err != nil {
-			return err
-		}
-		devs = devs[:0]
-		devs = append(devs, d)
 	}
 	lw := newListWriter(cmd.OutOrStdout(), g)
 	for _, d := range devs {

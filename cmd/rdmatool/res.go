@@ -60,12 +60,9 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 	defer c.Close()
 	procs, _ := sysfs.NewProcs("/proc") // without /proc, comm stays empty
 	lw := newListWriter(cmd.OutOrStdout(), g)
-	devs, err := c.Devices(ctx)
+	devs, err := selectDevices(ctx, c, "")
 	if err != nil {
 		return err
-	}
-	if len(devs) == 0 {
-		return errors.New("no RDMA devices")
 	}
 	target := func(extras map[string]string) (resTarget, error) {
 		t := resTarget{devs: devs, opts: opts}
