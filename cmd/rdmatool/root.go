@@ -79,6 +79,7 @@ only), 2 error, 130 interrupted.`,
 		newLinkCmd(g),
 		newResCmd(g),
 		newQPLeaksCmd(g),
+		newRenameCmd(g),
 		newDocsCmd(),
 	)
 	return root

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rename"
+	"github.com/spf13/cobra"
+)
+
+// renameFlags are the flags rename and rename udev share.
+type renameFlags struct {
+	policies string
+	mapFile  string
+	force    bool
+}
+
+func (f *renameFlags) options(cmd *cobra.Command) (rename.Options, error) {
+	policies, err := rename.ParsePolicies(f.policies)
+	if err != nil {
+		return rename.Options{}, err
+	}
+	// The default map file may be missing; one named on the command line
+	// must exist.
+	return rename.Options{Policies: policies, Force: f.force, MapFile: f.mapFile, MapMustExist: cmd.Flags().Changed("map")}, nil
+}
+
+func newRenameCmd(g *globals) *cobra.Command {
+	var f renameFlags
+	var all, dryRun bool
+	cmd := &cobra.Command{
+		Use:   "rename [DEV|--all]",
+		Short: "Rename RDMA devices persistently, by node GUID, map file or PCI address",
+		Long: `Rename RDMA devices by the first policy that names them:
+
+  map   the name /etc/rdmatool/names.conf (--map) gives the node GUID,
+        one "GUID NAME" per line, # comments
+  guid  rdma-core's NAME_GUID: protocol + "x" + node GUID (rocex525400fffec0ffee)
+  pci   rdma-core's NAME_PCI: protocol + PCI location (ibp59s0f1)
+  keep  the current name
+
+Each line of output says old -> new and why (the policy), or why a device was
+skipped. Swaps go through a temporary name; a failed rename is undone with
+the renames that waited for it. A name user space assigned is kept unless
+--force: from 6.11 the kernel reports one for rxe and siw devices made by
+"rdma link add NAME".
+
+"rdmatool rename udev KERNEL_NAME" is what the udev rule runs for each new
+device: quiet, exit status 0 when done or nothing to do.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) == 1) {
+				return errors.New("rename: name one device or use --all")
+			}
+			o, err := f.options(cmd)
+			if err != nil {
+				return err
+			}
+			o.All, o.Devices, o.DryRun = all, args, dryRun
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			rep, err := rename.Run(cmd.Context(), c, o)
+			if rerr := renderRenames(cmd.OutOrStdout(), g, rep); rerr != nil {
+				return rerr
+			}
+			return err
+		},
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.policies, "policy", rename.DefaultPolicies, "policies to try, in order: map, guid, pci, keep")
+	pf.StringVar(&f.mapFile, "map", rename.DefaultMapFile, "map file of \"GUID NAME\" lines (the default may be missing)")
+	pf.BoolVar(&f.force, "force", false, "also rename devices whose name user space assigned")
+	cmd.Flags().BoolVar(&all, "all", false, "rename every device")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the renames without making them")
+	cmd.AddCommand(newRenameUdevCmd(g, &f))
+	return cmd
+}
+
+// newRenameUdevCmd is what packaging/udev's rule runs on a device's add
+// event: it prints nothing, and one line on stderr when it fails.
+func newRenameUdevCmd(g *globals, f *renameFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "udev KERNEL_NAME",
+		Short: "Rename one new device (run by the udev rule)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, err := f.options(cmd)
+			if err != nil {
+				return err
+			}
+			o.Devices = args
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = rename.Run(cmd.Context(), c, o)
+			if errors.Is(err, rdmanl.ErrNoDevice) {
+				// Another rule may have renamed it first: rdma-core's
+				// 60-rdma-persistent-naming.rules runs rdma_rename as a
+				// PROGRAM, before any RUN.
+				return fmt.Errorf("%w (renamed by an earlier udev rule? see rdmatool's udev README)", err)
+			}
+			return err
+		},
+	}
+}
+
+// renderRenames prints a rename report: one JSON object, or a line per
+// device: "rxe1 -> rocex000000fffe000a01 (guid 0000:00ff:fe00:0a01)".
+func renderRenames(w io.Writer, g *globals, rep rename.Report) error {
+	if g.json {
+		return g.renderJSON(w, rep)
+	}
+	var b strings.Builder
+	for _, r := range rep.Renames {
+		switch r.Status {
+		case rename.StatusRenamed:
+			fmt.Fprintf(&b, "%s -> %s (%s)\n", r.From, r.To, r.Reason)
+		case rename.StatusPlanned:
+			fmt.Fprintf(&b, "%s -> %s (%s; dry run)\n", r.From, r.To, r.Reason)
+		case rename.StatusUnchanged:
+			fmt.Fprintf(&b, "%s unchanged (%s)\n", r.From, r.Reason)
+		case rename.StatusSkipped:
+			fmt.Fprintf(&b, "%s skipped (%s)\n", r.From, r.Reason)
+		case rename.StatusFailed:
+			fmt.Fprintf(&b, "%s -> %s failed (%s): %s\n", r.From, r.To, r.Reason, r.Error)
+		}
+	}
+	if g.details {
+		for _, s := range rep.Steps {
+			tmp := ""
+			if s.Temporary {
+				tmp = " (temporary)"
+			}
+			fmt.Fprintf(&b, "step: index %d %s -> %s%s\n", s.Index, s.From, s.To, tmp)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

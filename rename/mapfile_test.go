@@ -1,0 +1,118 @@
+package rename
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestLoadMap(t *testing.T) {
+	m, err := LoadMap("testdata/names.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Map{File: "testdata/names.conf", Entries: []MapEntry{
+		{GUID: 0x0002c90300a1b2c3, Name: "fab0-hca0", Line: 4},
+		{GUID: 0x0002c90300a1b2c4, Name: "fab0-hca1", Line: 5},
+		{GUID: 0x0002c90300a1b2c5, Name: "fab1-hca0", Line: 6},
+		{GUID: 0x000000fffe000a01, Name: "lab#1", Line: 7},
+	}}
+	if diff := cmp.Diff(want, m); diff != "" {
+		t.Fatalf("LoadMap (-want +got):\n%s", diff)
+	}
+	if e, ok := m.Lookup(0x0002c90300a1b2c4); !ok || e.Name != "fab0-hca1" {
+		t.Errorf("Lookup = %v, %v, want fab0-hca1", e, ok)
+	}
+	if _, ok := m.Lookup(0x1); ok {
+		t.Error("Lookup of an unknown GUID found an entry")
+	}
+}
+
+func TestLoadMapMissing(t *testing.T) {
+	_, err := LoadMap(filepath.Join(t.TempDir(), "names.conf"))
+	if !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "rename: read map: open ") {
+		t.Fatalf("LoadMap(missing) = %v, want a rename: read map error matching fs.ErrNotExist", err)
+	}
+}
+
+// TestLoadMapErrors checks that every bad line is reported with its file
+// and line.
+func TestLoadMapErrors(t *testing.T) {
+	_, err := LoadMap("testdata/bad.conf")
+	var me *MapError
+	if !errors.As(err, &me) {
+		t.Fatalf("LoadMap(bad.conf) = %v, want a *MapError", err)
+	}
+	var got []string
+	for _, l := range me.Lines {
+		got = append(got, me.File+":"+strconv.Itoa(l.Line)+": "+l.Err.Error())
+	}
+	want := []string{
+		`testdata/bad.conf:2: want "GUID NAME", found 1 fields`,
+		`testdata/bad.conf:3: want "GUID NAME", found 3 fields`,
+		`testdata/bad.conf:4: invalid GUID "0002:c903:00a1": want 0002:c903:00a1:b2c3, 0x0002c90300a1b2c3 or 0002c90300a1b2c3`,
+		`testdata/bad.conf:5: GUID 0000:0000:0000:0000 is zero: devices without a node GUID cannot be named by it`,
+		`testdata/bad.conf:6: invalid name "a/b": contains '/'`,
+		`testdata/bad.conf:8: GUID 0002:c903:00a1:b2c3 already named "fab0-hca0" at line 7`,
+		`testdata/bad.conf:9: name "fab0-hca0" already given to 0002:c903:00a1:b2c3 at line 7`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("bad lines (-want +got):\n%s", diff)
+	}
+	const msg = `rename: testdata/bad.conf:2: want "GUID NAME", found 1 fields (and 6 more bad lines)`
+	if err.Error() != msg {
+		t.Errorf("error = %q, want %q", err, msg)
+	}
+	if !errors.Is(err, ErrInvalidName) {
+		t.Error("errors.Is(err, ErrInvalidName) = false for a map with an invalid name")
+	}
+}
+
+func TestParseMap(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    []MapEntry
+		wantErr string
+	}{
+		{"empty", "", nil, ""},
+		{"comments only", "# a\n   # b\n\n", nil, ""},
+		{"crlf", "0002:c903:00a1:b2c3 a\r\n0002c90300a1b2c4 b\r\n", []MapEntry{
+			{GUID: 0x0002c90300a1b2c3, Name: "a", Line: 1}, {GUID: 0x0002c90300a1b2c4, Name: "b", Line: 2},
+		}, ""},
+		{"no final newline", "0002:c903:00a1:b2c3 a", []MapEntry{{GUID: 0x0002c90300a1b2c3, Name: "a", Line: 1}}, ""},
+		{"comment right after the name", "0002:c903:00a1:b2c3 a #x", []MapEntry{{GUID: 0x0002c90300a1b2c3, Name: "a", Line: 1}}, ""},
+		{"same GUID in two forms", "0002:c903:00a1:b2c3 a\n0x0002c90300a1b2c3 b\n", nil,
+			`rename: f.conf:2: GUID 0002:c903:00a1:b2c3 already named "a" at line 1`},
+		{"name too long", "0002:c903:00a1:b2c3 " + strings.Repeat("n", 64), nil,
+			`rename: f.conf:1: invalid name "` + strings.Repeat("n", 64) + `": 64 bytes long, the kernel keeps at most 63`},
+		{"percent", "0002:c903:00a1:b2c3 ib%d", nil, `rename: f.conf:1: invalid name "ib%d": contains '%' (the kernel reads it as a name pattern)`},
+		{"dot dot", "0002:c903:00a1:b2c3 ..", nil, `rename: f.conf:1: invalid name "..": reserved by sysfs`},
+		{"control character", "0002:c903:00a1:b2c3 a\x01", nil, `rename: f.conf:1: invalid name "a\x01": contains a control character`},
+		{"name first", "fab0 0002:c903:00a1:b2c3", nil,
+			`rename: f.conf:1: invalid GUID "fab0": want 0002:c903:00a1:b2c3, 0x0002c90300a1b2c3 or 0002c90300a1b2c3`},
+		{"too large", strings.Repeat("#\n", maxMapSize), nil, "rename: read map f.conf: larger than 1048576 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := ParseMap(strings.NewReader(tt.in), "f.conf")
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("ParseMap error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, m.Entries); diff != "" {
+				t.Errorf("entries (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
