@@ -19,19 +19,45 @@ const maxDumpRetries = 3
 // time: finish or break out of a dump's iteration before the next call.
 type Client struct {
 	c *netlink.Conn
+	// redial opens a fresh socket; stale says the current one may hold
+	// replies of a request that ended early (a cancelled context in the
+	// middle of a dump), which would be read as the next request's.
+	redial func() (*netlink.Conn, error)
+	stale  bool
+}
+
+func dialConn() (*netlink.Conn, error) {
+	return netlink.Dial(familyRDMA, &netlink.Config{Strict: true})
 }
 
 // Dial opens a NETLINK_RDMA socket.
 func Dial() (*Client, error) {
-	c, err := netlink.Dial(familyRDMA, &netlink.Config{Strict: true})
+	c, err := dialConn()
 	if err != nil {
 		return nil, wrap("open netlink socket", err)
 	}
-	return &Client{c: c}, nil
+	return &Client{c: c, redial: dialConn}, nil
 }
 
 // newClient wraps an existing connection (tests use nltest).
 func newClient(c *netlink.Conn) *Client { return &Client{c: c} }
+
+// ready replaces a socket left out of step by an interrupted request.
+func (c *Client) ready() error {
+	if !c.stale {
+		return nil
+	}
+	if c.redial == nil {
+		return errors.New("netlink socket out of step after an interrupted request")
+	}
+	conn, err := c.redial()
+	if err != nil {
+		return err
+	}
+	c.c.Close()
+	c.c, c.stale = conn, false
+	return nil
+}
 
 // Close closes the socket.
 func (c *Client) Close() error { return c.c.Close() }
@@ -57,11 +83,17 @@ func ctxErr(ctx context.Context, err error) error {
 
 // do sends a request (not a dump) and returns the replies.
 func (c *Client) do(ctx context.Context, op uint16, flags netlink.HeaderFlags, attrs []byte) ([]netlink.Message, error) {
+	if err := c.ready(); err != nil {
+		return nil, err
+	}
 	defer c.withContext(ctx)()
 	msgs, err := c.c.Execute(netlink.Message{
 		Header: netlink.Header{Type: msgType(op), Flags: netlink.Request | flags},
 		Data:   attrs,
 	})
+	if err != nil && ctx.Err() != nil {
+		c.stale = true
+	}
 	return msgs, ctxErr(ctx, err)
 }
 
@@ -69,7 +101,16 @@ func (c *Client) do(ctx context.Context, op uint16, flags netlink.HeaderFlags, a
 // returns false. It reports whether the kernel flagged the dump as
 // interrupted.
 func (c *Client) dump(ctx context.Context, op uint16, attrs []byte, fn func(netlink.Message) bool) (interrupted bool, err error) {
+	if err := c.ready(); err != nil {
+		return false, err
+	}
 	defer c.withContext(ctx)()
+	// Any error before the dump's end leaves its remaining replies queued.
+	defer func() {
+		if err != nil {
+			c.stale = true
+		}
+	}()
 	req, err := c.c.Send(netlink.Message{
 		Header: netlink.Header{Type: msgType(op), Flags: netlink.Request | netlink.Dump},
 		Data:   attrs,

@@ -33,6 +33,7 @@ type Image struct {
 	BuiltAt   time.Time `json:"built_at"`   // when this image was built
 	SIWCC     string    `json:"siw_cc"`     // compiler siw.ko was built with
 	ForeignTC bool      `json:"foreign_tc"` // kbuild tools run on the suite's own libc
+	Recipe    string    `json:"recipe"`     // imageRecipe() when built; a change rebuilds
 }
 
 func (b *Builder) kernelDir(k Kernel) string { return filepath.Join(b.Cache, "kernels", k.Name) }
@@ -47,7 +48,7 @@ func (b *Builder) Cached(k Kernel) (Image, bool) {
 	// Paths are stored relative to the kernel's directory so a cache can move.
 	img.Vmlinuz = filepath.Join(b.kernelDir(k), img.Vmlinuz)
 	img.Initramfs = filepath.Join(b.kernelDir(k), img.Initramfs)
-	if _, err := os.Stat(img.Initramfs); err != nil {
+	if _, err := os.Stat(img.Initramfs); err != nil || img.Recipe != imageRecipe() {
 		return Image{}, false
 	}
 	return img, true
@@ -68,7 +69,10 @@ func (b *Builder) Build(ctx context.Context, k Kernel) (Image, error) {
 func (b *Builder) build(ctx context.Context, k Kernel) (Image, error) {
 	log := b.Log.With("kernel", k.Name)
 	start := time.Now()
-	dir := b.kernelDir(k)
+	// Build beside the cached image and swap at the end, so guests started
+	// meanwhile keep booting the old one.
+	final := b.kernelDir(k)
+	dir := final + ".new"
 	if err := os.RemoveAll(dir); err != nil {
 		return Image{}, err
 	}
@@ -168,7 +172,7 @@ func (b *Builder) build(ctx context.Context, k Kernel) (Image, error) {
 	img := Image{
 		Kernel: k.Name, Release: release, Version: version, Packages: names, Modules: mods,
 		Vmlinuz: vmlinuz, Initramfs: initramfs, BuiltAt: time.Now().UTC(),
-		SIWCC: siw.cc, ForeignTC: siw.foreign,
+		SIWCC: siw.cc, ForeignTC: siw.foreign, Recipe: imageRecipe(),
 	}
 	stored := img
 	stored.Vmlinuz, _ = filepath.Rel(dir, vmlinuz)
@@ -177,6 +181,17 @@ func (b *Builder) build(ctx context.Context, k Kernel) (Image, error) {
 	if err := os.WriteFile(filepath.Join(dir, "image.json"), raw, 0o644); err != nil {
 		return Image{}, err
 	}
+	old := final + ".old"
+	os.RemoveAll(old)
+	if err := os.Rename(final, old); err != nil && !os.IsNotExist(err) {
+		return Image{}, err
+	}
+	if err := os.Rename(dir, final); err != nil {
+		return Image{}, err
+	}
+	os.RemoveAll(old)
+	img.Vmlinuz = filepath.Join(final, stored.Vmlinuz)
+	img.Initramfs = filepath.Join(final, stored.Initramfs)
 	log.Info("kernel ready", "release", release, "duration_seconds", time.Since(start).Seconds())
 	return img, nil
 }

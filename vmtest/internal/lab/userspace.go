@@ -2,7 +2,9 @@ package lab
 
 import (
 	"context"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,6 +31,7 @@ var skipPrefixes = []string{
 	"usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
 	"usr/share/lintian", "usr/share/bash-completion", "usr/share/zsh",
 	"etc/init.d", "lib/systemd", "usr/lib/systemd", "etc/systemd",
+	"usr/lib/udev/hwdb.d", "lib/udev/hwdb.d", // 11 MB of hardware names
 }
 
 // hostLibDirs are searched for libraries the packages do not bring.
@@ -39,7 +42,7 @@ func (b *Builder) userspace(ctx context.Context) (string, error) {
 	dir := filepath.Join(b.Cache, "userspace")
 	tree := filepath.Join(dir, "tree")
 	stamp := filepath.Join(dir, "ready")
-	if _, err := os.Stat(stamp); err == nil && !b.Refresh {
+	if got, err := os.ReadFile(stamp); err == nil && string(got) == userspaceRecipe() && !b.Refresh {
 		return tree, nil
 	}
 	b.Log.Info("building userspace", "packages", len(userPackages))
@@ -62,7 +65,7 @@ func (b *Builder) userspace(ctx context.Context) (string, error) {
 	if err := resolveLibraries(tree, hostLibDirs); err != nil {
 		return "", err
 	}
-	return tree, os.WriteFile(stamp, nil, 0o644)
+	return tree, os.WriteFile(stamp, []byte(userspaceRecipe()), 0o644)
 }
 
 // usrPath maps a package path onto the merged-/usr layout of the guest.
@@ -212,4 +215,29 @@ func resolveLibraries(tree string, hostDirs []string) error {
 		return errors.New("libraries not found in the packages or on the host: " + strings.Join(slices.Compact(missing), ", "))
 	}
 	return nil
+}
+
+// userspaceRecipe fingerprints what goes into the userspace tree, so a
+// change to the package list rebuilds a cached tree.
+func userspaceRecipe() string {
+	return fingerprint(strings.Join(userPackages, " "), strings.Join(skipPrefixes, " "), strings.Join(hostLibDirs, " "))
+}
+
+// imageRecipe fingerprints what goes into a kernel's image besides the
+// kernel packages: the userspace, the modules /init loads, and /init.
+func imageRecipe() string {
+	var mods []string
+	for _, m := range guestModules {
+		mods = append(mods, m.name)
+	}
+	return fingerprint(userspaceRecipe(), strings.Join(mods, " "), initScript)
+}
+
+func fingerprint(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
