@@ -185,8 +185,10 @@ loop:
 	if err := scan(); err != nil {
 		return CheckReport{}, err
 	}
-	if st, ok := src.(interface{ Lost() uint64 }); ok && src != nil {
-		rep.LostEvents = st.Lost()
+	if st, ok := src.(interface{ Stats() (bpf.Stats, error) }); ok {
+		if stats, err := st.Stats(); err == nil {
+			rep.LostEvents = stats.Total()
+		}
 	}
 	rep.Report = w.Findings()
 	return rep, nil

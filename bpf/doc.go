@@ -1,12 +1,84 @@
 // Package bpf traces the queue pair lifecycle on ib_core with eBPF: QP
 // create, modify and destroy, async QP events (LAST_WQE_REACHED among them),
-// device events and drains. Programs are C compiled by bpf2go
-// (github.com/cilium/ebpf) with CO-RE, so one object runs on every kernel of
-// the lab matrix; the generated objects are committed.
+// device events, registration, unregistration and renames, and drains.
+// Programs are C (qp.c) compiled by bpf2go (github.com/cilium/ebpf) with
+// CO-RE, so one object runs on every kernel of the lab matrix (6.1, 6.12,
+// 7.x) although struct ib_device and struct ib_qp differ between them; the
+// generated objects are committed, and `go generate ./bpf` reproduces them
+// with Debian's clang-14. It does not read netlink: callers join what it
+// sees with rdmanl's snapshots.
+//
+// # Probes
+//
+// Each traced function gets fentry/fexit programs (a BPF trampoline) where
+// the kernel allows it, kprobe/kretprobe otherwise, chosen per function at
+// Open by trying (Options.Kprobes forces kprobes); Tracer.Probes and
+// Tracer.Mode report the outcome. Kprobes are attached one by one (Debian's
+// 6.1 has no kprobe_multi).
+//
+//   - ib_create_qp_user, ib_create_qp_kernel (return): the new QP, its
+//     device, number, type and SRQ (with the SRQ's restrack number), the
+//     calling task, and for kernel QPs the creating module (restrack
+//     kern_name: "ib_core" for the GSI QP of a new device).
+//   - _ib_modify_qp (entry and return): every kernel and user modify; the
+//     new state when the mask has IB_QP_STATE, and the result.
+//   - ib_destroy_qp_user: the QP's fields at entry (it is freed before the
+//     return), the result at return.
+//   - __ib_qp_event_handler (6.11+; every non-XRC QP, kernel QPs included),
+//     else ib_uverbs_qp_event_handler (user QPs of any provider), and
+//     __ib_shared_qp_event_handler (XRC targets): async QP events.
+//     ib_uverbs_async_handler is not probed: GCC split it into a .part clone
+//     that probes miss.
+//   - ib_dispatch_event: device and port events; ib_register_device
+//     (return), __ib_unregister_device, ib_device_rename.
+//   - ib_drain_qp, ib_drain_rq: entry and return with the time taken (a
+//     60 s drain on 7.x means the SRQ drain waited in vain for
+//     LAST_WQE_REACHED).
+//
+// A function a kernel lacks is skipped (logged at Debug, reported by
+// Probes); ib_uverbs_qp_event_handler exists only while ib_uverbs is
+// loaded. Before 6.11 the async events of kernel QPs are not seen.
+//
+// Modify, destroy and rename events carry the time the call began but are
+// written when it returns, so an async event raised during the call can come
+// first in the stream: order by Event.Time. Device names are read from the
+// kernel at each event, so they follow renames.
+//
+// # Delivery
+//
+// Records go through one ring buffer (4 MiB by default). The programs wake
+// the reader only when it is a sixteenth full; otherwise Events polls every
+// 100 ms, so an event reaches the caller within about 100 ms. A record that
+// does not fit is dropped and counted, as are probe runs the kernel skipped
+// and returns seen without their entry: Stats reports them, Events logs them
+// at Warn, nothing is lost silently.
+//
+// On a fully preemptible kernel (Debian's 7.x: PREEMPT_LAZY) a task can be
+// preempted inside an fentry program; another task that reaches the same
+// function on that CPU meanwhile is not traced (the kernel's recursion
+// guard, counted in Stats.Missed). Under the lab's heaviest churn that is a
+// few in 10,000 events. Kprobe programs run with preemption off and do not
+// miss this way: Options.Kprobes trades overhead for them.
 //
 // # Privileges
 //
-// Loading needs CAP_BPF and CAP_PERFMON (or root) and kernel BTF. Without
-// them Open returns an error that says which is missing, and callers fall
-// back to netlink only.
+// Loading needs CAP_BPF and CAP_PERFMON (or root) and kernel BTF for
+// vmlinux and ib_core (/sys/kernel/btf). Without them Open returns an error
+// that says which is missing, wrapping ErrNoPrivilege, ErrNoBTF or
+// ErrNoIBCore, and callers fall back to netlink only. fentry on a module
+// also needs CAP_SYS_ADMIN to open the module's BTF object; without it the
+// probes fall back to kprobes (logged at Warn).
+//
+// # Module references
+//
+// An attached fentry/fexit program holds a reference on the module it
+// traces. While a Tracer in fentry mode is open, ib_core's reference count
+// is raised (by about 17 in the lab) and `modprobe -r ib_core` fails even
+// when nothing else uses it: the kernel refuses with EWOULDBLOCK, which
+// kmod's modprobe reports as "Module ib_core is in use" (busybox: "Resource
+// temporarily unavailable"). Close drops the references. Kprobes do not pin:
+// with Options.Kprobes, ib_core can be unloaded under a running Tracer,
+// whose probes then stop firing (measured in the lab on 6.12). Nothing is
+// pinned in bpffs; Close, or the process's exit, removes every program,
+// link and map.
 package bpf

@@ -70,7 +70,8 @@ func (e IBEvent) MarshalText() ([]byte, error) { return []byte(e.String()), nil 
 type Event struct {
 	Kind Kind
 	// Time is when the probe fired (CLOCK_MONOTONIC converted to wall
-	// time at decode).
+	// time at decode): for modify, destroy and rename the time the call
+	// began, for creates, registers and drain ends the time it returned.
 	Time time.Time
 	// DevIndex and DevName identify the ib_device (every kind).
 	DevIndex uint32
@@ -86,10 +87,13 @@ type Event struct {
 	NewState rdmanl.QPState
 	HasState bool
 	// Result is the function's return: 0 or a negative errno (create,
-	// modify, destroy, drain end).
+	// modify, destroy, register, rename; the drains return nothing).
 	Result int32
-	// PID, TID and Comm are the calling task's (user QPs); KernOwner is the
-	// kernel module that created a kernel QP (ib_create_qp_kernel's caller).
+	// PID, TID and Comm are the calling task's (every kind but the async
+	// QP and device events, which run in whatever context the provider
+	// raised them). KernOwner is the kernel module that created a kernel QP
+	// (ib_create_qp_kernel's caller, the restrack kern_name), on every QP
+	// kind; it is empty for user QPs.
 	PID, TID  uint32
 	Comm      string
 	KernOwner string
@@ -99,4 +103,9 @@ type Event struct {
 	Port    uint32
 	// NewName is the device's name after a rename.
 	NewName string
+	// Probe is the kernel function whose probe recorded the event, such as
+	// "ib_create_qp_kernel", "__ib_qp_event_handler" or "ib_drain_rq".
+	Probe string
+	// Duration is how long a drain took (drain end).
+	Duration time.Duration
 }

@@ -15,6 +15,13 @@ var facts = map[string]map[string]bool{
 	"netlink shows siw QP state": {"6.1": false, "6.12": true, "7.x": true},
 	// siw never generates it.
 	"siw emits LAST_WQE_REACHED": {"6.1": false, "6.12": false, "7.x": false},
+	// ib_core wraps every QP's event handler in __ib_qp_event_handler from
+	// 6.11 on, so one probe sees the events of kernel and user QPs; before,
+	// ib_uverbs_qp_event_handler sees user QPs' only (bpf.Tracer.Probes).
+	"ib_core has __ib_qp_event_handler": {"6.1": false, "6.12": true, "7.x": true},
+	// Debian builds ib_core with module BTF and the kernel attaches
+	// fentry/fexit (BPF trampolines) to its functions.
+	"fentry attaches to ib_core": {"6.1": true, "6.12": true, "7.x": true},
 }
 
 // Fact returns whether the guest's kernel shows the named behaviour, failing

@@ -1,0 +1,673 @@
+//go:build linux && (amd64 || arm64)
+
+package bpf
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/rdmatool/rdmatool/vmtest"
+)
+
+// Lab tests: they run inside the vmtest guest on every kernel of the matrix
+// (make test-lab) and skip elsewhere. Most drive `rdmatool trace -j` as a
+// user would; the rest use the package API.
+
+// traceLine is one line of `rdmatool trace -j`: an event, or the summary.
+type traceLine struct {
+	Kind            string  `json:"kind"`
+	Time            string  `json:"time"`
+	Device          string  `json:"device"`
+	DevIndex        uint32  `json:"dev_index"`
+	QPN             uint32  `json:"qpn"`
+	QPType          string  `json:"qp_type"`
+	SRQ             bool    `json:"srq"`
+	SRQN            uint32  `json:"srqn"`
+	NewState        string  `json:"new_state"`
+	Result          int32   `json:"result"`
+	PID             uint32  `json:"pid"`
+	TID             uint32  `json:"tid"`
+	Comm            string  `json:"comm"`
+	KernOwner       string  `json:"kern_owner"`
+	Event           string  `json:"event"`
+	EventCode       uint32  `json:"event_code"`
+	Port            uint32  `json:"port"`
+	NewName         string  `json:"new_name"`
+	Probe           string  `json:"probe"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	// The summary's counts.
+	Events uint64 `json:"events"`
+	Lost   uint64 `json:"lost"`
+	at     time.Time
+	raw    string
+}
+
+func (l traceLine) String() string { return l.raw }
+
+// traceRun is a running `rdmatool trace -j`.
+type traceRun struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []traceLine
+	stderr strings.Builder
+	done   chan struct{}
+}
+
+// startTrace runs `rdmatool trace -j ARGS...` and waits until it says its
+// probes are attached. It is killed when the test ends, if still running.
+func startTrace(t *testing.T, args ...string) *traceRun {
+	t.Helper()
+	r := &traceRun{done: make(chan struct{})}
+	r.cmd = exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"trace", "-j"}, args...)...)
+	stdout, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := r.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	attached := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			l := traceLine{raw: sc.Text()}
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				l.Kind = "unparsed"
+			}
+			l.at, _ = time.Parse(time.RFC3339Nano, l.Time)
+			r.mu.Lock()
+			r.lines = append(r.lines, l)
+			r.mu.Unlock()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		sc := bufio.NewScanner(stderr)
+		once := sync.Once{}
+		for sc.Scan() {
+			r.mu.Lock()
+			r.stderr.WriteString(sc.Text() + "\n")
+			r.mu.Unlock()
+			if strings.HasPrefix(sc.Text(), "rdmatool trace: attached") {
+				once.Do(func() { close(attached) })
+			}
+		}
+	}()
+	go func() {
+		wg.Wait()
+		r.cmd.Wait()
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-r.done:
+		default:
+			r.cmd.Process.Kill()
+			<-r.done
+		}
+	})
+	select {
+	case <-attached:
+	case <-r.done:
+		t.Fatalf("rdmatool trace ended before attaching: %s", r.errText())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("rdmatool trace did not attach within 2m: %s", r.errText())
+	}
+	return r
+}
+
+func (r *traceRun) errText() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stderr.String()
+}
+
+// stop interrupts the trace (SIGINT), expects exit status 130 and a summary
+// without lost events, and returns the events.
+func (r *traceRun) stop(t *testing.T) []traceLine {
+	t.Helper()
+	r.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-r.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("rdmatool trace did not end within 1m of SIGINT: %s", r.errText())
+	}
+	if code := r.cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("rdmatool trace exit status %d after SIGINT, want 130; stderr: %s", code, r.errText())
+	}
+	return r.events(t)
+}
+
+// events checks the last line, the summary, and returns the lines before it.
+func (r *traceRun) events(t *testing.T) []traceLine {
+	t.Helper()
+	r.mu.Lock()
+	lines := slices.Clone(r.lines)
+	r.mu.Unlock()
+	if len(lines) == 0 || lines[len(lines)-1].Kind != "summary" {
+		t.Fatalf("rdmatool trace -j did not end with a summary line; stderr: %s", r.errText())
+	}
+	sum, evs := lines[len(lines)-1], lines[:len(lines)-1]
+	if sum.Lost != 0 {
+		t.Errorf("summary: %s, want nothing lost", sum.raw)
+	}
+	if sum.Events != uint64(len(evs)) {
+		t.Errorf("summary counts %d events, %d printed", sum.Events, len(evs))
+	}
+	for _, l := range evs {
+		if l.Kind == "unparsed" || l.at.IsZero() {
+			t.Errorf("bad line: %s", l.raw)
+		}
+	}
+	return evs
+}
+
+// byTime orders events as they happened: modify and destroy are written
+// when the call returns but carry the time it began (see Events).
+func byTime(evs []traceLine) []traceLine {
+	out := slices.Clone(evs)
+	slices.SortStableFunc(out, func(a, b traceLine) int { return a.at.Compare(b.at) })
+	return out
+}
+
+// rdmaJSON runs iproute2's rdma with -j and decodes its array.
+func rdmaJSON(t *testing.T, args ...string) []map[string]any {
+	t.Helper()
+	out, err := exec.Command("rdma", append([]string{"-j"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("rdma -j %v: %v", args, err)
+	}
+	var v []map[string]any
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("rdma -j %v: %v: %s", args, err, out)
+	}
+	return v
+}
+
+// srqnOf finds the number netlink gives the SRQ a process made on dev.
+func srqnOf(t *testing.T, dev vmtest.Device, pid int) uint32 {
+	t.Helper()
+	for _, s := range rdmaJSON(t, "res", "show", "srq", "dev", string(dev)) {
+		if p, _ := s["pid"].(float64); int(p) == pid {
+			n, _ := s["srqn"].(float64)
+			return uint32(n)
+		}
+	}
+	t.Fatalf("no SRQ of pid %d on %s in rdma res show srq", pid, dev)
+	return 0
+}
+
+// connectArgs connects pairs the way each provider allows: by hand on RoCE,
+// through rdma_cm on iWARP, where only the CM can take a QP to RTS.
+func connectArgs(d vmtest.Device) []string {
+	if d == vmtest.SIW {
+		return []string{"--connect", "cm", "--addr", d.Addr()}
+	}
+	return []string{"--connect", "verbs"}
+}
+
+var stateOrder = map[string]int{"RESET": 0, "INIT": 1, "RTR": 2, "RTS": 3, "ERR": 6}
+
+// TestLabTraceSRQLifecycle: a workload creates an RC pair on an SRQ, moves
+// it to RTS and then ERR, and tears it down the IB spec 10.3.1 way. The
+// trace shows, per QP and in order: the create (type, SRQ and its number,
+// PID, comm), each state change, LAST_WQE_REACHED where the provider sends
+// it and not where it does not, and the destroy.
+func TestLabTraceSRQLifecycle(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	for _, d := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
+		for _, mode := range []string{"fentry", "kprobes"} {
+			t.Run(fmt.Sprintf("%s %s on %s", d, mode, vmtest.Kernel()), func(t *testing.T) {
+				args := []string{"--dev", string(d)}
+				if mode == "kprobes" {
+					args = append(args, "--kprobes")
+				}
+				tr := startTrace(t, args...)
+				w := vmtest.StartWorkload(t, append([]string{"--dev", string(d), "--pairs", "--qps", "1", "--srq", "--to", "ERR",
+					"--teardown", "spec", "--last-wqe-timeout-ms", "500", "--hold", "stdin"}, connectArgs(d)...)...)
+				ready := w.WaitFor("ready", time.Minute)
+				srqn := srqnOf(t, d, ready.PID)
+				qps := w.QPs()
+				w.Release(time.Minute)
+				evs := tr.stop(t)
+				if len(qps) != 2 {
+					t.Fatalf("workload made %d QPs, want 2", len(qps))
+				}
+				for _, qp := range qps {
+					checkSRQLifecycle(t, d, ready.PID, srqn, qp.QPN, evs)
+				}
+			})
+		}
+	}
+}
+
+func checkSRQLifecycle(t *testing.T, d vmtest.Device, pid int, srqn, qpn uint32, all []traceLine) {
+	t.Helper()
+	var evs []traceLine
+	for _, e := range byTime(all) {
+		if e.QPN == qpn && e.Device == string(d) && e.QPType != "" {
+			evs = append(evs, e)
+		}
+	}
+	if len(evs) < 3 {
+		t.Fatalf("QP %d: %d events, want create, modifies and destroy: %v", qpn, len(evs), evs)
+	}
+	for _, e := range evs {
+		if e.QPType != "RC" || !e.SRQ || e.SRQN != srqn || e.KernOwner != "" {
+			t.Errorf("QP %d: want an RC user QP on SRQ %d: %s", qpn, srqn, e)
+		}
+		switch e.Kind {
+		case "qp_create", "qp_modify", "qp_destroy":
+			// siw's kernel CM may change states itself: only the
+			// workload's own calls carry its PID.
+			if e.Result != 0 || e.Kind != "qp_modify" && (e.PID != uint32(pid) || e.Comm != "qpwork") {
+				t.Errorf("QP %d: want result 0 by qpwork (pid %d): %s", qpn, pid, e)
+			}
+		}
+	}
+	first, last := evs[0], evs[len(evs)-1]
+	if first.Kind != "qp_create" || first.Probe != "ib_create_qp_user" {
+		t.Errorf("QP %d: first event %s, want qp_create by ib_create_qp_user", qpn, first)
+	}
+	if last.Kind != "qp_destroy" || last.Probe != "ib_destroy_qp_user" {
+		t.Errorf("QP %d: last event %s, want qp_destroy by ib_destroy_qp_user", qpn, last)
+	}
+	var states []string
+	lastWQE, errAt := 0, -1
+	for i, e := range evs[1 : len(evs)-1] {
+		switch {
+		case e.Kind == "qp_modify" && e.NewState != "":
+			if e.PID != uint32(pid) || e.Comm != "qpwork" {
+				t.Errorf("QP %d: state change not by qpwork: %s", qpn, e)
+			}
+			states = append(states, e.NewState)
+			if e.NewState == "ERR" {
+				errAt = i
+			}
+		case e.Kind == "qp_modify":
+		case e.Kind == "qp_event" && e.EventCode == 16 && e.Event == "QP_LAST_WQE_REACHED":
+			lastWQE++
+			if errAt < 0 {
+				t.Errorf("QP %d: LAST_WQE_REACHED before ERR: %v", qpn, evs)
+			}
+		default:
+			t.Errorf("QP %d: unexpected event between create and destroy: %s", qpn, e)
+		}
+	}
+	if d == vmtest.RXE {
+		if want := []string{"INIT", "RTR", "RTS", "ERR"}; !slices.Equal(states, want) {
+			t.Errorf("QP %d: states %v, want %v", qpn, states, want)
+		}
+	} else {
+		// librdmacm on iWARP: INIT (again on the passive side, with RTR),
+		// the CM takes the QP to RTS inside siw, the workload to ERR.
+		for i := 1; i < len(states); i++ {
+			if stateOrder[states[i]] < stateOrder[states[i-1]] {
+				t.Errorf("QP %d: states %v go backwards", qpn, states)
+			}
+		}
+		if len(states) < 2 || states[0] != "INIT" || states[len(states)-1] != "ERR" {
+			t.Errorf("QP %d: states %v, want INIT first and ERR last", qpn, states)
+		}
+	}
+	if want := vmtest.EmitsLastWQE(t, d); (lastWQE > 0) != want {
+		t.Errorf("QP %d on kernel %s: %d LAST_WQE_REACHED between ERR and destroy, want them %v: %v", qpn, vmtest.Kernel(), lastWQE, want, evs)
+	}
+}
+
+// run runs a command in the guest, failing t if it fails.
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %v: %v: %s", name, args, err, out)
+	}
+}
+
+// TestLabTraceDeviceLifecycle adds an rxe device on a fresh netdev while
+// tracing: its registration, the GSI QP ib_core makes for it (a kernel QP,
+// owner "ib_core"), port events, a rename, the unregistration and the GSI
+// QP's destroy, all under the device's current name.
+func TestLabTraceDeviceLifecycle(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	for _, mode := range []string{"fentry", "kprobes"} {
+		t.Run(mode+" on "+vmtest.Kernel(), func(t *testing.T) {
+			var args []string
+			if mode == "kprobes" {
+				args = append(args, "--kprobes")
+			}
+			tr := startTrace(t, args...)
+			t.Cleanup(func() {
+				exec.Command("rdma", "link", "delete", "trcrxe2").Run()
+				exec.Command("rdma", "link", "delete", "trcrxe").Run()
+				exec.Command("ip", "link", "del", "trc0").Run()
+			})
+			run(t, "ip", "link", "add", "name", "trc0", "address", "02:00:00:00:0b:01", "type", "dummy")
+			run(t, "ip", "link", "set", "trc0", "up")
+			run(t, "rdma", "link", "add", "trcrxe", "type", "rxe", "netdev", "trc0")
+			run(t, "ip", "link", "set", "trc0", "down")
+			run(t, "ip", "link", "set", "trc0", "up")
+			run(t, "rdma", "dev", "set", "trcrxe", "name", "trcrxe2")
+			run(t, "rdma", "link", "delete", "trcrxe2")
+			run(t, "ip", "link", "del", "trc0")
+			evs := tr.stop(t)
+
+			var reg *traceLine
+			for i, e := range evs {
+				if e.Kind == "device_register" && e.Device == "trcrxe" {
+					reg = &evs[i]
+				}
+			}
+			if reg == nil {
+				t.Fatalf("no device_register of trcrxe: %v", evs)
+			}
+			if reg.Result != 0 || reg.Comm != "rdma" || reg.Probe != "ib_register_device" {
+				t.Errorf("register: %s", reg)
+			}
+			var mine []traceLine
+			for _, e := range byTime(evs) {
+				if e.DevIndex == reg.DevIndex && (e.Device == "trcrxe" || e.Device == "trcrxe2") {
+					mine = append(mine, e)
+				}
+			}
+			find := func(what string, match func(traceLine) bool) traceLine {
+				t.Helper()
+				for _, e := range mine {
+					if match(e) {
+						return e
+					}
+				}
+				t.Errorf("no %s among the device's events: %v", what, mine)
+				return traceLine{}
+			}
+			gsi := find("GSI QP create", func(e traceLine) bool { return e.Kind == "qp_create" && e.QPType == "GSI" })
+			if gsi.QPN != 1 || gsi.KernOwner != "ib_core" || gsi.Probe != "ib_create_qp_kernel" || gsi.Result != 0 || gsi.Device != "trcrxe" {
+				t.Errorf("GSI QP create: %s; want QP 1 of trcrxe owned by ib_core", gsi)
+			}
+			var states []string
+			for _, e := range mine {
+				if e.Kind == "qp_modify" && e.QPN == 1 && e.NewState != "" {
+					states = append(states, e.NewState)
+					if e.KernOwner != "ib_core" {
+						t.Errorf("GSI modify without its owner: %s", e)
+					}
+				}
+			}
+			if len(states) < 3 || !slices.Equal(states[:3], []string{"INIT", "RTR", "RTS"}) {
+				t.Errorf("GSI QP states %v, want INIT RTR RTS first", states)
+			}
+			portErr := find("PORT_ERR", func(e traceLine) bool { return e.Kind == "device_event" && e.Event == "PORT_ERR" })
+			if portErr.Port != 1 || portErr.EventCode != 10 || portErr.Probe != "ib_dispatch_event" {
+				t.Errorf("PORT_ERR: %s", portErr)
+			}
+			find("PORT_ACTIVE after PORT_ERR", func(e traceLine) bool {
+				return e.Kind == "device_event" && e.Event == "PORT_ACTIVE" && e.Port == 1 && e.at.After(portErr.at)
+			})
+			ren := find("rename", func(e traceLine) bool { return e.Kind == "device_rename" })
+			if ren.Device != "trcrxe" || ren.NewName != "trcrxe2" || ren.Result != 0 || ren.Comm != "rdma" {
+				t.Errorf("rename: %s; want trcrxe to trcrxe2", ren)
+			}
+			unreg := find("unregister", func(e traceLine) bool { return e.Kind == "device_unregister" })
+			if unreg.Device != "trcrxe2" || unreg.Probe != "__ib_unregister_device" {
+				t.Errorf("unregister: %s; want it under the new name", unreg)
+			}
+			destroy := find("GSI QP destroy", func(e traceLine) bool { return e.Kind == "qp_destroy" && e.QPN == 1 })
+			if destroy.Device != "trcrxe2" || destroy.KernOwner != "ib_core" || destroy.Result != 0 || destroy.at.Before(unreg.at) {
+				t.Errorf("GSI QP destroy: %s; want it after the unregistration, under the new name", destroy)
+			}
+			if n := len(slices.DeleteFunc(slices.Clone(mine), func(e traceLine) bool { return e.Kind != "device_unregister" })); n != 1 {
+				t.Errorf("%d unregister events, want 1", n)
+			}
+		})
+	}
+}
+
+// TestLabTraceDuration: --duration ends the trace with status 0 and the
+// summary on stderr (text) or as the last line (-j).
+func TestLabTraceDuration(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "trace", "--duration", "1s")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("rdmatool trace --duration 1s: %v; stderr: %s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "rdmatool trace: attached ") || !strings.Contains(stderr.String(), " events, 0 lost (") {
+		t.Errorf("stderr %q: want the attach line and the summary", stderr.String())
+	}
+	r := &traceRun{done: make(chan struct{})}
+	r.cmd = exec.Command(vmtest.Bin(t, "rdmatool"), "trace", "-j", "--duration", "1s")
+	out, err := r.cmd.Output()
+	if err != nil {
+		t.Fatalf("rdmatool trace -j --duration 1s: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		l := traceLine{raw: line}
+		json.Unmarshal([]byte(line), &l)
+		l.at, _ = time.Parse(time.RFC3339Nano, l.Time)
+		r.lines = append(r.lines, l)
+	}
+	r.events(t)
+}
+
+// TestLabTraceNoPrivilege: without capabilities, one line says what is
+// missing, and the exit status is 2.
+func TestLabTraceNoPrivilege(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "trace")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("rdmatool trace as nobody: %v, want exit status 2: %s", err, out)
+	}
+	want := "rdmatool: bpf: open probes: no privilege to trace: missing CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) " +
+		"(run as root, or grant CAP_BPF and CAP_PERFMON)\n"
+	if string(out) != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+}
+
+// moduleRefs reads how many references hold ib_core.
+func moduleRefs(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/sys/module/ib_core/refcnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestLabOpen checks the API: which probes attach how on this kernel, that
+// fentry pins ib_core while attached and kprobes do not, that Events
+// delivers a churn completely and ends on Close, and that Close detaches.
+func TestLabOpen(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	for _, kprobes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kprobes=%v on %s", kprobes, vmtest.Kernel()), func(t *testing.T) {
+			before := moduleRefs(t)
+			tr, err := Open(log, Options{Kprobes: kprobes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			wantMode := ModeKprobe
+			if !kprobes && vmtest.Fact(t, "fentry attaches to ib_core") {
+				wantMode = ModeFentry
+			}
+			if tr.Mode() != wantMode {
+				t.Errorf("Mode = %s, want %s: %+v", tr.Mode(), wantMode, tr.Probes())
+			}
+			hasQPHandler := vmtest.Fact(t, "ib_core has __ib_qp_event_handler")
+			for _, p := range tr.Probes() {
+				want := wantMode
+				switch {
+				case p.Function == "__ib_qp_event_handler" && !hasQPHandler:
+					want = ModeNone
+				case p.Function == "ib_uverbs_qp_event_handler" && hasQPHandler:
+					want = ModeNone // covered by __ib_qp_event_handler
+				}
+				if p.Mode != want {
+					t.Errorf("probe %s: mode %s (%s), want %s", p.Function, p.Mode, p.Note, want)
+				}
+				t.Logf("probe %s: %s %s", p.Function, p.Mode, p.Note)
+			}
+			// fentry programs hold a reference on ib_core (a trampoline in
+			// the module's text); kprobes do not.
+			during := moduleRefs(t)
+			if pinned := during > before; pinned != (wantMode == ModeFentry) {
+				t.Errorf("ib_core references %d with probes attached, %d before: pinned %v, want %v",
+					during, before, pinned, wantMode == ModeFentry)
+			}
+
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			type result struct {
+				creates, modifies, destroys int
+				err                         error
+			}
+			done := make(chan result, 1)
+			var pid int
+			var pidMu sync.Mutex
+			go func() {
+				var r result
+				for ev, err := range tr.Events(ctx) {
+					if err != nil {
+						r.err = err
+						break
+					}
+					pidMu.Lock()
+					mine := pid != 0 && ev.PID == uint32(pid)
+					pidMu.Unlock()
+					if !mine {
+						continue
+					}
+					switch ev.Kind {
+					case KindQPCreate:
+						r.creates++
+					case KindQPModify:
+						r.modifies++
+					case KindQPDestroy:
+						r.destroys++
+					}
+				}
+				done <- r
+			}()
+			w := vmtest.StartWorkload(t, "--dev", "rxe0", "--churn", "200")
+			pidMu.Lock()
+			pid = w.PID()
+			pidMu.Unlock()
+			w.Wait(2 * time.Minute)
+			cancel() // the records are in the ring: Events drains it, then ends
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("Events did not end after its context did")
+			}
+			if r.err != nil || r.creates != 200 || r.modifies != 800 || r.destroys != 200 {
+				t.Errorf("churn of 200 cycles: %d creates, %d modifies, %d destroys, err %v; want 200, 800, 200",
+					r.creates, r.modifies, r.destroys, r.err)
+			}
+			if st, err := tr.Stats(); err != nil || st.Total() != 0 {
+				t.Errorf("Stats = %+v, %v; want nothing lost", st, err)
+			}
+
+			// Close ends a running Events.
+			ended := make(chan struct{})
+			go func() {
+				for range tr.Events(t.Context()) {
+				}
+				close(ended)
+			}()
+			if err := tr.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			select {
+			case <-ended:
+			case <-time.After(time.Minute):
+				t.Fatal("Events did not end on Close")
+			}
+			if after := moduleRefs(t); after != before {
+				t.Errorf("ib_core references %d after Close, %d before", after, before)
+			}
+		})
+	}
+}
+
+// TestLabRecord records ring buffer records for the decoder's golden files
+// and fuzz seeds when run with -update (see testdata/README.md): the SRQ
+// lifecycle on rxe0 and siw0, and a device added, renamed and removed.
+func TestLabRecord(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	if !*update {
+		t.Skip("records only with -update")
+	}
+	for _, d := range []vmtest.Device{vmtest.RXE, vmtest.SIW, "dev"} {
+		t.Run(string(d), func(t *testing.T) {
+			tr, err := Open(slog.New(slog.DiscardHandler), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			if d == "dev" {
+				t.Cleanup(func() { exec.Command("ip", "link", "del", "trc0").Run() })
+				run(t, "ip", "link", "add", "name", "trc0", "address", "02:00:00:00:0b:01", "type", "dummy")
+				run(t, "ip", "link", "set", "trc0", "up")
+				run(t, "rdma", "link", "add", "trcrxe", "type", "rxe", "netdev", "trc0")
+				run(t, "ip", "link", "set", "trc0", "down")
+				run(t, "rdma", "dev", "set", "trcrxe", "name", "trcrxe2")
+				run(t, "rdma", "link", "delete", "trcrxe2")
+			} else {
+				vmtest.StartWorkload(t, append([]string{"--dev", string(d), "--pairs", "--qps", "1", "--srq", "--to", "ERR",
+					"--teardown", "spec", "--last-wqe-timeout-ms", "300"}, connectArgs(d)...)...).Wait(time.Minute)
+			}
+			var raw []byte
+			tr.reader.SetDeadline(time.Now())
+			var rec ringbuf.Record
+			for {
+				err := tr.reader.ReadInto(&rec)
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw = append(raw, rec.RawSample...)
+			}
+			if len(raw) == 0 {
+				t.Fatal("nothing recorded")
+			}
+			name := fmt.Sprintf("records_%s_%s.bin", vmtest.Kernel(), strings.TrimSuffix(string(d), "0"))
+			if err := os.WriteFile(filepath.Join("testdata", name), raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

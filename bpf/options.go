@@ -1,0 +1,67 @@
+package bpf
+
+import (
+	"errors"
+	"slices"
+)
+
+// Options configure a Tracer.
+type Options struct {
+	// Device keeps only the events of the device with this name ("" keeps
+	// every device). A rename matches by its old or its new name.
+	Device string
+	// QPNs keeps only QP events (create, modify, destroy, async QP events,
+	// drains) of these QP numbers; empty keeps all events. With QPNs set,
+	// device events are dropped.
+	QPNs []uint32
+	// PIDs keeps only the events of these processes (thread group ids);
+	// empty keeps all.
+	PIDs []uint32
+	// Kprobes attaches kprobes even where fentry/fexit would work. Kprobes
+	// cost a little more per call but do not pin ib_core (see the package
+	// documentation).
+	Kprobes bool
+	// BufferBytes is the ring buffer's size: a power of two, at least one
+	// page. Zero means 4 MiB, room for about 20,000 records.
+	BufferBytes int
+}
+
+// defaultBufferBytes is the ring buffer size when Options.BufferBytes is 0.
+const defaultBufferBytes = 4 << 20
+
+// errBufferSize is returned for a BufferBytes that is not a power of two.
+var errBufferSize = errors.New("ring buffer size must be a power of two of at least 4096 bytes")
+
+func (o Options) bufferBytes() (int, error) {
+	n := o.BufferBytes
+	if n == 0 {
+		return defaultBufferBytes, nil
+	}
+	if n < 4096 || n&(n-1) != 0 {
+		return 0, errBufferSize
+	}
+	return n, nil
+}
+
+// hasQP reports whether events of kind k are about one QP.
+func (k Kind) hasQP() bool {
+	switch k {
+	case KindQPCreate, KindQPModify, KindQPDestroy, KindQPEvent, KindDrainStart, KindDrainEnd:
+		return true
+	}
+	return false
+}
+
+// match reports whether ev passes the filters.
+func (o *Options) match(ev *Event) bool {
+	if o.Device != "" && ev.DevName != o.Device && (ev.Kind != KindDeviceRename || ev.NewName != o.Device) {
+		return false
+	}
+	if len(o.QPNs) > 0 && (!ev.Kind.hasQP() || !slices.Contains(o.QPNs, ev.QPN)) {
+		return false
+	}
+	if len(o.PIDs) > 0 && !slices.Contains(o.PIDs, ev.PID) {
+		return false
+	}
+	return true
+}

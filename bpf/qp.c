@@ -1,0 +1,842 @@
+//go:build ignore
+
+/* SPDX-License-Identifier: MIT OR GPL-2.0 */
+/*
+ * Probes on the queue pair lifecycle in ib_core. Each traced kernel function
+ * has an fentry/fexit variant and a kprobe/kretprobe variant; the loader
+ * (tracer_linux.go) attaches one of them per function and never both. Every
+ * record is a struct qp_event in the ring buffer "events"; bpf/record.go
+ * decodes it at fixed offsets, so the layout below is an ABI: change both or
+ * neither (TestRecordLayout checks them against each other).
+ */
+
+#include "ib.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+/* GPL-compatible: bpf_probe_read_kernel and the ring buffer need it. */
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* Record kinds: bpf.Kind in event.go. */
+enum kind {
+	KIND_QP_CREATE = 1,
+	KIND_QP_MODIFY = 2,
+	KIND_QP_DESTROY = 3,
+	KIND_QP_EVENT = 4,
+	KIND_DEVICE_EVENT = 5,
+	KIND_DEVICE_REGISTER = 6,
+	KIND_DEVICE_UNREGISTER = 7,
+	KIND_DEVICE_RENAME = 8,
+	KIND_DRAIN_START = 9,
+	KIND_DRAIN_END = 10,
+};
+
+/* Which function recorded the event: probeFunctions in probes.go. */
+enum probe {
+	PROBE_CREATE_QP_USER = 1,
+	PROBE_CREATE_QP_KERNEL = 2,
+	PROBE_MODIFY_QP = 3,
+	PROBE_DESTROY_QP_USER = 4,
+	PROBE_UVERBS_QP_EVENT = 5,
+	PROBE_QP_EVENT = 6,
+	PROBE_SHARED_QP_EVENT = 7,
+	PROBE_DISPATCH_EVENT = 8,
+	PROBE_REGISTER_DEVICE = 9,
+	PROBE_UNREGISTER_DEVICE = 10,
+	PROBE_DEVICE_RENAME = 11,
+	PROBE_DRAIN_QP = 12,
+	PROBE_DRAIN_RQ = 13,
+};
+
+#define FLAG_ON_SRQ (1 << 0)
+#define FLAG_HAS_STATE (1 << 1)
+
+/* Counter slots in the per-CPU array "counters": Stats in tracer_linux.go. */
+#define COUNTER_LOST 0      /* ring buffer full: record dropped */
+#define COUNTER_UNMATCHED 1 /* a return without its entry: record dropped */
+#define COUNTER_SLOTS 2
+
+struct qp_event {
+	__u64 ts_ns;       /*   0: bpf_ktime_get_ns (CLOCK_MONOTONIC) */
+	__u64 duration_ns; /*   8: drain end: time since the drain began */
+	__u8 kind;         /*  16 */
+	__u8 probe;        /*  17 */
+	__u8 qp_type;      /*  18 */
+	__u8 flags;        /*  19: FLAG_* */
+	__u32 dev_index;   /*  20 */
+	__u32 qpn;         /*  24 */
+	__u32 srqn;        /*  28 */
+	__s32 result;      /*  32: return value, 0 or -errno */
+	__u32 pid;         /*  36: tgid */
+	__u32 tid;         /*  40 */
+	__u32 ib_event;    /*  44 */
+	__u32 port;        /*  48 */
+	__u8 new_state;    /*  52 */
+	__u8 pad[3];       /*  53 */
+	char comm[16];     /*  56 */
+	char dev_name[64]; /*  72 */
+	char str[64];      /* 136: kernel owner (create) or new name (rename) */
+};                         /* 200 */
+
+/*
+ * Calls in progress, keyed by task and probe. Most returns need only the
+ * time of the entry and, for kprobes (which see no arguments at return), an
+ * argument or two: struct call. Destroy and rename need fields that are gone
+ * or changed at return, so their entry stashes the whole record.
+ */
+struct call_key {
+	__u64 pid_tgid;
+	__u32 probe;
+	__u32 pad;
+};
+
+struct call {
+	__u64 ts_ns;
+	__u64 arg0;
+	__u64 arg1;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22); /* Options.BufferBytes overrides it */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, COUNTER_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* LRU: an entry whose return never came (attached mid-call) ages out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct call_key);
+	__type(value, struct call);
+} calls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct call_key);
+	__type(value, struct qp_event);
+} pending SEC(".maps");
+
+/*
+ * fentry/fexit programs keep their calls in progress in task storage, which
+ * costs a fraction of a hash update per call: a slot per function, and two
+ * for destroy, because destroying an XRC QP destroys its target QP inside.
+ * A destroy slot belongs to the QP it records (fexit has the same argument),
+ * so a return the kernel skipped leaves one stale slot, not a miscount that
+ * would lose every later destroy of the task.
+ */
+struct task_calls {
+	__u64 modify_ts;
+	__u64 drain_ts[2];    /* ib_drain_qp, ib_drain_rq */
+	__u64 destroy_qp[2];  /* the QP each destroy slot records; 0: free */
+	struct qp_event destroy[2];
+	struct qp_event rename;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_calls);
+} task_calls SEC(".maps");
+
+/* Records in the ring before the reader is woken: set by the loader. */
+const volatile __u64 wakeup_bytes = 1 << 18;
+
+static __always_inline void count(__u32 slot)
+{
+	__u64 *n = bpf_map_lookup_elem(&counters, &slot);
+
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
+
+/*
+ * READ reads a field. fentry/fexit programs get BTF-typed arguments and
+ * load fields directly (with CO-RE offsets); kprobes get plain addresses and
+ * go through bpf_probe_read_kernel. direct is a constant in every caller, so
+ * only one branch is compiled into each program.
+ */
+#define READ(direct, p, ...) ((direct) ? (p)->__VA_ARGS__ : BPF_CORE_READ(p, __VA_ARGS__))
+
+static __always_inline void fill_task(struct qp_event *e)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	bpf_get_current_comm(&e->comm, sizeof(e->comm));
+}
+
+static __always_inline void fill_dev(struct qp_event *e, struct ib_device *dev, bool direct)
+{
+	if (!dev)
+		return;
+	e->dev_index = READ(direct, dev, index);
+	bpf_probe_read_kernel_str(&e->dev_name, sizeof(e->dev_name),
+				  __builtin_preserve_access_index(&dev->name));
+}
+
+static __always_inline void fill_qp(struct qp_event *e, struct ib_qp *qp, bool direct)
+{
+	struct ib_srq *srq;
+	const char *owner;
+
+	if (!qp)
+		return;
+	fill_dev(e, READ(direct, qp, device), direct);
+	e->qpn = READ(direct, qp, qp_num);
+	e->qp_type = READ(direct, qp, qp_type);
+	srq = READ(direct, qp, srq);
+	if (srq) {
+		e->flags |= FLAG_ON_SRQ;
+		e->srqn = READ(direct, srq, res.id);
+	}
+	owner = READ(direct, qp, res.kern_name);
+	if (owner)
+		bpf_probe_read_kernel_str(&e->str, sizeof(e->str), owner);
+}
+
+/*
+ * Waking the reader for every record would cost a wakeup per QP call under
+ * churn. The reader polls every 100 ms anyway (Events), so records are
+ * written without a wakeup unless the ring is filling up (wakeup_bytes, a
+ * sixteenth of it): then the reader is woken at once.
+ */
+static __always_inline __u64 wakeup_flags(void)
+{
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void submit(struct qp_event *e)
+{
+	bpf_ringbuf_submit(e, wakeup_flags());
+}
+
+static __always_inline void clear(struct qp_event *e, __u8 kind, __u8 probe, __u64 ts)
+{
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = ts;
+	e->kind = kind;
+	e->probe = probe;
+}
+
+/* reserve returns a zeroed record in the ring buffer, or NULL (counted). */
+static __always_inline struct qp_event *reserve(__u8 kind, __u8 probe, __u64 ts)
+{
+	struct qp_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		count(COUNTER_LOST);
+		return NULL;
+	}
+	clear(e, kind, probe, ts);
+	return e;
+}
+
+static __always_inline struct call_key key_of(__u8 probe)
+{
+	struct call_key k = {
+		.pid_tgid = bpf_get_current_pid_tgid(),
+		.probe = probe,
+	};
+	return k;
+}
+
+/* enter records the time of a call and up to two arguments. */
+static __always_inline void enter(__u8 probe, __u64 arg0, __u64 arg1)
+{
+	struct call_key k = key_of(probe);
+	struct call c = {.ts_ns = bpf_ktime_get_ns(), .arg0 = arg0, .arg1 = arg1};
+
+	bpf_map_update_elem(&calls, &k, &c, BPF_ANY);
+}
+
+/* leave takes what enter recorded; false (counted) when there is none. */
+static __always_inline bool leave(__u8 probe, struct call *c)
+{
+	struct call_key k = key_of(probe);
+	struct call *p = bpf_map_lookup_elem(&calls, &k);
+
+	if (!p) {
+		count(COUNTER_UNMATCHED);
+		return false;
+	}
+	*c = *p;
+	bpf_map_delete_elem(&calls, &k);
+	return true;
+}
+
+/* ---- What each function records, shared by both attach modes. ---- */
+
+/* QP create returned qp (or an ERR_PTR). */
+static __always_inline void on_create(__u8 probe, struct ib_qp *qp, bool direct)
+{
+	struct qp_event *e = reserve(KIND_QP_CREATE, probe, bpf_ktime_get_ns());
+
+	if (!e)
+		return;
+	fill_task(e);
+	if (IS_ERR_VALUE(qp))
+		e->result = (__s32)(long)qp;
+	else
+		fill_qp(e, qp, direct);
+	submit(e);
+}
+
+/*
+ * Modify returned: the record carries the time of the call, so an async
+ * event the call itself raised (rxe's LAST_WQE_REACHED after ERR) is later.
+ */
+static __always_inline void on_modify(__u64 ts, struct ib_qp *qp, struct ib_qp_attr *attr,
+				      int mask, long ret, bool direct)
+{
+	struct qp_event *e = reserve(KIND_QP_MODIFY, PROBE_MODIFY_QP, ts);
+
+	if (!e)
+		return;
+	fill_task(e);
+	fill_qp(e, qp, direct);
+	if (mask & IB_QP_STATE) {
+		e->flags |= FLAG_HAS_STATE;
+		e->new_state = READ(direct, attr, qp_state);
+	}
+	e->result = (__s32)ret;
+	submit(e);
+}
+
+static __always_inline struct task_calls *task_calls_get(bool create)
+{
+	return bpf_task_storage_get(&task_calls, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+/* Finish a record kept in task storage with the call's result. */
+static __always_inline void output(struct qp_event *e, long ret)
+{
+	e->result = (__s32)ret;
+	if (bpf_ringbuf_output(&events, e, sizeof(*e), wakeup_flags()))
+		count(COUNTER_LOST);
+}
+
+/* Entry of destroy: the QP is freed before the return, so read it now. */
+static __always_inline void on_destroy_entry(struct ib_qp *qp, bool direct)
+{
+	struct call_key k = key_of(PROBE_DESTROY_QP_USER);
+	struct qp_event e;
+
+	clear(&e, KIND_QP_DESTROY, PROBE_DESTROY_QP_USER, bpf_ktime_get_ns());
+	fill_task(&e);
+	fill_qp(&e, qp, direct);
+	bpf_map_update_elem(&pending, &k, &e, BPF_ANY);
+}
+
+/* Return of destroy and rename: the result completes the entry's record. */
+static __always_inline void on_pending_return(__u8 probe, long ret)
+{
+	struct call_key k = key_of(probe);
+	struct qp_event *p = bpf_map_lookup_elem(&pending, &k);
+
+	if (!p) {
+		count(COUNTER_UNMATCHED);
+		return;
+	}
+	output(p, ret);
+	bpf_map_delete_elem(&pending, &k);
+}
+
+static __always_inline void on_drain(__u8 kind, __u8 probe, struct ib_qp *qp, __u64 ts,
+				     __u64 duration, bool direct)
+{
+	struct qp_event *e = reserve(kind, probe, ts);
+
+	if (!e)
+		return;
+	fill_task(e);
+	fill_qp(e, qp, direct);
+	e->duration_ns = duration;
+	submit(e);
+}
+
+/*
+ * An async event for a QP: event->element.qp is the QP it is about. The
+ * verifier types a load from the union element as its first member (a CQ
+ * pointer), so event programs read through bpf_probe_read_kernel even under
+ * fentry (direct is false); they are rare.
+ */
+static __always_inline void on_qp_event(__u8 probe, struct ib_event *event, bool direct)
+{
+	struct qp_event *e;
+	struct ib_qp *qp = READ(direct, event, element.qp);
+
+	if (!qp)
+		return;
+	/*
+	 * ib_uverbs_qp_event_handler also runs for each user of an XRC target
+	 * QP, after __ib_shared_qp_event_handler has recorded the event once.
+	 */
+	if (probe == PROBE_UVERBS_QP_EVENT && READ(direct, qp, qp_type) == IB_QPT_XRC_TGT)
+		return;
+	e = reserve(KIND_QP_EVENT, probe, bpf_ktime_get_ns());
+	if (!e)
+		return;
+	fill_qp(e, qp, direct);
+	e->ib_event = READ(direct, event, event);
+	submit(e);
+}
+
+static __always_inline void on_dispatch_event(struct ib_event *event, bool direct)
+{
+	struct qp_event *e = reserve(KIND_DEVICE_EVENT, PROBE_DISPATCH_EVENT, bpf_ktime_get_ns());
+
+	if (!e)
+		return;
+	fill_dev(e, READ(direct, event, device), direct);
+	e->ib_event = READ(direct, event, event);
+	switch (e->ib_event) {
+	case IB_EVENT_PORT_ACTIVE:
+	case IB_EVENT_PORT_ERR:
+	case IB_EVENT_LID_CHANGE:
+	case IB_EVENT_PKEY_CHANGE:
+	case IB_EVENT_SM_CHANGE:
+	case IB_EVENT_CLIENT_REREGISTER:
+	case IB_EVENT_GID_CHANGE:
+		e->port = READ(direct, event, element.port_num);
+	}
+	submit(e);
+}
+
+static __always_inline void on_register(struct ib_device *dev, long ret, bool direct)
+{
+	struct qp_event *e = reserve(KIND_DEVICE_REGISTER, PROBE_REGISTER_DEVICE, bpf_ktime_get_ns());
+
+	if (!e)
+		return;
+	fill_task(e);
+	fill_dev(e, dev, direct);
+	e->result = (__s32)ret;
+	submit(e);
+}
+
+static __always_inline void on_unregister(struct ib_device *dev, bool direct)
+{
+	struct qp_event *e;
+
+	/* A device already unregistered (or never enabled) is left at once. */
+	if (READ(direct, dev, refcount.refs.counter) == 0)
+		return;
+	e = reserve(KIND_DEVICE_UNREGISTER, PROBE_UNREGISTER_DEVICE, bpf_ktime_get_ns());
+	if (!e)
+		return;
+	fill_task(e);
+	fill_dev(e, dev, direct);
+	submit(e);
+}
+
+/* Rename: the old name at entry, the result at return. */
+static __always_inline void on_rename_entry(struct ib_device *dev, const char *name, bool direct)
+{
+	struct call_key k = key_of(PROBE_DEVICE_RENAME);
+	struct qp_event e;
+
+	clear(&e, KIND_DEVICE_RENAME, PROBE_DEVICE_RENAME, bpf_ktime_get_ns());
+	fill_task(&e);
+	fill_dev(&e, dev, direct);
+	bpf_probe_read_kernel_str(&e.str, sizeof(e.str), name);
+	bpf_map_update_elem(&pending, &k, &e, BPF_ANY);
+}
+
+/* ---- fentry / fexit: arguments are ctx[0..n-1], the return ctx[n]. ---- */
+
+SEC("fexit/ib_create_qp_user")
+int fexit_create_qp_user(__u64 *ctx)
+{
+	on_create(PROBE_CREATE_QP_USER, (struct ib_qp *)ctx[6], true);
+	return 0;
+}
+
+SEC("fexit/ib_create_qp_kernel")
+int fexit_create_qp_kernel(__u64 *ctx)
+{
+	on_create(PROBE_CREATE_QP_KERNEL, (struct ib_qp *)ctx[3], true);
+	return 0;
+}
+
+SEC("fentry/_ib_modify_qp")
+int fentry_modify_qp(__u64 *ctx)
+{
+	struct task_calls *tc = task_calls_get(true);
+
+	if (tc)
+		tc->modify_ts = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("fexit/_ib_modify_qp")
+int fexit_modify_qp(__u64 *ctx)
+{
+	struct task_calls *tc = task_calls_get(false);
+	__u64 ts = tc ? tc->modify_ts : 0;
+
+	if (!ts)
+		ts = bpf_ktime_get_ns(); /* attached mid-call: the return's time */
+	on_modify(ts, (struct ib_qp *)ctx[0], (struct ib_qp_attr *)ctx[1], (int)ctx[2], (int)ctx[4], true);
+	if (tc)
+		tc->modify_ts = 0;
+	return 0;
+}
+
+SEC("fentry/ib_destroy_qp_user")
+int fentry_destroy_qp(__u64 *ctx)
+{
+	struct task_calls *tc = task_calls_get(true);
+	__u64 qp = ctx[0];
+	int slot;
+
+	if (!tc)
+		return 0;
+	/* A free slot or this QP's; else the older one, left by a lost return. */
+	if (!tc->destroy_qp[0] || tc->destroy_qp[0] == qp)
+		slot = 0;
+	else if (!tc->destroy_qp[1] || tc->destroy_qp[1] == qp)
+		slot = 1;
+	else
+		slot = tc->destroy[0].ts_ns < tc->destroy[1].ts_ns ? 0 : 1;
+	slot &= 1;
+	tc->destroy_qp[slot] = qp;
+	clear(&tc->destroy[slot], KIND_QP_DESTROY, PROBE_DESTROY_QP_USER, bpf_ktime_get_ns());
+	fill_task(&tc->destroy[slot]);
+	fill_qp(&tc->destroy[slot], (struct ib_qp *)qp, true);
+	return 0;
+}
+
+SEC("fexit/ib_destroy_qp_user")
+int fexit_destroy_qp(__u64 *ctx)
+{
+	struct task_calls *tc = task_calls_get(false);
+	__u64 qp = ctx[0];
+	int slot;
+
+	if (tc && tc->destroy_qp[0] == qp)
+		slot = 0;
+	else if (tc && tc->destroy_qp[1] == qp)
+		slot = 1;
+	else {
+		count(COUNTER_UNMATCHED);
+		return 0;
+	}
+	tc->destroy_qp[slot] = 0;
+	output(&tc->destroy[slot], (int)ctx[2]);
+	return 0;
+}
+
+SEC("fentry/ib_uverbs_qp_event_handler")
+int fentry_uverbs_qp_event(__u64 *ctx)
+{
+	on_qp_event(PROBE_UVERBS_QP_EVENT, (struct ib_event *)ctx[0], false);
+	return 0;
+}
+
+SEC("fentry/__ib_qp_event_handler")
+int fentry_qp_event(__u64 *ctx)
+{
+	on_qp_event(PROBE_QP_EVENT, (struct ib_event *)ctx[0], false);
+	return 0;
+}
+
+SEC("fentry/__ib_shared_qp_event_handler")
+int fentry_shared_qp_event(__u64 *ctx)
+{
+	on_qp_event(PROBE_SHARED_QP_EVENT, (struct ib_event *)ctx[0], false);
+	return 0;
+}
+
+SEC("fentry/ib_dispatch_event")
+int fentry_dispatch_event(__u64 *ctx)
+{
+	on_dispatch_event((struct ib_event *)ctx[0], false);
+	return 0;
+}
+
+SEC("fexit/ib_register_device")
+int fexit_register_device(__u64 *ctx)
+{
+	on_register((struct ib_device *)ctx[0], (int)ctx[3], true);
+	return 0;
+}
+
+SEC("fentry/__ib_unregister_device")
+int fentry_unregister_device(__u64 *ctx)
+{
+	on_unregister((struct ib_device *)ctx[0], true);
+	return 0;
+}
+
+SEC("fentry/ib_device_rename")
+int fentry_device_rename(__u64 *ctx)
+{
+	struct task_calls *tc = task_calls_get(true);
+	struct qp_event *e;
+
+	if (!tc)
+		return 0;
+	e = &tc->rename;
+	clear(e, KIND_DEVICE_RENAME, PROBE_DEVICE_RENAME, bpf_ktime_get_ns());
+	fill_task(e);
+	fill_dev(e, (struct ib_device *)ctx[0], true);
+	bpf_probe_read_kernel_str(&e->str, sizeof(e->str), (const char *)ctx[1]);
+	return 0;
+}
+
+SEC("fexit/ib_device_rename")
+int fexit_device_rename(__u64 *ctx)
+{
+	struct task_calls *tc = task_calls_get(false);
+
+	if (!tc || tc->rename.kind != KIND_DEVICE_RENAME) {
+		count(COUNTER_UNMATCHED);
+		return 0;
+	}
+	output(&tc->rename, (int)ctx[2]);
+	tc->rename.kind = 0;
+	return 0;
+}
+
+/* The drains: start at entry, end with the time they took at return. */
+static __always_inline void drain_entry(__u8 probe, int slot, struct ib_qp *qp)
+{
+	struct task_calls *tc = task_calls_get(true);
+	__u64 now = bpf_ktime_get_ns();
+
+	on_drain(KIND_DRAIN_START, probe, qp, now, 0, true);
+	if (tc)
+		tc->drain_ts[slot & 1] = now;
+}
+
+static __always_inline void drain_exit(__u8 probe, int slot, struct ib_qp *qp)
+{
+	struct task_calls *tc = task_calls_get(false);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 start = tc ? tc->drain_ts[slot & 1] : 0;
+
+	if (!start) {
+		count(COUNTER_UNMATCHED);
+		return;
+	}
+	on_drain(KIND_DRAIN_END, probe, qp, now, now - start, true);
+	tc->drain_ts[slot & 1] = 0;
+}
+
+SEC("fentry/ib_drain_qp")
+int fentry_drain_qp(__u64 *ctx)
+{
+	drain_entry(PROBE_DRAIN_QP, 0, (struct ib_qp *)ctx[0]);
+	return 0;
+}
+
+SEC("fexit/ib_drain_qp")
+int fexit_drain_qp(__u64 *ctx)
+{
+	drain_exit(PROBE_DRAIN_QP, 0, (struct ib_qp *)ctx[0]);
+	return 0;
+}
+
+SEC("fentry/ib_drain_rq")
+int fentry_drain_rq(__u64 *ctx)
+{
+	drain_entry(PROBE_DRAIN_RQ, 1, (struct ib_qp *)ctx[0]);
+	return 0;
+}
+
+SEC("fexit/ib_drain_rq")
+int fexit_drain_rq(__u64 *ctx)
+{
+	drain_exit(PROBE_DRAIN_RQ, 1, (struct ib_qp *)ctx[0]);
+	return 0;
+}
+
+/*
+ * ---- kprobe / kretprobe fallbacks. ----
+ * A kretprobe sees only the return value, so whatever the return needs of
+ * the arguments was recorded by the matching kprobe.
+ */
+
+SEC("kretprobe/ib_create_qp_user")
+int kretprobe_create_qp_user(struct kprobe_regs *ctx)
+{
+	on_create(PROBE_CREATE_QP_USER, (struct ib_qp *)KP_RET(ctx), false);
+	return 0;
+}
+
+SEC("kretprobe/ib_create_qp_kernel")
+int kretprobe_create_qp_kernel(struct kprobe_regs *ctx)
+{
+	on_create(PROBE_CREATE_QP_KERNEL, (struct ib_qp *)KP_RET(ctx), false);
+	return 0;
+}
+
+/* arg1 packs what the return needs of attr: the mask and the new state. */
+SEC("kprobe/_ib_modify_qp")
+int kprobe_modify_qp(struct kprobe_regs *ctx)
+{
+	struct ib_qp_attr *attr = (struct ib_qp_attr *)KP_ARG2(ctx);
+	__u32 mask = (__u32)KP_ARG3(ctx);
+	__u64 state = 0;
+
+	if (mask & IB_QP_STATE)
+		state = BPF_CORE_READ(attr, qp_state);
+	enter(PROBE_MODIFY_QP, KP_ARG1(ctx), (state << 32) | mask);
+	return 0;
+}
+
+SEC("kretprobe/_ib_modify_qp")
+int kretprobe_modify_qp(struct kprobe_regs *ctx)
+{
+	struct call c;
+	struct qp_event *e;
+
+	if (!leave(PROBE_MODIFY_QP, &c))
+		return 0;
+	e = reserve(KIND_QP_MODIFY, PROBE_MODIFY_QP, c.ts_ns);
+	if (!e)
+		return 0;
+	fill_task(e);
+	fill_qp(e, (struct ib_qp *)c.arg0, false);
+	if (c.arg1 & IB_QP_STATE) {
+		e->flags |= FLAG_HAS_STATE;
+		e->new_state = c.arg1 >> 32;
+	}
+	e->result = (__s32)KP_RET(ctx);
+	submit(e);
+	return 0;
+}
+
+SEC("kprobe/ib_destroy_qp_user")
+int kprobe_destroy_qp(struct kprobe_regs *ctx)
+{
+	on_destroy_entry((struct ib_qp *)KP_ARG1(ctx), false);
+	return 0;
+}
+
+SEC("kretprobe/ib_destroy_qp_user")
+int kretprobe_destroy_qp(struct kprobe_regs *ctx)
+{
+	on_pending_return(PROBE_DESTROY_QP_USER, (int)KP_RET(ctx));
+	return 0;
+}
+
+SEC("kprobe/ib_uverbs_qp_event_handler")
+int kprobe_uverbs_qp_event(struct kprobe_regs *ctx)
+{
+	on_qp_event(PROBE_UVERBS_QP_EVENT, (struct ib_event *)KP_ARG1(ctx), false);
+	return 0;
+}
+
+SEC("kprobe/__ib_qp_event_handler")
+int kprobe_qp_event(struct kprobe_regs *ctx)
+{
+	on_qp_event(PROBE_QP_EVENT, (struct ib_event *)KP_ARG1(ctx), false);
+	return 0;
+}
+
+SEC("kprobe/__ib_shared_qp_event_handler")
+int kprobe_shared_qp_event(struct kprobe_regs *ctx)
+{
+	on_qp_event(PROBE_SHARED_QP_EVENT, (struct ib_event *)KP_ARG1(ctx), false);
+	return 0;
+}
+
+SEC("kprobe/ib_dispatch_event")
+int kprobe_dispatch_event(struct kprobe_regs *ctx)
+{
+	on_dispatch_event((struct ib_event *)KP_ARG1(ctx), false);
+	return 0;
+}
+
+SEC("kprobe/ib_register_device")
+int kprobe_register_device(struct kprobe_regs *ctx)
+{
+	enter(PROBE_REGISTER_DEVICE, KP_ARG1(ctx), 0);
+	return 0;
+}
+
+SEC("kretprobe/ib_register_device")
+int kretprobe_register_device(struct kprobe_regs *ctx)
+{
+	struct call c;
+
+	if (leave(PROBE_REGISTER_DEVICE, &c))
+		on_register((struct ib_device *)c.arg0, (int)KP_RET(ctx), false);
+	return 0;
+}
+
+SEC("kprobe/__ib_unregister_device")
+int kprobe_unregister_device(struct kprobe_regs *ctx)
+{
+	on_unregister((struct ib_device *)KP_ARG1(ctx), false);
+	return 0;
+}
+
+SEC("kprobe/ib_device_rename")
+int kprobe_device_rename(struct kprobe_regs *ctx)
+{
+	on_rename_entry((struct ib_device *)KP_ARG1(ctx), (const char *)KP_ARG2(ctx), false);
+	return 0;
+}
+
+SEC("kretprobe/ib_device_rename")
+int kretprobe_device_rename(struct kprobe_regs *ctx)
+{
+	on_pending_return(PROBE_DEVICE_RENAME, (int)KP_RET(ctx));
+	return 0;
+}
+
+SEC("kprobe/ib_drain_qp")
+int kprobe_drain_qp(struct kprobe_regs *ctx)
+{
+	struct ib_qp *qp = (struct ib_qp *)KP_ARG1(ctx);
+
+	on_drain(KIND_DRAIN_START, PROBE_DRAIN_QP, qp, bpf_ktime_get_ns(), 0, false);
+	enter(PROBE_DRAIN_QP, (__u64)qp, 0);
+	return 0;
+}
+
+SEC("kretprobe/ib_drain_qp")
+int kretprobe_drain_qp(struct kprobe_regs *ctx)
+{
+	struct call c;
+	__u64 now = bpf_ktime_get_ns();
+
+	if (leave(PROBE_DRAIN_QP, &c))
+		on_drain(KIND_DRAIN_END, PROBE_DRAIN_QP, (struct ib_qp *)c.arg0, now, now - c.ts_ns, false);
+	return 0;
+}
+
+SEC("kprobe/ib_drain_rq")
+int kprobe_drain_rq(struct kprobe_regs *ctx)
+{
+	struct ib_qp *qp = (struct ib_qp *)KP_ARG1(ctx);
+
+	on_drain(KIND_DRAIN_START, PROBE_DRAIN_RQ, qp, bpf_ktime_get_ns(), 0, false);
+	enter(PROBE_DRAIN_RQ, (__u64)qp, 0);
+	return 0;
+}
+
+SEC("kretprobe/ib_drain_rq")
+int kretprobe_drain_rq(struct kprobe_regs *ctx)
+{
+	struct call c;
+	__u64 now = bpf_ktime_get_ns();
+
+	if (leave(PROBE_DRAIN_RQ, &c))
+		on_drain(KIND_DRAIN_END, PROBE_DRAIN_RQ, (struct ib_qp *)c.arg0, now, now - c.ts_ns, false);
+	return 0;
+}

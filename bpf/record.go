@@ -1,0 +1,103 @@
+package bpf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// The ring buffer record, struct qp_event in qp.c, read at fixed offsets.
+// Only little-endian targets are built (bpf2go -target amd64,arm64), so the
+// byte order is fixed too. TestRecordLayout compares these offsets with the
+// struct bpf2go generated from the object's BTF.
+const (
+	recordSize = 200
+
+	offTS        = 0   // u64, CLOCK_MONOTONIC ns
+	offDuration  = 8   // u64 ns
+	offKind      = 16  // u8
+	offProbe     = 17  // u8
+	offQPType    = 18  // u8
+	offFlags     = 19  // u8
+	offDevIndex  = 20  // u32
+	offQPN       = 24  // u32
+	offSRQN      = 28  // u32
+	offResult    = 32  // s32
+	offPID       = 36  // u32
+	offTID       = 40  // u32
+	offIBEvent   = 44  // u32
+	offPort      = 48  // u32
+	offNewState  = 52  // u8
+	offComm      = 56  // char[16]
+	offDevName   = 72  // char[64]
+	offStr       = 136 // char[64]: kernel owner, or the new name of a rename
+	commLen      = 16
+	nameLen      = 64
+	flagOnSRQ    = 1 << 0
+	flagHasState = 1 << 1
+)
+
+// decoder turns records into Events.
+type decoder struct {
+	// epoch is CLOCK_REALTIME minus CLOCK_MONOTONIC in nanoseconds, which
+	// turns the probe's timestamp into wall time.
+	epoch int64
+	// The last string of each field: device names, comms and owners repeat
+	// from record to record, so they are reused instead of allocated.
+	lastDev, lastComm, lastStr string
+}
+
+// decode decodes one record into ev, overwriting every field. Values a
+// newer kernel or object might add (kinds, events, probes) are kept as
+// numbers, never an error; only a record shorter than the layout is.
+func (d *decoder) decode(rec []byte, ev *Event) error {
+	if len(rec) < recordSize {
+		return fmt.Errorf("bpf: decode record: %d bytes, want at least %d", len(rec), recordSize)
+	}
+	le := binary.LittleEndian
+	flags := rec[offFlags]
+	*ev = Event{
+		Kind:     Kind(rec[offKind]),
+		Time:     time.Unix(0, d.epoch+int64(le.Uint64(rec[offTS:]))).UTC(),
+		DevIndex: le.Uint32(rec[offDevIndex:]),
+		DevName:  cString(rec[offDevName:offDevName+nameLen], &d.lastDev),
+		QPN:      le.Uint32(rec[offQPN:]),
+		QPType:   rdmanl.QPType(rec[offQPType]),
+		OnSRQ:    flags&flagOnSRQ != 0,
+		SRQN:     le.Uint32(rec[offSRQN:]),
+		NewState: rdmanl.QPState(rec[offNewState]),
+		HasState: flags&flagHasState != 0,
+		Result:   int32(le.Uint32(rec[offResult:])),
+		PID:      le.Uint32(rec[offPID:]),
+		TID:      le.Uint32(rec[offTID:]),
+		Comm:     cString(rec[offComm:offComm+commLen], &d.lastComm),
+		IBEvent:  IBEvent(le.Uint32(rec[offIBEvent:])),
+		Port:     le.Uint32(rec[offPort:]),
+		Probe:    probeName(rec[offProbe]),
+		Duration: time.Duration(le.Uint64(rec[offDuration:])),
+	}
+	str := cString(rec[offStr:offStr+nameLen], &d.lastStr)
+	if ev.Kind == KindDeviceRename {
+		ev.NewName = str
+	} else {
+		ev.KernOwner = str
+	}
+	return nil
+}
+
+// cString returns the C string in b: up to its first NUL, or all of b when
+// a name fills the field. When it equals *last, *last is returned and
+// nothing is allocated; otherwise it becomes *last.
+func cString(b []byte, last *string) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	if string(b) == *last { // compared without a copy
+		return *last
+	}
+	*last = string(b)
+	return *last
+}

@@ -1,0 +1,540 @@
+//go:build linux && (amd64 || arm64)
+
+package bpf
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"iter"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// Tracer holds the attached probes and the ring buffer they write to.
+// Events has one consumer at a time; Stats, Mode, Probes and Close may be
+// called from any goroutine.
+type Tracer struct {
+	log    *slog.Logger
+	opts   Options
+	dec    decoder
+	maps   map[string]*ebpf.Map // every map of the object, shared by all programs
+	events *ebpf.Map
+	counts *ebpf.Map
+	reader *ringbuf.Reader
+	progs  []*ebpf.Program
+	links  []link.Link
+	probes []Probe
+
+	malformed    atomic.Uint64
+	lastReported atomic.Uint64 // lost total last logged
+	closeOnce    sync.Once
+	closeErr     error
+}
+
+// Open loads the programs and attaches one probe per traced function:
+// fentry/fexit where the kernel allows it, kprobe/kretprobe otherwise (or
+// always, with Options.Kprobes). Functions a kernel lacks are skipped and
+// reported by Probes. Without privileges or BTF it returns an error wrapping
+// ErrNoPrivilege, ErrNoBTF or ErrNoIBCore. Close detaches everything.
+func Open(log *slog.Logger, opts Options) (*Tracer, error) {
+	size, err := opts.bufferBytes()
+	if err != nil {
+		return nil, fmt.Errorf("bpf: open probes: %w", err)
+	}
+	if err := checkPrivileges(); err != nil {
+		return nil, fmt.Errorf("bpf: open probes: %w", err)
+	}
+	if err := checkBTF(); err != nil {
+		return nil, fmt.Errorf("bpf: open probes: %w", err)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("bpf: open probes: remove memlock limit: %w", mapPermission(err))
+	}
+	spec, err := loadQp()
+	if err != nil {
+		return nil, fmt.Errorf("bpf: open probes: %w", err)
+	}
+	spec.Maps["events"].MaxEntries = uint32(size)
+
+	t := &Tracer{log: log, opts: opts}
+	ok := false
+	defer func() {
+		if !ok {
+			t.Close()
+		}
+	}()
+	if t.dec.epoch, err = monotonicEpoch(); err != nil {
+		return nil, fmt.Errorf("bpf: open probes: read clocks: %w", err)
+	}
+	if err := spec.Variables["wakeup_bytes"].Set(uint64(size / 16)); err != nil {
+		return nil, fmt.Errorf("bpf: open probes: %w", err)
+	}
+	t.maps = map[string]*ebpf.Map{}
+	for name, ms := range spec.Maps {
+		if strings.HasPrefix(name, ".") {
+			continue // .rodata: constants, loaded with each program
+		}
+		m, err := ebpf.NewMap(ms)
+		if err != nil {
+			return nil, fmt.Errorf("bpf: open probes: create map %s: %w", name, mapPermission(err))
+		}
+		t.maps[name] = m
+	}
+	t.events, t.counts = t.maps["events"], t.maps["counters"]
+	if err := t.attachAll(spec); err != nil {
+		return nil, err
+	}
+	if t.reader, err = ringbuf.NewReader(t.events); err != nil {
+		return nil, fmt.Errorf("bpf: open probes: ring buffer reader: %w", err)
+	}
+	ok = true
+	attached := 0
+	for _, p := range t.probes {
+		if p.Mode != ModeNone {
+			attached++
+		}
+	}
+	log.Info("probes attached", "mode", t.Mode().String(), "probes", attached)
+	return t, nil
+}
+
+// loader loads the programs of one probe at a time, sharing the maps and
+// the kernel's BTF between them.
+type loader struct {
+	spec  *ebpf.CollectionSpec
+	maps  map[string]*ebpf.Map
+	cache *btf.Cache
+	opts  ebpf.ProgramOptions
+}
+
+// load loads the named programs; a name "" is skipped.
+func (l *loader) load(names ...string) (map[string]*ebpf.Program, error) {
+	sub := &ebpf.CollectionSpec{Maps: l.spec.Maps, Programs: map[string]*ebpf.ProgramSpec{}, Types: l.spec.Types, ByteOrder: l.spec.ByteOrder}
+	for _, n := range names {
+		if n != "" {
+			sub.Programs[n] = l.spec.Programs[n]
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(sub, ebpf.CollectionOptions{MapReplacements: l.maps, Programs: l.opts, Cache: l.cache})
+	if err != nil {
+		return nil, err
+	}
+	defer coll.Close() // the map clones; the programs are detached first
+	progs := map[string]*ebpf.Program{}
+	for n := range sub.Programs {
+		progs[n] = coll.DetachProgram(n)
+	}
+	return progs, nil
+}
+
+func (t *Tracer) attachAll(spec *ebpf.CollectionSpec) error {
+	cache := btf.NewCache()
+	kernel, err := cache.Kernel()
+	if err != nil {
+		return fmt.Errorf("bpf: open probes: %w: vmlinux: %w", ErrNoBTF, err)
+	}
+	ibCore, err := cache.Module("ib_core")
+	if err != nil {
+		return fmt.Errorf("bpf: open probes: %w: module ib_core: %w", ErrNoBTF, err)
+	}
+	// Relocate against vmlinux and ib_core only: other modules carry copies
+	// of the ib_core types, and reading all of them would cost time.
+	l := &loader{
+		spec:  spec,
+		maps:  t.maps,
+		cache: cache,
+		opts:  ebpf.ProgramOptions{KernelTypes: kernel, ExtraRelocationTargets: []*btf.Spec{ibCore}},
+	}
+	attached := map[string]bool{}
+	for _, ps := range probeSpecs {
+		p := Probe{Function: ps.function}
+		switch {
+		case ps.skipWhenAttached != "" && attached[ps.skipWhenAttached]:
+			p.Note = "covered by " + ps.skipWhenAttached
+			t.log.Debug("probe not needed", "function", ps.function, "covered_by", ps.skipWhenAttached)
+		default:
+			mode, note, err := t.attach(l, ps)
+			if err != nil {
+				return err
+			}
+			p.Mode, p.Note = mode, note
+		}
+		attached[ps.function] = p.Mode != ModeNone
+		t.probes = append(t.probes, p)
+	}
+	return nil
+}
+
+// attach attaches one probe: fentry/fexit first unless Options.Kprobes,
+// then kprobe/kretprobe. A function that does not exist is not an error
+// unless the probe is required.
+func (t *Tracer) attach(l *loader, ps probeSpec) (Mode, string, error) {
+	log := t.log.With("function", ps.function)
+	var note string
+	if !t.opts.Kprobes {
+		err := t.attachFentry(l, ps)
+		if err == nil {
+			return ModeFentry, "", nil
+		}
+		// Without CAP_SYS_ADMIN, for one, the module's BTF object cannot
+		// be opened, so fentry on ib_core is out of reach; kprobes work.
+		note = "fentry: " + err.Error()
+		log.Debug("fentry failed, trying kprobe", "err", err)
+	}
+	err := t.attachKprobe(l, ps)
+	switch {
+	case err == nil:
+		if !t.opts.Kprobes {
+			log.Warn("kprobe fallback", "err", note)
+		}
+		return ModeKprobe, note, nil
+	case errors.Is(err, os.ErrNotExist) && !ps.required:
+		msg := ps.notInKernelMessage
+		if msg == "" {
+			msg = "not in this kernel"
+		}
+		log.Debug("probe skipped", "reason", msg)
+		return ModeNone, msg, nil
+	case errors.Is(err, os.ErrNotExist):
+		return ModeNone, "", fmt.Errorf("bpf: attach %s: %w: %w", ps.function, ErrNoIBCore, err)
+	}
+	return ModeNone, "", fmt.Errorf("bpf: attach %s: %w", ps.function, mapPermission(err))
+}
+
+// attachFentry loads and attaches a probe's fentry and fexit programs, entry
+// first so that no return is seen without its entry. On failure nothing of
+// the probe stays attached.
+func (t *Tracer) attachFentry(l *loader, ps probeSpec) error {
+	progs, err := l.load(ps.fentry, ps.fexit)
+	if err != nil {
+		return err
+	}
+	var links []link.Link
+	for _, n := range []string{ps.fentry, ps.fexit} {
+		if n == "" {
+			continue
+		}
+		lk, err := link.AttachTracing(link.TracingOptions{Program: progs[n]})
+		if err != nil {
+			closeAll(links, progs)
+			return err
+		}
+		links = append(links, lk)
+	}
+	t.keep(links, progs)
+	return nil
+}
+
+// attachKprobe loads and attaches a probe's kprobe and kretprobe programs,
+// one by one (no kprobe_multi, which Debian's 6.1 lacks).
+func (t *Tracer) attachKprobe(l *loader, ps probeSpec) error {
+	progs, err := l.load(ps.kprobe, ps.kretprobe)
+	if err != nil {
+		return err
+	}
+	var links []link.Link
+	if ps.kprobe != "" {
+		lk, err := link.Kprobe(ps.function, progs[ps.kprobe], nil)
+		if err != nil {
+			closeAll(links, progs)
+			return err
+		}
+		links = append(links, lk)
+	}
+	if ps.kretprobe != "" {
+		lk, err := link.Kretprobe(ps.function, progs[ps.kretprobe], nil)
+		if err != nil {
+			closeAll(links, progs)
+			return err
+		}
+		links = append(links, lk)
+	}
+	t.keep(links, progs)
+	return nil
+}
+
+func (t *Tracer) keep(links []link.Link, progs map[string]*ebpf.Program) {
+	t.links = append(t.links, links...)
+	for _, p := range progs {
+		t.progs = append(t.progs, p)
+	}
+}
+
+func closeAll(links []link.Link, progs map[string]*ebpf.Program) {
+	for _, l := range links {
+		l.Close()
+	}
+	for _, p := range progs {
+		p.Close()
+	}
+}
+
+// Mode reports how the probes are attached: ModeFentry or ModeKprobe when
+// all attached probes agree, ModeMixed otherwise.
+func (t *Tracer) Mode() Mode {
+	mode := ModeNone
+	for _, p := range t.probes {
+		switch {
+		case p.Mode == ModeNone:
+		case mode == ModeNone:
+			mode = p.Mode
+		case mode != p.Mode:
+			return ModeMixed
+		}
+	}
+	return mode
+}
+
+// Probes reports every traced function: attached, how, or why not.
+func (t *Tracer) Probes() []Probe { return append([]Probe(nil), t.probes...) }
+
+// Stats reads the drop counters from the kernel.
+func (t *Tracer) Stats() (Stats, error) {
+	s := Stats{Malformed: t.malformed.Load()}
+	for slot, dst := range []*uint64{&s.Lost, &s.Unmatched} {
+		var perCPU []uint64
+		if err := t.counts.Lookup(uint32(slot), &perCPU); err != nil {
+			return s, fmt.Errorf("bpf: read drop counters: %w", err)
+		}
+		for _, n := range perCPU {
+			*dst += n
+		}
+	}
+	for _, p := range t.progs {
+		if st, err := p.Stats(); err == nil {
+			s.Missed += st.RecursionMisses
+		}
+	}
+	for _, l := range t.links {
+		info, err := l.Info()
+		if err != nil {
+			continue
+		}
+		if pe := info.PerfEvent(); pe != nil {
+			if kp := pe.Kprobe(); kp != nil {
+				s.Missed += kp.Missed
+			}
+		}
+	}
+	return s, nil
+}
+
+// The reader polls the ring buffer every pollEvery (the programs wake it
+// only when the ring fills up) and compares the drop counters with what it
+// last reported at most every lostCheckEvery.
+const (
+	pollEvery      = 100 * time.Millisecond
+	lostCheckEvery = time.Second
+)
+
+// Events yields the decoded events that pass the Options filters, in the
+// order the probes wrote them, until ctx ends (after yielding what the ring
+// buffer still holds) or Close is called. An event arrives within about
+// pollEvery (100 ms) of happening. Events yields an error only when the
+// ring buffer fails, and then ends. Records that were dropped or do not
+// decode are counted in Stats and logged at Warn as they are noticed.
+//
+// Modify, destroy and rename records are written when the call returns but
+// carry the time it began, so an async event raised during the call (rxe
+// may deliver LAST_WQE_REACHED while the modify to ERR is still returning)
+// can come first in the stream with a later Time: order by Time when it
+// matters.
+func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		stop := context.AfterFunc(ctx, func() { t.reader.Flush() })
+		defer stop()
+		defer t.reportLost()
+		var rec ringbuf.Record
+		var ev Event
+		lastCheck := time.Now()
+		for n := 1; ; n++ {
+			if rec.Remaining == 0 { // the next read may wait
+				t.reader.SetDeadline(time.Now().Add(pollEvery))
+			}
+			err := t.reader.ReadInto(&rec)
+			if err != nil {
+				rec.Remaining = 0
+			}
+			switch {
+			case err == nil:
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				if time.Since(lastCheck) >= lostCheckEvery {
+					t.reportLost()
+					lastCheck = time.Now()
+				}
+				continue
+			case errors.Is(err, ringbuf.ErrFlushed):
+				if ctx.Err() != nil {
+					return
+				}
+				continue
+			case errors.Is(err, os.ErrClosed):
+				return
+			default:
+				yield(Event{}, fmt.Errorf("bpf: read ring buffer: %w", err))
+				return
+			}
+			if n%1024 == 0 && time.Since(lastCheck) >= lostCheckEvery {
+				t.reportLost()
+				lastCheck = time.Now()
+			}
+			if err := t.dec.decode(rec.RawSample, &ev); err != nil {
+				t.malformed.Add(1)
+				t.log.Debug("malformed record", "err", err)
+				continue
+			}
+			if !t.opts.match(&ev) {
+				continue
+			}
+			if !yield(ev, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Backlog is the number of bytes of records waiting in the ring buffer. A
+// consumer of Events can flush its output when it reaches 0.
+func (t *Tracer) Backlog() int { return t.reader.AvailableBytes() }
+
+// reportLost logs at Warn when more events were dropped since last time.
+func (t *Tracer) reportLost() {
+	s, err := t.Stats()
+	if err != nil {
+		return
+	}
+	total := s.Total()
+	if last := t.lastReported.Swap(total); total > last {
+		t.log.Warn("probe events lost", "lost", s.Lost, "missed", s.Missed, "unmatched", s.Unmatched,
+			"malformed", s.Malformed, "new", total-last)
+	}
+}
+
+// Close detaches every probe and frees the maps. Nothing is pinned, so
+// nothing stays behind.
+func (t *Tracer) Close() error {
+	t.closeOnce.Do(func() {
+		var errs []error
+		if t.reader != nil {
+			errs = append(errs, t.reader.Close())
+		}
+		for _, l := range t.links {
+			errs = append(errs, l.Close())
+		}
+		for _, p := range t.progs {
+			errs = append(errs, p.Close())
+		}
+		for _, m := range t.maps {
+			errs = append(errs, m.Close())
+		}
+		if err := errors.Join(errs...); err != nil {
+			t.closeErr = fmt.Errorf("bpf: close probes: %w", err)
+		}
+	})
+	return t.closeErr
+}
+
+// monotonicEpoch returns CLOCK_REALTIME minus CLOCK_MONOTONIC, the offset
+// that turns bpf_ktime_get_ns into wall time, from the tightest of a few
+// samples.
+func monotonicEpoch() (int64, error) {
+	var best, epoch int64 = -1, 0
+	for range 5 {
+		var m1, r, m2 unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &m1); err != nil {
+			return 0, err
+		}
+		if err := unix.ClockGettime(unix.CLOCK_REALTIME, &r); err != nil {
+			return 0, err
+		}
+		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &m2); err != nil {
+			return 0, err
+		}
+		if d := m2.Nano() - m1.Nano(); best < 0 || d < best {
+			best, epoch = d, r.Nano()-(m1.Nano()+d/2)
+		}
+	}
+	return epoch, nil
+}
+
+// Capability bits (include/uapi/linux/capability.h).
+const (
+	capSysAdmin = 21
+	capPerfmon  = 38
+	capBPF      = 39
+)
+
+// checkPrivileges reads the effective capabilities: CAP_SYS_ADMIN, or both
+// CAP_BPF and CAP_PERFMON, are needed to load and attach tracing programs.
+// Without /proc the kernel decides.
+func checkPrivileges() error {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if hex, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			if err != nil {
+				return nil
+			}
+			return privilegeError(caps)
+		}
+	}
+	return nil
+}
+
+// privilegeError says which capabilities of an effective set are missing.
+func privilegeError(caps uint64) error {
+	has := func(bit uint) bool { return caps&(1<<bit) != 0 }
+	if has(capSysAdmin) || has(capBPF) && has(capPerfmon) {
+		return nil
+	}
+	var missing []string
+	if !has(capBPF) {
+		missing = append(missing, "CAP_BPF")
+	}
+	if !has(capPerfmon) {
+		missing = append(missing, "CAP_PERFMON")
+	}
+	return fmt.Errorf("%w: missing %s (or CAP_SYS_ADMIN)", ErrNoPrivilege, strings.Join(missing, " and "))
+}
+
+// checkBTF tells a kernel without BTF from one without ib_core.
+func checkBTF() error {
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return fmt.Errorf("%w: kernel: %w", ErrNoBTF, err)
+	}
+	if _, err := os.Stat("/sys/module/ib_core"); errors.Is(err, fs.ErrNotExist) {
+		return ErrNoIBCore
+	}
+	if _, err := os.Stat("/sys/kernel/btf/ib_core"); err != nil {
+		return fmt.Errorf("%w: module ib_core: %w", ErrNoBTF, err)
+	}
+	return nil
+}
+
+// mapPermission adds ErrNoPrivilege to an EPERM from the kernel.
+func mapPermission(err error) error {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("%w: %w", ErrNoPrivilege, err)
+	}
+	return err
+}

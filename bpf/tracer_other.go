@@ -1,0 +1,40 @@
+//go:build !linux || !(amd64 || arm64)
+
+package bpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+)
+
+// Tracer is not available on this platform: the probes are built for Linux
+// on amd64 and arm64 only. Open always fails.
+type Tracer struct{}
+
+// Open returns an error wrapping errors.ErrUnsupported.
+func Open(log *slog.Logger, opts Options) (*Tracer, error) {
+	return nil, fmt.Errorf("bpf: open probes: %w", errors.ErrUnsupported)
+}
+
+// Mode reports ModeNone.
+func (t *Tracer) Mode() Mode { return ModeNone }
+
+// Probes reports nothing.
+func (t *Tracer) Probes() []Probe { return nil }
+
+// Stats reports nothing lost.
+func (t *Tracer) Stats() (Stats, error) { return Stats{}, nil }
+
+// Events yields nothing.
+func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
+	return func(func(Event, error) bool) {}
+}
+
+// Backlog reports nothing waiting.
+func (t *Tracer) Backlog() int { return 0 }
+
+// Close does nothing.
+func (t *Tracer) Close() error { return nil }

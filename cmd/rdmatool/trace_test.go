@@ -1,0 +1,170 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.UTC)
+
+var traceEvents = []bpf.Event{
+	{Kind: bpf.KindQPCreate, Time: t0, DevIndex: 0, DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC, OnSRQ: true, SRQN: 3,
+		PID: 272, TID: 272, Comm: "qpwork", Probe: "ib_create_qp_user"},
+	{Kind: bpf.KindQPModify, Time: t0.Add(time.Millisecond), DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC, OnSRQ: true,
+		SRQN: 3, NewState: rdmanl.QPStateErr, HasState: true, PID: 272, TID: 273, Comm: "qpwork", Probe: "_ib_modify_qp"},
+	{Kind: bpf.KindQPEvent, Time: t0.Add(2 * time.Millisecond), DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC, OnSRQ: true,
+		SRQN: 3, IBEvent: bpf.IBEventQPLastWQE, Probe: "__ib_qp_event_handler"},
+	{Kind: bpf.KindQPCreate, Time: t0, DevIndex: 2, DevName: "trcrxe", QPN: 1, QPType: rdmanl.QPTypeGSI, PID: 300, TID: 300,
+		Comm: "rdma", KernOwner: "ib_core", Probe: "ib_create_qp_kernel"},
+	{Kind: bpf.KindQPDestroy, Time: t0.Add(time.Second), DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC, Result: -16,
+		PID: 272, TID: 272, Comm: "qpwork", Probe: "ib_destroy_qp_user"},
+	{Kind: bpf.KindDeviceEvent, Time: t0.Truncate(time.Second), DevIndex: 1, DevName: "siw0", IBEvent: 10, Port: 1,
+		Probe: "ib_dispatch_event"},
+	{Kind: bpf.KindDeviceRename, Time: t0, DevIndex: 2, DevName: "trcrxe", NewName: "fab0-hca0", PID: 9, TID: 9, Comm: "rdma",
+		Probe: "ib_device_rename"},
+	{Kind: bpf.KindDrainEnd, Time: t0, DevName: "rxe0", QPN: 20, QPType: rdmanl.QPTypeRC, OnSRQ: true,
+		Duration: 60*time.Second + 1500*time.Microsecond, PID: 5, TID: 5, Comm: "kworker/0:1", KernOwner: "nvme_rdma",
+		Probe: "ib_drain_qp"},
+	{Kind: bpf.KindDrainEnd, Time: t0, Duration: 300 * time.Nanosecond, Probe: "ib_drain_rq"},
+	{Kind: bpf.KindDeviceRegister, Time: t0, DevIndex: 3, DevName: `odd "name"\<&>`, Comm: "tab\there", Probe: "ib_register_device"},
+	{Kind: bpf.KindQPModify, Time: t0, DevName: "rxe0", QPN: 5, QPType: 200, NewState: 9, HasState: true, Comm: "bad\xffutf8",
+		Probe: "_ib_modify_qp"},
+	{Kind: 42, Time: time.Unix(0, 0)},
+}
+
+// TestAppendTraceJSON holds the hand-written encoder to encoding/json's
+// rendering of traceRow, the documented shape of a -j line.
+func TestAppendTraceJSON(t *testing.T) {
+	t.Parallel()
+	for i, ev := range traceEvents {
+		t.Run(fmt.Sprintf("%d_%s", i, ev.Kind), func(t *testing.T) {
+			want, err := json.Marshal(traceRowOf(ev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := appendTraceJSON(nil, ev)
+			if string(got) != string(want)+"\n" {
+				t.Errorf("appendTraceJSON:\n got %s want %s", got, want)
+			}
+		})
+	}
+}
+
+func TestTraceJSONFields(t *testing.T) {
+	t.Parallel()
+	var m map[string]any
+	if err := json.Unmarshal(appendTraceJSON(nil, traceEvents[1]), &m); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"kind": "qp_modify", "time": "2026-01-02T03:04:05.124456789Z", "device": "rxe0", "dev_index": 0.0, "qpn": 17.0,
+		"qp_type": "RC", "srq": true, "srqn": 3.0, "new_state": "ERR", "result": 0.0, "pid": 272.0, "tid": 273.0,
+		"comm": "qpwork", "kern_owner": "", "event": "", "event_code": 0.0, "port": 0.0, "new_name": "", "probe": "_ib_modify_qp",
+		"duration_seconds": 0.0,
+	}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %#v, want %#v", k, m[k], v)
+		}
+	}
+	if len(m) != len(want) {
+		t.Errorf("%d fields, want %d: %v", len(m), len(want), m)
+	}
+}
+
+func TestAppendTime(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	times := []time.Time{t0, t0.Truncate(time.Second), t0.Truncate(time.Millisecond), time.Unix(0, 0),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		t0.In(time.FixedZone("CET", 3600))}
+	for range 1000 {
+		times = append(times, time.Unix(rng.Int64N(1<<34), rng.Int64N(1e9)))
+	}
+	for _, tm := range times {
+		if got, want := string(appendTime(nil, tm)), tm.UTC().Format(time.RFC3339Nano); got != want {
+			t.Errorf("appendTime(%v) = %s, want %s", tm, got, want)
+		}
+	}
+}
+
+func TestAppendTraceText(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		ev      bpf.Event
+		details bool
+		want    string
+	}{
+		{traceEvents[0], false, "2026-01-02T03:04:05.123456789Z qp_create rxe0 qpn 17 qp-type RC srqn 3 result 0 pid 272 comm qpwork"},
+		{traceEvents[1], true, "2026-01-02T03:04:05.124456789Z qp_modify rxe0 dev-index 0 qpn 17 qp-type RC srqn 3 new-state ERR " +
+			"result 0 pid 272 tid 273 comm qpwork probe _ib_modify_qp"},
+		{traceEvents[2], false, "2026-01-02T03:04:05.125456789Z qp_event rxe0 qpn 17 qp-type RC srqn 3 event QP_LAST_WQE_REACHED event-code 16"},
+		{traceEvents[3], false, "2026-01-02T03:04:05.123456789Z qp_create trcrxe qpn 1 qp-type GSI result 0 pid 300 comm rdma kern-owner [ib_core]"},
+		{traceEvents[5], false, "2026-01-02T03:04:05Z device_event siw0 event PORT_ERR event-code 10 port 1"},
+		{traceEvents[6], false, "2026-01-02T03:04:05.123456789Z device_rename trcrxe new-name fab0-hca0 result 0 pid 9 comm rdma"},
+		{traceEvents[7], false, "2026-01-02T03:04:05.123456789Z drain_end rxe0 qpn 20 qp-type RC srqn 0 duration-seconds 60.0015 " +
+			"pid 5 comm kworker/0:1 kern-owner [nvme_rdma]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := string(appendTraceText(nil, tt.ev, tt.details)); got != tt.want+"\n" {
+				t.Errorf("appendTraceText:\n got %q\nwant %q", got, tt.want+"\n")
+			}
+		})
+	}
+}
+
+func TestAttachedLine(t *testing.T) {
+	t.Parallel()
+	probes := []bpf.Probe{
+		{Function: "ib_create_qp_user", Mode: bpf.ModeFentry},
+		{Function: "_ib_modify_qp", Mode: bpf.ModeKprobe, Note: "fentry: permission denied"},
+		{Function: "__ib_qp_event_handler", Note: "not in this kernel"},
+		{Function: "ib_uverbs_qp_event_handler", Mode: bpf.ModeKprobe},
+	}
+	want := "attached 3 probes (mixed); kprobe fallback: _ib_modify_qp; skipped: __ib_qp_event_handler (not in this kernel)"
+	if got := attachedLine(probes, bpf.ModeMixed); got != want {
+		t.Errorf("attachedLine:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestTraceOpenError(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("bpf: open probes: %w: missing CAP_BPF", bpf.ErrNoPrivilege),
+			"bpf: open probes: no privilege to trace: missing CAP_BPF (run as root, or grant CAP_BPF and CAP_PERFMON)"},
+		{fmt.Errorf("bpf: open probes: %w", bpf.ErrNoIBCore),
+			"bpf: open probes: ib_core is not loaded (modprobe ib_core, or load an RDMA driver)"},
+		{fmt.Errorf("bpf: open probes: %w: kernel: no such file", bpf.ErrNoBTF), "bpf: open probes: no BTF: kernel: no such file"},
+	}
+	for _, tt := range tests {
+		got := traceOpenError(tt.err)
+		if got.Error() != tt.want || !errors.Is(got, tt.err) {
+			t.Errorf("traceOpenError = %q, want %q wrapping the cause", got, tt.want)
+		}
+		if strings.Contains(userMessage(got), "CAP_NET_ADMIN") {
+			t.Errorf("%q gets the netlink hint", userMessage(got))
+		}
+	}
+}
+
+func TestUint32s(t *testing.T) {
+	t.Parallel()
+	if got, err := uint32s("--qpn", []uint{0, 17, 1<<32 - 1}); err != nil || len(got) != 3 || got[2] != 1<<32-1 {
+		t.Errorf("uint32s = %v, %v", got, err)
+	}
+	if _, err := uint32s("--qpn", []uint{1 << 32}); err == nil || err.Error() != "--qpn 4294967296: out of range" {
+		t.Errorf("uint32s(1<<32) = %v", err)
+	}
+}
