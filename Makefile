@@ -12,7 +12,7 @@ FUZZTIME ?= 5s
 # Packages with tests that run in the lab guest (they call vmtest.Require).
 LAB_PKGS = $(shell grep -rl --include='*_test.go' 'vmtest\.Require' --exclude-dir=.lab . | xargs -r -n1 dirname | sort -u)
 
-.PHONY: all build deps test test-unit fuzz-smoke lab lab-bins test-lab demo lab-shell bench clean
+.PHONY: all build deps test test-unit generate-check fuzz-smoke lab lab-bins test-lab demo lab-shell bench clean
 
 all: build
 
@@ -22,7 +22,13 @@ build:
 deps:
 	@vmtest/install-deps.sh
 
-test: deps test-unit fuzz-smoke test-lab
+test: deps test-unit generate-check fuzz-smoke test-lab
+
+# The committed bpf2go output must be exactly what `go generate` makes from
+# bpf/qp.c with Debian's clang-14.
+generate-check:
+	$(GO) generate ./bpf
+	git diff --exit-code -- bpf/
 
 test-unit:
 	$(GO) vet ./...
@@ -74,6 +80,7 @@ bench: lab lab-bins
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	@for k in $(KERNELS); do \
 		$(BIN)/vmlab run -kernel $$k -memory 4G -timeout 30m -- sh vmtest/bench/res-qp.sh $(BENCH_QPS) || exit 1; \
+		$(BIN)/vmlab run -kernel $$k -timeout 30m -- sh vmtest/bench/trace-overhead.sh || exit 1; \
 	done
 
 clean:
