@@ -103,5 +103,7 @@ type Stats struct {
 	Malformed uint64
 }
 
-// Total is the number of events that did not reach the caller.
+// Total is the number of events that did not reach the caller. An entry
+// probe the kernel skipped can count twice, as Missed and then Unmatched at
+// its return, so Total errs high, never low.
 func (s Stats) Total() uint64 { return s.Lost + s.Missed + s.Unmatched + s.Malformed }
