@@ -1,10 +1,11 @@
 package vmtest
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/rdmatool/rdmatool/vmtest/internal/lab"
 )
 
 // Device is an RDMA device the lab guest always has.
@@ -87,14 +88,5 @@ func moduleRoot() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("vmtest: no go.mod above %s", dir)
-		}
-		dir = parent
-	}
+	return lab.ModuleRoot(dir)
 }

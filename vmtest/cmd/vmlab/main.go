@@ -177,16 +177,7 @@ func moduleRoot() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("not inside the rdmatool module (no go.mod above the working directory)")
-		}
-		dir = parent
-	}
+	return lab.ModuleRoot(dir)
 }
 
 func cacheDir() (string, error) {

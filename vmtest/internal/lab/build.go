@@ -249,3 +249,17 @@ func runIn(ctx context.Context, dir string, env []string, name string, args ...s
 	}
 	return nil
 }
+
+// ModuleRoot finds the directory holding go.mod at or above dir.
+func ModuleRoot(dir string) (string, error) {
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
