@@ -207,7 +207,7 @@ func scanDevices(ctx context.Context, c *rdmanl.Client, devs []rdmanl.Device, pr
 		return s, err
 	}
 	for _, dev := range devs {
-		ds := leakwatch.DeviceScan{Device: dev, Owners: map[uint32]string{}}
+		ds := leakwatch.DeviceScan{Device: dev, Owners: map[uint32]leakwatch.Process{}}
 		for _, sum := range sums {
 			if sum.DevIndex != dev.Index {
 				continue
@@ -233,7 +233,7 @@ func scanDevices(ctx context.Context, c *rdmanl.Client, devs []rdmanl.Device, pr
 			if pid := qp.Owner.PID; pid != 0 && procs != nil {
 				if _, done := ds.Owners[pid]; !done {
 					if p, ok := procs.Lookup(int(pid)); ok {
-						ds.Owners[pid] = p.Comm
+						ds.Owners[pid] = leakwatch.Process{Comm: p.Comm}
 					}
 				}
 			}

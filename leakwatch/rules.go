@@ -2,6 +2,7 @@ package leakwatch
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -46,8 +47,9 @@ const (
 func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 	f := Finding{
 		Rule: rule, Severity: sev, Device: h.Device, QPN: h.QPN, Type: h.Type.String(),
-		State: h.State.String(), PID: h.Owner.PID, Comm: h.Comm, KernName: h.Owner.KernName,
-		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
+		State: h.State.String(), PID: h.Owner.PID, Comm: h.Comm, Cgroup: h.Cgroup, ContainerID: h.ContainerID,
+		KernName: h.Owner.KernName,
+		SRQ:      h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
 		Evidence: append([]Evidence{}, h.Evidence...),
 	}
 	if h.Owner.KernName != "" && f.Comm == "" {
@@ -207,13 +209,47 @@ func qpExhaustion(dev *deviceState, max uint64, now time.Time, cfg Config) (Find
 	return f, true
 }
 
-// Findings evaluates every enabled rule at the watcher's current time.
+// Findings forgets the destroyed QPs older than Config.Retain and evaluates
+// the rules Config selects, with its MinAge and MaxQP, at the watcher's
+// current time.
 func (w *Watcher) Findings() Report {
+	w.expire(w.now())
+	return w.Evaluate(Query{MinAge: w.cfg.MinAge, Rules: w.cfg.Rules})
+}
+
+// Evaluate runs the rules q selects at the watcher's current time. It
+// changes nothing, so queries with different options can follow each other
+// on one watcher.
+func (w *Watcher) Evaluate(q Query) Report {
 	now := w.now()
-	w.expire(now)
-	enabled := func(id string) bool { return len(w.cfg.Rules) == 0 || slices.Contains(w.cfg.Rules, id) }
-	rep := Report{Findings: []Finding{}, SkippedRules: []Skipped{}, ObservedSeconds: math.Round(now.Sub(w.start).Seconds()*1000) / 1000}
+	cfg := w.cfg
+	cfg.MinAge = q.MinAge
+	if len(q.MaxQP) > 0 {
+		cfg.MaxQP = maps.Clone(cfg.MaxQP)
+		if cfg.MaxQP == nil {
+			cfg.MaxQP = map[string]uint64{}
+		}
+		maps.Copy(cfg.MaxQP, q.MaxQP)
+	}
+	probes, probesReason := cfg.Probes, cfg.ProbesReason
+	if q.SkipProbeRules != "" {
+		probes, probesReason = false, q.SkipProbeRules
+	}
+	enabled := func(id string) bool { return len(q.Rules) == 0 || slices.Contains(q.Rules, id) }
+	// Destroyed QPs past Retain are left out as if expired; Scan and
+	// Findings delete them.
+	var qps []*History
 	for _, h := range w.qps {
+		if q.Device != "" && h.Device != q.Device {
+			continue
+		}
+		if h.Destroyed && now.Sub(h.DestroyedAt) > cfg.Retain {
+			continue
+		}
+		qps = append(qps, h)
+	}
+	rep := Report{Findings: []Finding{}, SkippedRules: []Skipped{}, ObservedSeconds: math.Round(now.Sub(w.start).Seconds()*1000) / 1000}
+	for _, h := range qps {
 		if !h.Destroyed {
 			rep.QPs++
 		}
@@ -222,16 +258,20 @@ func (w *Watcher) Findings() Report {
 		if !enabled(r.id) {
 			continue
 		}
-		if r.needsProbes && !w.cfg.Probes {
+		if r.needsProbes && !probes {
 			reason := "needs the eBPF probes"
-			if w.cfg.ProbesReason != "" {
-				reason += ": " + w.cfg.ProbesReason
+			if probesReason != "" {
+				reason += ": " + probesReason
 			}
 			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: r.id, Reason: reason})
 			continue
 		}
-		for _, h := range w.qps {
-			if f, ok := r.check(h, w.device(h.DevIndex, ""), now, w.cfg); ok {
+		for _, h := range qps {
+			dev := w.devs[h.DevIndex]
+			if dev == nil {
+				dev = &deviceState{name: h.Device}
+			}
+			if f, ok := r.check(h, dev, now, cfg); ok {
 				rep.Findings = append(rep.Findings, f)
 			}
 		}
@@ -239,12 +279,15 @@ func (w *Watcher) Findings() Report {
 	if enabled(RuleQPExhaustion) {
 		var unknown []string
 		for _, d := range w.devs {
-			max := w.cfg.MaxQP[d.name]
+			if q.Device != "" && d.name != q.Device {
+				continue
+			}
+			max := cfg.MaxQP[d.name]
 			if max == 0 {
 				unknown = append(unknown, d.name)
 				continue
 			}
-			if f, ok := qpExhaustion(d, max, now, w.cfg); ok {
+			if f, ok := qpExhaustion(d, max, now, cfg); ok {
 				rep.Findings = append(rep.Findings, f)
 			}
 		}

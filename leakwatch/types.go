@@ -27,7 +27,8 @@ const (
 	SeverityCritical Severity = "critical"
 )
 
-// Config tunes the rules.
+// Config tunes the rules and the watcher. MinAge, Rules and MaxQP are what
+// Findings evaluates; Evaluate takes them per query instead.
 type Config struct {
 	// MinAge is how long a state must last before it is reported.
 	MinAge time.Duration
@@ -46,8 +47,39 @@ type Config struct {
 	// (netlink does not carry it); qp-exhaustion needs it.
 	MaxQP map[string]uint64
 	// Retain is how long destroyed QPs are kept for the destroy rules
-	// (default 10 minutes).
+	// (default 10 minutes). Live QPs are kept while the kernel has them,
+	// so a watcher's memory follows the host's QPs, not its uptime.
 	Retain time.Duration
+}
+
+// Query selects what one evaluation reports. What every query shares
+// (retention, thresholds, whether probes feed the watcher) stays in the
+// watcher's Config.
+type Query struct {
+	// MinAge is how long a state must last before it is reported.
+	MinAge time.Duration
+	// Rules limits the evaluation to these rule IDs; empty means all.
+	// Unknown IDs select nothing (callers validate against Rules()).
+	Rules []string
+	// Device limits the evaluation to the device with this name; ""
+	// means every device.
+	Device string
+	// MaxQP adds to Config.MaxQP, or overrides it, per device name.
+	MaxQP map[string]uint64
+	// SkipProbeRules, when not empty, skips the rules that need probe
+	// events with this reason, as if the probes were off.
+	SkipProbeRules string
+}
+
+// Process is what /proc said about a QP owner.
+type Process struct {
+	Comm string
+	// Cgroup is the owner's cgroup (v2) path, such as
+	// /system.slice/foo.service; "" when unknown.
+	Cgroup string
+	// ContainerID is the 64-hex container id the cgroup path names
+	// (docker, containerd, cri-o, podman); "" when it names none.
+	ContainerID string
 }
 
 // DeviceScan is one device's part of a netlink scan.
@@ -56,13 +88,18 @@ type DeviceScan struct {
 	QPs    []rdmanl.QP
 	// Contexts is the number of user verbs contexts open on the device.
 	Contexts uint64
-	// Owners maps a QP owner PID to its command name (from /proc); absent
-	// owners have exited.
-	Owners map[uint32]string
+	// Owners maps a QP owner PID (the thread id the kernel recorded) to
+	// what /proc says about it; absent owners have exited.
+	Owners map[uint32]Process
 }
 
 // Scan is a netlink snapshot of every device.
 type Scan struct {
+	// Started is when the dump began (zero: unknown). A QP that a probe
+	// saw created before it and that the dump does not list is gone,
+	// although its destroy event was lost.
+	Started time.Time
+	// Time is when the dump ended.
 	Time    time.Time
 	Devices []DeviceScan
 }
@@ -76,21 +113,25 @@ type Evidence struct {
 
 // Finding is one reported leak.
 type Finding struct {
-	Rule       string     `json:"rule"`
-	Severity   Severity   `json:"severity"`
-	Device     string     `json:"device"`
-	QPN        uint32     `json:"qpn"`
-	Type       string     `json:"type"`
-	State      string     `json:"state"`
-	PID        uint32     `json:"pid"`  // 0: kernel-owned, or the creator is gone / in another pid namespace
-	Comm       string     `json:"comm"` // "" when unknown
-	KernName   string     `json:"kern_name"`
-	SRQ        bool       `json:"srq"`  // attached to an SRQ
-	SRQN       uint32     `json:"srqn"` // meaningful when srq is true
-	AgeSeconds float64    `json:"age_seconds"`
-	Evidence   []Evidence `json:"evidence"`
-	Hint       string     `json:"hint"`
-	Spec       string     `json:"spec"`
+	Rule     string   `json:"rule"`
+	Severity Severity `json:"severity"`
+	Device   string   `json:"device"`
+	QPN      uint32   `json:"qpn"`
+	Type     string   `json:"type"`
+	State    string   `json:"state"`
+	PID      uint32   `json:"pid"`  // 0: kernel-owned, or the creator is gone / in another pid namespace
+	Comm     string   `json:"comm"` // "" when unknown
+	// Cgroup is the owner's cgroup v2 path ("" when unknown); ContainerID
+	// the container id that path names ("" when none).
+	Cgroup      string     `json:"cgroup"`
+	ContainerID string     `json:"container_id"`
+	KernName    string     `json:"kern_name"`
+	SRQ         bool       `json:"srq"`  // attached to an SRQ
+	SRQN        uint32     `json:"srqn"` // meaningful when srq is true
+	AgeSeconds  float64    `json:"age_seconds"`
+	Evidence    []Evidence `json:"evidence"`
+	Hint        string     `json:"hint"`
+	Spec        string     `json:"spec"`
 	// Count and Limit are set by qp-exhaustion (QPs in use and max_qp).
 	Count uint64 `json:"count"`
 	Limit uint64 `json:"limit"`

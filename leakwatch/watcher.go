@@ -39,8 +39,12 @@ type History struct {
 
 	Owner rdmanl.Owner
 	Comm  string
-	OnSRQ bool
-	SRQN  uint32
+	// Cgroup and ContainerID locate the owner (from /proc, at the last
+	// scan that found it).
+	Cgroup      string
+	ContainerID string
+	OnSRQ       bool
+	SRQN        uint32
 
 	// ErrAt is when a probe saw the QP moved to ERR (zero if not seen).
 	ErrAt time.Time
@@ -95,7 +99,13 @@ type deviceState struct {
 }
 
 // Watcher keeps QP histories from scans and probe events and evaluates the
-// rules over them. It is not safe for concurrent use.
+// rules over them. It is not safe for concurrent use; a long-running caller
+// serializes Scan, Event and Evaluate.
+//
+// Its memory follows the host's QPs: destroyed QPs are forgotten after
+// Config.Retain, a QP whose destroy event was lost is taken as gone when a
+// scan no longer lists it, each QP keeps at most a dozen observations and
+// each device a bounded series of QP counts.
 type Watcher struct {
 	cfg   Config
 	now   func() time.Time
@@ -151,8 +161,8 @@ func (w *Watcher) Scan(s Scan) {
 			}
 			h.Device, h.Type, h.Owner = dev.name, qp.Type, qp.Owner
 			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
-			if comm, ok := ds.Owners[qp.Owner.PID]; ok {
-				h.Comm = comm
+			if p, ok := ds.Owners[qp.Owner.PID]; ok {
+				h.Comm, h.Cgroup, h.ContainerID = p.Comm, p.Cgroup, p.ContainerID
 			}
 			h.inScan = true
 			// Probes are authoritative; a scan only fills in what they
@@ -171,17 +181,45 @@ func (w *Watcher) Scan(s Scan) {
 			h.setState(qp.State, s.Time, "scan")
 		}
 	}
+	scanned := map[uint32]bool{}
+	for _, ds := range s.Devices {
+		scanned[ds.Device.Index] = true
+	}
 	for k, h := range w.qps {
 		if seen[k] || h.Destroyed {
 			continue
 		}
-		if h.inScan || h.StateSource == "scan" {
+		// A QP a scan listed before is gone. So is one a probe saw
+		// created before this dump began: its destroy event was lost
+		// (a full ring buffer), and keeping it would leak memory and
+		// report its last state forever.
+		if h.inScan || h.StateSource == "scan" || (!s.Started.IsZero() && h.FirstSeen.Before(s.Started)) {
 			h.Destroyed, h.DestroyedAt = true, s.Time
 			h.note(s.Time, "scan", "gone from the QP dump")
 		}
 	}
+	// Forget devices that are gone and that no QP refers to any more
+	// (rxe and siw links come and go; each takes a new index).
 	w.expire(s.Time)
+	referenced := map[uint32]bool{}
+	for _, h := range w.qps {
+		referenced[h.DevIndex] = true
+	}
+	for index := range w.devs {
+		if !scanned[index] && !referenced[index] {
+			delete(w.devs, index)
+		}
+	}
 }
+
+// SetProbes says whether probe events feed the watcher from now on, and
+// when not, why; the rules that need them are skipped with that reason.
+func (w *Watcher) SetProbes(on bool, reason string) {
+	w.cfg.Probes, w.cfg.ProbesReason = on, reason
+}
+
+// Started is when the watcher began observing.
+func (w *Watcher) Started() time.Time { return w.start }
 
 // expire forgets destroyed QPs older than Retain.
 func (w *Watcher) expire(now time.Time) {

@@ -32,7 +32,7 @@ func qp(lqpn uint32, typ rdmanl.QPType, state rdmanl.QPState, pid uint32) rdmanl
 func onSRQ(q rdmanl.QP, srqn uint32) rdmanl.QP { q.OnSRQ, q.SRQN = true, srqn; return q }
 
 func scan(t time.Time, dev rdmanl.Device, qps ...rdmanl.QP) Scan {
-	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]string{42: "app", 43: "other"}}}}
+	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]Process{42: {Comm: "app"}, 43: {Comm: "other"}}}}}
 }
 
 func ev(t time.Time, kind bpf.Kind, dev rdmanl.Device, qpn uint32) bpf.Event {

@@ -1,0 +1,298 @@
+package leakwatch
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// twoDevices is a watcher with, after 10s: rxe0 QP 17 in ERR since 0s and
+// QP 18 in INIT since 8s, siw0 QP 20 in ERR since 0s and SRQ QP 21 moved
+// to ERR by a probe at 0s (never a LAST_WQE_REACHED).
+func twoDevices(t *testing.T, cfg Config) (*Watcher, *clock) {
+	t.Helper()
+	c := &clock{t: t0}
+	w := New(cfg, c.now)
+	s := scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42))
+	s.Devices = append(s.Devices, DeviceScan{Device: siw, QPs: []rdmanl.QP{qp(20, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43)}, Contexts: 1})
+	w.Scan(s)
+	w.Event(create(c.at(0), siw, 21, true))
+	w.Event(modify(c.at(0), siw, 21, rdmanl.QPStateErr))
+	s = scan(c.at(8*time.Second), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42))
+	s.Devices = append(s.Devices, DeviceScan{Device: siw, QPs: []rdmanl.QP{qp(20, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43), onSRQ(qp(21, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), 0)}, Contexts: 1})
+	w.Scan(s)
+	c.at(10 * time.Second)
+	return w, c
+}
+
+func skippedRules(r Report) []string {
+	out := []string{}
+	for _, s := range r.SkippedRules {
+		out = append(out, s.Rule)
+	}
+	return out
+}
+
+func TestEvaluateQuery(t *testing.T) {
+	tests := []struct {
+		name        string
+		q           Query
+		want        []found
+		wantSkipped []string
+		wantQPs     int
+	}{
+		{
+			name: "everything, 5s",
+			q:    Query{MinAge: 5 * time.Second},
+			want: []found{
+				{RuleStaleErrorQP, "rxe0", 17, 42},
+				{RuleStaleErrorQP, "siw0", 20, 43},
+				{RuleLastWQENotEmitted, "siw0", 21, 42}, // supersedes its stale-error-qp
+			},
+			wantSkipped: []string{RuleQPExhaustion},
+			wantQPs:     4,
+		},
+		{
+			name: "min age 1s reaches the INIT QP",
+			q:    Query{MinAge: time.Second},
+			want: []found{
+				{RuleStaleErrorQP, "rxe0", 17, 42},
+				{RuleNeverConnectedQP, "rxe0", 18, 42},
+				{RuleStaleErrorQP, "siw0", 20, 43},
+				{RuleLastWQENotEmitted, "siw0", 21, 42},
+			},
+			wantSkipped: []string{RuleQPExhaustion},
+			wantQPs:     4,
+		},
+		{
+			name:        "min age longer than anything",
+			q:           Query{MinAge: time.Minute},
+			want:        []found{},
+			wantSkipped: []string{RuleQPExhaustion},
+			wantQPs:     4,
+		},
+		{
+			name:        "one device",
+			q:           Query{MinAge: time.Second, Device: "rxe0"},
+			want:        []found{{RuleStaleErrorQP, "rxe0", 17, 42}, {RuleNeverConnectedQP, "rxe0", 18, 42}},
+			wantSkipped: []string{RuleQPExhaustion},
+			wantQPs:     2,
+		},
+		{
+			name:        "a device the watcher never saw",
+			q:           Query{MinAge: time.Second, Device: "mlx5_0"},
+			want:        []found{},
+			wantSkipped: []string{},
+			wantQPs:     0,
+		},
+		{
+			name:        "one rule",
+			q:           Query{MinAge: time.Second, Rules: []string{RuleNeverConnectedQP}},
+			want:        []found{{RuleNeverConnectedQP, "rxe0", 18, 42}},
+			wantSkipped: []string{},
+			wantQPs:     4,
+		},
+		{
+			name: "probe rules skipped for this query",
+			q:    Query{MinAge: 5 * time.Second, SkipProbeRules: "disabled by --no-probes"},
+			want: []found{
+				{RuleStaleErrorQP, "rxe0", 17, 42},
+				{RuleStaleErrorQP, "siw0", 20, 43},
+				{RuleStaleErrorQP, "siw0", 21, 42},
+			},
+			wantSkipped: []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleQPExhaustion},
+			wantQPs:     4,
+		},
+		{
+			name:        "max_qp from the query",
+			q:           Query{MinAge: time.Minute, Rules: []string{RuleQPExhaustion}, MaxQP: map[string]uint64{"rxe0": 2}},
+			want:        []found{{RuleQPExhaustion, "rxe0", 0, 0}},
+			wantSkipped: []string{RuleQPExhaustion}, // siw0's max_qp is still unknown
+			wantQPs:     4,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, _ := twoDevices(t, Config{MinAge: time.Hour, Probes: true})
+			r := w.Evaluate(tt.q)
+			if diff := cmp.Diff(tt.want, summarize(r)); diff != "" {
+				t.Errorf("findings (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantSkipped, skippedRules(r)); diff != "" {
+				t.Errorf("skipped rules (-want +got):\n%s", diff)
+			}
+			if r.QPs != tt.wantQPs || r.ObservedSeconds != 10 {
+				t.Errorf("qps %d observed %vs, want %d and 10s", r.QPs, r.ObservedSeconds, tt.wantQPs)
+			}
+			for _, s := range r.SkippedRules {
+				if s.Rule != RuleQPExhaustion && s.Reason != "needs the eBPF probes: "+tt.q.SkipProbeRules {
+					t.Errorf("%s skipped with reason %q", s.Rule, s.Reason)
+				}
+			}
+		})
+	}
+}
+
+// Queries with different options on one watcher do not disturb each other
+// nor the watcher's own Config, which Findings keeps using.
+func TestEvaluateIsPure(t *testing.T) {
+	w, c := twoDevices(t, Config{MinAge: 5 * time.Second, Probes: true, Rules: []string{RuleStaleErrorQP}, Retain: time.Minute})
+	s := scan(c.at(10*time.Second), rxe) // rxe0's QPs are gone
+	s.Devices = append(s.Devices, DeviceScan{Device: siw, QPs: []rdmanl.QP{qp(20, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43), onSRQ(qp(21, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), 0)}})
+	w.Scan(s)
+	before := len(w.Histories())
+	first := w.Findings()
+	for _, q := range []Query{{MinAge: 0, Device: "rxe0"}, {SkipProbeRules: "x", MaxQP: map[string]uint64{"siw0": 1}}, {Rules: []string{RuleQPExhaustion}}} {
+		w.Evaluate(q)
+	}
+	if diff := cmp.Diff(first, w.Findings()); diff != "" {
+		t.Errorf("Findings changed after other queries (-before +after):\n%s", diff)
+	}
+	if w.cfg.MaxQP != nil || w.cfg.MinAge != 5*time.Second || !w.cfg.Probes {
+		t.Errorf("a query changed the watcher's config: %+v", w.cfg)
+	}
+	// Past Retain, Evaluate leaves the destroyed QPs out but keeps them;
+	// Findings forgets them.
+	c.at(20 * time.Minute)
+	if got := w.Evaluate(Query{Device: "rxe0"}); got.QPs != 0 || len(got.Findings) != 0 {
+		t.Errorf("expired QPs evaluated: %+v", got)
+	}
+	if got := len(w.Histories()); got != before {
+		t.Errorf("Evaluate forgot QPs: %d histories, had %d", got, before)
+	}
+	w.Findings()
+	if got := len(w.Histories()); got != before-2 {
+		t.Errorf("Findings kept expired QPs: %d histories, want %d", got, before-2)
+	}
+}
+
+func TestSetProbes(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{ProbesReason: "ib_core is not loaded"}, c.now)
+	if got := skippedRules(w.Evaluate(Query{})); !slices.Contains(got, RuleLastWQEUnhandled) {
+		t.Fatalf("probe rules evaluated without probes: skipped %v", got)
+	}
+	w.SetProbes(true, "")
+	if got := skippedRules(w.Evaluate(Query{})); slices.Contains(got, RuleLastWQEUnhandled) {
+		t.Errorf("probe rules skipped after SetProbes(true): %v", got)
+	}
+	w.SetProbes(false, "probe stream failed")
+	r := w.Evaluate(Query{})
+	if len(r.SkippedRules) == 0 || r.SkippedRules[0].Reason != "needs the eBPF probes: probe stream failed" {
+		t.Errorf("skipped %+v", r.SkippedRules)
+	}
+}
+
+// A probe saw the QP created but its destroy event was lost: the first scan
+// that began after the create and does not list it ends its history. A QP
+// created while the scan ran is kept.
+func TestLostDestroyEvent(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{MinAge: 5 * time.Second, Probes: true, Retain: time.Minute}, c.now)
+	w.Event(create(c.at(0), rxe, 17, false))
+	w.Event(modify(c.at(time.Second), rxe, 17, rdmanl.QPStateErr))
+	// The destroy at 2s is lost. A QP is created during the next scan.
+	w.Event(create(c.at(3500*time.Millisecond), rxe, 18, false))
+	w.Scan(Scan{Started: t0.Add(3 * time.Second), Time: c.at(4 * time.Second), Devices: []DeviceScan{{Device: rxe}}})
+	c.at(time.Minute)
+	var live []uint32
+	for _, h := range w.Histories() {
+		if !h.Destroyed {
+			live = append(live, h.QPN)
+		}
+	}
+	if !slices.Equal(live, []uint32{18}) {
+		t.Errorf("live QPs %v, want [18]", live)
+	}
+	if got := summarize(w.Evaluate(Query{MinAge: 5 * time.Second, Rules: []string{RuleStaleErrorQP}})); len(got) != 0 {
+		t.Errorf("a QP whose destroy was lost is reported: %v", got)
+	}
+	// Scans without a start time (one-shot callers) keep the old rule:
+	// only QPs a scan listed are taken as gone.
+	w2 := New(Config{Probes: true}, c.now)
+	w2.Event(create(c.at(0), rxe, 17, false))
+	w2.Scan(Scan{Time: c.at(4 * time.Second), Devices: []DeviceScan{{Device: rxe}}})
+	if h := w2.Histories(); len(h) != 1 || h[0].Destroyed {
+		t.Errorf("histories %+v, want QP 17 alive", h)
+	}
+}
+
+// Hours of churn, with scans every 10s, lost destroy events and devices
+// coming and going, leave the watcher with what the kernel has plus what
+// Retain keeps.
+func TestMemoryBounded(t *testing.T) {
+	c := &clock{t: t0}
+	const retain = 10 * time.Minute
+	w := New(Config{MinAge: 5 * time.Second, Probes: true, Retain: retain}, c.now)
+	const interval = 10 * time.Second
+	steps := int((6 * time.Hour) / interval)
+	qpn := uint32(100)
+	maxHistories := 0
+	for i := range steps {
+		start := t0.Add(time.Duration(i) * interval)
+		// A temporary device every hour, with one QP for a minute.
+		tmp := rdmanl.Device{Index: uint32(10 + i/360), Name: "tmp"}
+		for j := range 20 {
+			at := start.Add(time.Duration(j) * 100 * time.Millisecond)
+			qpn++
+			w.Event(create(c.at(at.Sub(t0)), rxe, qpn, j%2 == 0))
+			for k := range 2 * maxEvidence { // more evidence than a QP keeps
+				w.Event(modify(c.at(at.Sub(t0)), rxe, qpn, []rdmanl.QPState{rdmanl.QPStateInit, rdmanl.QPStateErr}[k%2]))
+			}
+			if j%5 != 0 { // one destroy in five is lost
+				w.Event(ev(c.at(at.Sub(t0)+time.Millisecond), bpf.KindQPDestroy, rxe, qpn))
+			}
+		}
+		s := Scan{Started: start.Add(5 * time.Second), Time: c.at(start.Add(5*time.Second + time.Millisecond).Sub(t0)),
+			Devices: []DeviceScan{{Device: rxe, QPs: []rdmanl.QP{qp(1, rdmanl.QPTypeGSI, rdmanl.QPStateRTS, 0)}}}}
+		if i%360 < 6 {
+			s.Devices = append(s.Devices, DeviceScan{Device: tmp, QPs: []rdmanl.QP{qp(1, rdmanl.QPTypeGSI, rdmanl.QPStateRTS, 0)}})
+		}
+		w.Scan(s)
+		maxHistories = max(maxHistories, len(w.qps))
+	}
+	// 20 QPs per 10s are destroyed; Retain keeps 10 minutes of them.
+	limit := int(retain/interval)*20 + 20 + 2
+	if maxHistories > limit {
+		t.Errorf("up to %d histories, want at most %d", maxHistories, limit)
+	}
+	if len(w.devs) > 2 {
+		t.Errorf("%d device states kept, want rxe0 and at most one temporary device", len(w.devs))
+	}
+	for _, h := range w.qps {
+		if len(h.Evidence) > maxEvidence {
+			t.Fatalf("QP %d keeps %d observations", h.QPN, len(h.Evidence))
+		}
+	}
+	for _, d := range w.devs {
+		if len(d.samples) > maxSamples {
+			t.Errorf("%s keeps %d samples", d.name, len(d.samples))
+		}
+	}
+	if r := w.Findings(); len(r.Findings) != 0 {
+		t.Errorf("churn with lost destroys reported %d findings, first %+v", len(r.Findings), r.Findings[0])
+	}
+}
+
+func TestOwnerProcess(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{MinAge: 5 * time.Second}, c.now)
+	const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	owners := map[uint32]Process{42: {Comm: "app", Cgroup: "/system.slice/docker-" + id + ".scope", ContainerID: id}}
+	w.Scan(Scan{Time: c.at(0), Devices: []DeviceScan{{Device: rxe, QPs: []rdmanl.QP{qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateErr, 7)}, Owners: owners}}})
+	c.at(10 * time.Second)
+	fs := w.Findings().Findings
+	if len(fs) != 2 {
+		t.Fatalf("findings %+v", fs)
+	}
+	if fs[0].Comm != "app" || fs[0].Cgroup != "/system.slice/docker-"+id+".scope" || fs[0].ContainerID != id {
+		t.Errorf("finding of an owner in a container: comm %q cgroup %q container %q", fs[0].Comm, fs[0].Cgroup, fs[0].ContainerID)
+	}
+	if fs[1].Comm != "" || fs[1].Cgroup != "" || fs[1].ContainerID != "" {
+		t.Errorf("finding of an exited owner: comm %q cgroup %q container %q", fs[1].Comm, fs[1].Cgroup, fs[1].ContainerID)
+	}
+}
