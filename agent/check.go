@@ -54,6 +54,12 @@ type CheckReport struct {
 	LostEvents  uint64   `json:"lost_events"`
 	Scans       int      `json:"scans"`
 	Devices     []string `json:"devices"`
+	// Source is "local" when this command observed the host itself for
+	// --watch, "agent" when the agent answered from its longer history.
+	Source string `json:"source"`
+	// ObservedSince is when the observation began: the start of --watch,
+	// or the agent's start (RFC 3339, UTC).
+	ObservedSince time.Time `json:"observed_since"`
 }
 
 // ErrUnknownRule is returned for a --rule that names no rule.
@@ -119,23 +125,11 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 
 	watchCtx, cancel := context.WithTimeout(ctx, o.Watch)
 	defer cancel()
-	events := make(chan bpf.Event, 4096)
-	probeErr := make(chan error, 1)
+	var events <-chan bpf.Event
+	var probeErr <-chan error
 	if src != nil {
-		go func() {
-			defer close(events)
-			for ev, err := range src.Events(watchCtx) {
-				if err != nil {
-					probeErr <- err
-					return
-				}
-				if o.Device == "" || ev.DevName == o.Device {
-					events <- ev
-				}
-			}
-		}()
-	} else {
-		close(events)
+		p := startPump(watchCtx, src, o.Device)
+		events, probeErr = p.events, p.err
 	}
 	scan := func() error {
 		s, err := scanDevices(ctx, c, devs, d.ProcRoot, d.Now)
@@ -191,7 +185,39 @@ loop:
 		}
 	}
 	rep.Report = w.Findings()
+	rep.Source, rep.ObservedSince = "local", w.Started().UTC()
 	return rep, nil
+}
+
+// pump carries a probe stream's events, of one device or of all, from the
+// reader goroutine to the loop that owns the watcher.
+type pump struct {
+	// events is closed when the stream ends: its context ended or it
+	// failed. The owner drains it until then, which is how it waits for
+	// the goroutine.
+	events <-chan bpf.Event
+	// err holds the stream's error when it failed.
+	err <-chan error
+}
+
+// startPump reads src until ctx ends or the stream fails, keeping the
+// events of device ("" keeps all).
+func startPump(ctx context.Context, src EventSource, device string) pump {
+	events := make(chan bpf.Event, 4096)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(events)
+		for ev, err := range src.Events(ctx) {
+			if err != nil {
+				errc <- err
+				return
+			}
+			if device == "" || ev.DevName == device {
+				events <- ev
+			}
+		}
+	}()
+	return pump{events: events, err: errc}
 }
 
 // scanDevices dumps the QPs and counts the user contexts of each device,
@@ -201,7 +227,7 @@ func scanDevices(ctx context.Context, c *rdmanl.Client, devs []rdmanl.Device, pr
 	if procRoot != "" {
 		procs, _ = sysfs.NewProcs(procRoot) // without /proc, owners have no comm
 	}
-	s := leakwatch.Scan{Time: now()}
+	s := leakwatch.Scan{Started: now()}
 	sums, err := c.Summaries(ctx)
 	if err != nil {
 		return s, err

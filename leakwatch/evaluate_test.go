@@ -296,3 +296,24 @@ func TestOwnerProcess(t *testing.T) {
 		t.Errorf("finding of an exited owner: comm %q cgroup %q container %q", fs[1].Comm, fs[1].Cgroup, fs[1].ContainerID)
 	}
 }
+
+// The destroy event of an SRQ QP can wait in the ring buffer while a scan
+// that no longer lists the QP is folded in: it still is that QP's destroy,
+// and the destroy rule still sees how it was torn down.
+func TestDestroyEventAfterScan(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{MinAge: 5 * time.Second, Probes: true}, c.now)
+	w.Event(create(c.at(0), rxe, 17, true))
+	w.Event(modify(c.at(time.Second), rxe, 17, rdmanl.QPStateRTS))
+	w.Scan(Scan{Started: c.at(2 * time.Second), Time: c.at(2 * time.Second), Devices: []DeviceScan{{Device: rxe, QPs: []rdmanl.QP{onSRQ(qp(17, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42), 0)}}}})
+	w.Scan(Scan{Started: c.at(4 * time.Second), Time: c.at(4 * time.Second), Devices: []DeviceScan{{Device: rxe}}})
+	w.Event(ev(t0.Add(3*time.Second), bpf.KindQPDestroy, rxe, 17))
+	c.at(10 * time.Second)
+	r := w.Findings()
+	if diff := cmp.Diff([]found{{RuleSRQDestroyWithoutLastWQE, "rxe0", 17, 42}}, summarize(r)); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+	if len(w.Histories()) != 1 {
+		t.Errorf("%d histories for one QP", len(w.Histories()))
+	}
+}

@@ -11,6 +11,12 @@ import (
 // maxEvidence bounds the observations kept per QP.
 const maxEvidence = 12
 
+// lostDestroyMargin is how long before a scan began a probe must have seen
+// a QP created for the scan's not listing it to mean that the QP is gone:
+// probe times are monotonic clock readings converted to wall time once, so
+// they drift from the scans' wall clock when it is stepped.
+const lostDestroyMargin = 2 * time.Second
+
 // maxSamples bounds the QP count samples kept per device for growth.
 const maxSamples = 256
 
@@ -193,7 +199,7 @@ func (w *Watcher) Scan(s Scan) {
 		// created before this dump began: its destroy event was lost
 		// (a full ring buffer), and keeping it would leak memory and
 		// report its last state forever.
-		if h.inScan || h.StateSource == "scan" || (!s.Started.IsZero() && h.FirstSeen.Before(s.Started)) {
+		if h.inScan || h.StateSource == "scan" || (!s.Started.IsZero() && h.FirstSeen.Before(s.Started.Add(-lostDestroyMargin))) {
 			h.Destroyed, h.DestroyedAt = true, s.Time
 			h.note(s.Time, "scan", "gone from the QP dump")
 		}
@@ -279,6 +285,11 @@ func (w *Watcher) Event(ev bpf.Event) {
 		}
 		h.note(ev.Time, "probe", "async event %s", ev.IBEvent)
 	case bpf.KindQPDestroy:
+		if h != nil && h.Destroyed && !h.DestroySeen && !h.DeviceGone {
+			// A scan that ran while this event waited in the ring
+			// buffer already missed the QP: this is its destroy.
+			h.Destroyed = false
+		}
 		if h == nil || h.Destroyed {
 			h = get() // a QP created before the probes attached
 		}

@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"syscall"
+)
+
+// ErrNoAgent is returned, wrapped, when no agent listens on the socket: the
+// file does not exist or nothing accepts connections on it.
+var ErrNoAgent = errors.New("no agent is listening")
+
+// dialError marks errors of connecting to the socket, so that only they can
+// mean ErrNoAgent.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// get asks the agent on socket for path and decodes the JSON answer into v.
+func get(ctx context.Context, socket, path string, query url.Values, v any) error {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "unix", socket)
+			if err != nil {
+				return nil, &dialError{err}
+			}
+			return c, nil
+		},
+		DisableKeepAlives: true,
+	}
+	defer tr.CloseIdleConnections()
+	u := url.URL{Scheme: "http", Host: "rdmatool-agent", Path: path, RawQuery: query.Encode()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return fmt.Errorf("agent: ask %s: %w", socket, err)
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		var de *dialError
+		if errors.As(err, &de) && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
+			return fmt.Errorf("agent: ask %s: %w (%w)", socket, ErrNoAgent, de.err)
+		}
+		return fmt.Errorf("agent: ask %s: %w", socket, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("agent: ask %s: read the answer: %w", socket, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e apiError
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return fmt.Errorf("agent: ask %s: %s (HTTP %d)", socket, e.Error, resp.StatusCode)
+		}
+		return fmt.Errorf("agent: ask %s: HTTP %s", socket, resp.Status)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("agent: ask %s: decode the answer: %w", socket, err)
+	}
+	return nil
+}
+
+// Ask asks the agent listening on socket for its qp-leaks report, with the
+// options of a qp-leaks run: Device, MinAge, Rules, MaxQP and NoProbes
+// (the rules that need probes are skipped). Watch and Interval do not
+// apply: the agent has been observing since it started. The caller's ctx
+// bounds the wait. A missing socket, or one nobody accepts on, gives an
+// error wrapping ErrNoAgent.
+func Ask(ctx context.Context, socket string, o CheckOptions) (CheckReport, error) {
+	q := url.Values{}
+	if o.Device != "" {
+		q.Set("dev", o.Device)
+	}
+	q.Set("min_age", o.MinAge.String())
+	for _, r := range o.Rules {
+		q.Add("rule", r)
+	}
+	for dev, n := range o.MaxQP {
+		q.Add("max_qp", dev+"="+strconv.FormatUint(n, 10))
+	}
+	if o.NoProbes {
+		q.Set("no_probes", "1")
+	}
+	var rep CheckReport
+	if err := get(ctx, socket, "/v1/qp-leaks", q, &rep); err != nil {
+		return CheckReport{}, err
+	}
+	if rep.Source != "agent" || rep.Findings == nil || rep.ObservedSince.IsZero() {
+		return CheckReport{}, fmt.Errorf("agent: ask %s: the answer is not an agent report", socket)
+	}
+	return rep, nil
+}
+
+// AskStatus asks the agent listening on socket for its status.
+func AskStatus(ctx context.Context, socket string) (Status, error) {
+	var st Status
+	if err := get(ctx, socket, "/v1/status", nil, &st); err != nil {
+		return Status{}, err
+	}
+	if st.Started.IsZero() {
+		return Status{}, fmt.Errorf("agent: ask %s: the answer is not an agent status", socket)
+	}
+	return st, nil
+}

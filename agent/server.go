@@ -1,0 +1,194 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rdmatool/rdmatool/leakwatch"
+)
+
+// The socket speaks HTTP/1.1:
+//
+//	GET /v1/qp-leaks?dev=D&min_age=5s&rule=R&rule=R2&max_qp=D=N&no_probes=1
+//	GET /v1/status
+//
+// Both answer a JSON object. /v1/qp-leaks returns the CheckReport that
+// `rdmatool qp-leaks -j` prints, with "source":"agent"; every parameter is
+// optional (min_age defaults to 5s, like the CLI). A bad query is a 400 and
+// a device the agent does not see a 404, each with {"error":"..."}.
+
+// defaultMinAge is min_age when a query leaves it out.
+const defaultMinAge = 5 * time.Second
+
+// NewHandler serves the agent's API from st.
+func NewHandler(st *State) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/qp-leaks", func(w http.ResponseWriter, r *http.Request) {
+		q, err := parseQuery(r.URL.Query())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		rep, ok := st.Report(q)
+		if !ok {
+			writeError(w, http.StatusNotFound, fmt.Errorf("agent: no RDMA device %q", q.Device))
+			return
+		}
+		writeJSON(w, http.StatusOK, rep)
+	})
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		if len(r.URL.Query()) > 0 {
+			writeError(w, http.StatusBadRequest, errors.New("agent: /v1/status takes no parameters"))
+			return
+		}
+		writeJSON(w, http.StatusOK, st.Status())
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("agent: no such endpoint %s %s (try GET /v1/qp-leaks or GET /v1/status)", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// parseQuery reads the parameters of /v1/qp-leaks.
+func parseQuery(v url.Values) (leakwatch.Query, error) {
+	q := leakwatch.Query{MinAge: defaultMinAge}
+	for name, vals := range v {
+		switch name {
+		case "dev", "min_age", "no_probes":
+			if len(vals) != 1 {
+				return q, fmt.Errorf("agent: parameter %s given %d times", name, len(vals))
+			}
+		case "rule", "max_qp":
+		default:
+			return q, fmt.Errorf("agent: unknown parameter %q (valid: dev, min_age, rule, max_qp, no_probes)", name)
+		}
+	}
+	q.Device = v.Get("dev")
+	if s := v.Get("min_age"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return q, fmt.Errorf("agent: min_age %q: want a duration such as 5s", s)
+		}
+		q.MinAge = d
+	}
+	for _, r := range v["rule"] {
+		if !slicesContains(leakwatch.Rules(), r) {
+			return q, fmt.Errorf("agent: %w %q (valid: %s)", ErrUnknownRule, r, strings.Join(leakwatch.Rules(), ", "))
+		}
+		q.Rules = append(q.Rules, r)
+	}
+	for _, m := range v["max_qp"] {
+		dev, n, ok := strings.Cut(m, "=")
+		max, err := strconv.ParseUint(n, 10, 64)
+		if !ok || dev == "" || err != nil || max == 0 {
+			return q, fmt.Errorf("agent: max_qp %q: want DEV=N with N > 0", m)
+		}
+		if q.MaxQP == nil {
+			q.MaxQP = map[string]uint64{}
+		}
+		q.MaxQP[dev] = max
+	}
+	switch v.Get("no_probes") {
+	case "", "0", "false":
+	case "1", "true":
+		q.SkipProbeRules = "disabled by --no-probes"
+	default:
+		return q, fmt.Errorf("agent: no_probes %q: want 1 or 0", v.Get("no_probes"))
+	}
+	return q, nil
+}
+
+// apiError is the body of every error answer.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, apiError{Error: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v) // the client went away: nothing to do
+}
+
+// Listen makes the agent's socket at path: its directory is created 0755
+// when missing, a stale socket left by an agent that died is replaced, and
+// the socket is 0600 before it can accept anyone (it is made in a private
+// directory and renamed into place). Closing the listener removes the
+// file. Listen fails when another agent answers on path or when path is
+// something other than a socket.
+func Listen(path string) (net.Listener, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("agent: create %s: %w", dir, err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("agent: listen on %s: %w (not a socket, left alone)", path, os.ErrExist)
+		}
+		if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			conn.Close()
+			return nil, fmt.Errorf("agent: listen on %s: another agent is listening", path)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("agent: remove stale socket %s: %w", path, err)
+		}
+	}
+	tmp, err := os.MkdirTemp(dir, ".agent-")
+	if err != nil {
+		return nil, fmt.Errorf("agent: listen on %s: %w", path, err)
+	}
+	defer os.RemoveAll(tmp)
+	staged := filepath.Join(tmp, "s")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: staged, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("agent: listen on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(false) // the file moves; closeRemove removes it
+	if err := os.Chmod(staged, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("agent: listen on %s: %w", path, err)
+	}
+	if err := os.Rename(staged, path); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("agent: listen on %s: %w", path, err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("agent: listen on %s: %w", path, err)
+	}
+	return &socketListener{UnixListener: ln, path: path, file: fi}, nil
+}
+
+// socketListener removes its socket file on Close, unless another agent
+// has replaced it meanwhile.
+type socketListener struct {
+	*net.UnixListener
+	path string
+	file os.FileInfo
+	once sync.Once
+	err  error
+}
+
+func (l *socketListener) Close() error {
+	l.once.Do(func() {
+		l.err = l.UnixListener.Close()
+		if fi, err := os.Lstat(l.path); err == nil && os.SameFile(fi, l.file) {
+			os.Remove(l.path)
+		}
+	})
+	return l.err
+}

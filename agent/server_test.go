@@ -1,0 +1,462 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) set(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t0.Add(d)
+	return c.t
+}
+
+var (
+	rxe = rdmanl.Device{Index: 1, Name: "rxe0"}
+	siw = rdmanl.Device{Index: 2, Name: "siw0"}
+)
+
+func qp(lqpn uint32, state rdmanl.QPState, pid uint32) rdmanl.QP {
+	return rdmanl.QP{LQPN: lqpn, Type: rdmanl.QPTypeRC, State: state, Port: 1, Owner: rdmanl.Owner{PID: pid}}
+}
+
+// history is an agent state after 60s: rxe0 QP 17 in ERR and QP 18 in
+// INIT since 0s, siw0 QP 20 in ERR since 50s.
+func history(t *testing.T) (*State, *clock) {
+	t.Helper()
+	c := &clock{t: t0}
+	st := NewState(leakwatch.Config{ProbesReason: "no BTF"}, c.now, "v1.2.3")
+	owners := map[uint32]leakwatch.Process{42: {Comm: "app", Cgroup: "/system.slice/app.service"}}
+	for _, at := range []time.Duration{0, 50 * time.Second} {
+		s := leakwatch.Scan{Started: c.set(at), Time: c.set(at), Devices: []leakwatch.DeviceScan{
+			{Device: rxe, QPs: []rdmanl.QP{qp(17, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPStateInit, 42)}, Owners: owners},
+			{Device: siw, QPs: []rdmanl.QP{qp(20, rdmanl.QPStateReset, 43)}},
+		}}
+		if at > 0 {
+			s.Devices[1].QPs[0].State = rdmanl.QPStateErr
+		}
+		st.Scan(s)
+	}
+	st.setLost(3)
+	c.set(60 * time.Second)
+	return st, c
+}
+
+// serve runs the agent's handler over st on a unix socket in a temporary
+// directory until the test ends.
+func serve(t *testing.T, st *State) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: NewHandler(st)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return sock
+}
+
+type leak struct {
+	Rule, Device string
+	QPN, PID     uint32
+	Age          float64
+}
+
+func leaks(rep CheckReport) []leak {
+	out := []leak{}
+	for _, f := range rep.Findings {
+		out = append(out, leak{f.Rule, f.Device, f.QPN, f.PID, f.AgeSeconds})
+	}
+	return out
+}
+
+func TestAsk(t *testing.T) {
+	st, _ := history(t)
+	sock := serve(t, st)
+	tests := []struct {
+		name        string
+		o           CheckOptions
+		want        []leak
+		wantDevices []string
+		wantSkipped int
+	}{
+		{"defaults of the CLI", CheckOptions{MinAge: 5 * time.Second}, []leak{
+			{"stale-error-qp", "rxe0", 17, 42, 60}, {"never-connected-qp", "rxe0", 18, 42, 60}, {"stale-error-qp", "siw0", 20, 43, 10},
+		}, []string{"rxe0", "siw0"}, 4},
+		{"longer than siw0's ERR", CheckOptions{MinAge: 30 * time.Second}, []leak{
+			{"stale-error-qp", "rxe0", 17, 42, 60}, {"never-connected-qp", "rxe0", 18, 42, 60},
+		}, []string{"rxe0", "siw0"}, 4},
+		{"one device", CheckOptions{Device: "siw0", MinAge: time.Second}, []leak{
+			{"stale-error-qp", "siw0", 20, 43, 10},
+		}, []string{"siw0"}, 4},
+		{"one rule", CheckOptions{MinAge: time.Second, Rules: []string{"never-connected-qp"}}, []leak{
+			{"never-connected-qp", "rxe0", 18, 42, 60},
+		}, []string{"rxe0", "siw0"}, 0},
+		{"max_qp", CheckOptions{MinAge: time.Second, Rules: []string{"qp-exhaustion"}, MaxQP: map[string]uint64{"rxe0": 2, "siw0": 1}}, []leak{
+			{"qp-exhaustion", "rxe0", 0, 0, 0}, {"qp-exhaustion", "siw0", 0, 0, 0},
+		}, []string{"rxe0", "siw0"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, err := Ask(t.Context(), sock, tt.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, leaks(rep)); diff != "" {
+				t.Errorf("findings (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantDevices, rep.Devices); diff != "" {
+				t.Errorf("devices (-want +got):\n%s", diff)
+			}
+			if rep.Source != "agent" || !rep.ObservedSince.Equal(t0) || rep.ObservedSeconds != 60 || rep.Scans != 2 ||
+				rep.Probes != "off" || rep.ProbesError != "no BTF" || rep.LostEvents != 3 || len(rep.SkippedRules) != tt.wantSkipped {
+				t.Errorf("report %+v", rep)
+			}
+		})
+	}
+}
+
+// The answer is the JSON object qp-leaks prints, field for field, with
+// the agent's source and start.
+func TestQPLeaksJSON(t *testing.T) {
+	st, _ := history(t)
+	sock := serve(t, st)
+	body := rawGet(t, sock, "/v1/qp-leaks?dev=rxe0&min_age=1m&rule=stale-error-qp", http.StatusOK)
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"findings", "skipped_rules", "observed_seconds", "qps", "probes", "probes_error", "lost_events", "scans", "devices", "source", "observed_since"} {
+		if _, ok := fields[f]; !ok {
+			t.Errorf("no %q in %s", f, body)
+		}
+	}
+	if got := string(fields["source"]); got != `"agent"` {
+		t.Errorf("source %s", got)
+	}
+	if got := string(fields["observed_since"]); got != `"2026-01-01T00:00:00Z"` {
+		t.Errorf("observed_since %s", got)
+	}
+	var findings []map[string]json.RawMessage
+	if err := json.Unmarshal(fields["findings"], &findings); err != nil || len(findings) != 1 {
+		t.Fatalf("findings %s: %v", fields["findings"], err)
+	}
+	if got := string(findings[0]["cgroup"]); got != `"/system.slice/app.service"` {
+		t.Errorf("cgroup %s", got)
+	}
+}
+
+func rawGet(t *testing.T, sock, path string, wantCode int) string {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := c.Get("http://agent" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != wantCode {
+		t.Errorf("GET %s: %s, want %d: %s", path, resp.Status, wantCode, b)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("GET %s: content type %q", path, ct)
+	}
+	return string(b)
+}
+
+func TestBadQueries(t *testing.T) {
+	st, _ := history(t)
+	sock := serve(t, st)
+	tests := []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/v1/qp-leaks?rule=bogus", 400, `agent: unknown rule \"bogus\" (valid: stale-error-qp, `},
+		{"/v1/qp-leaks?min_age=5", 400, `agent: min_age \"5\": want a duration such as 5s`},
+		{"/v1/qp-leaks?min_age=-1s", 400, `agent: min_age \"-1s\"`},
+		{"/v1/qp-leaks?min_age=1s&min_age=2s", 400, `agent: parameter min_age given 2 times`},
+		{"/v1/qp-leaks?watch=10s", 400, `agent: unknown parameter \"watch\"`},
+		{"/v1/qp-leaks?max_qp=rxe0", 400, `agent: max_qp \"rxe0\": want DEV=N with N \u003e 0`},
+		{"/v1/qp-leaks?no_probes=maybe", 400, `agent: no_probes \"maybe\": want 1 or 0`},
+		{"/v1/qp-leaks?dev=mlx5_0", 404, `agent: no RDMA device \"mlx5_0\"`},
+		{"/v1/status?x=1", 400, `agent: /v1/status takes no parameters`},
+		{"/v2/qp-leaks", 404, `agent: no such endpoint GET /v2/qp-leaks`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			body := rawGet(t, sock, tt.path, tt.code)
+			if !strings.HasPrefix(body, `{"error":"`+tt.want) || strings.Count(body, "\n") != 1 || !strings.HasSuffix(body, "}\n") {
+				t.Errorf("body %q, want one line {\"error\":%q...}", body, tt.want)
+			}
+		})
+	}
+	// The client turns them into errors that carry the agent's message.
+	_, err := Ask(t.Context(), sock, CheckOptions{Device: "mlx5_0"})
+	if err == nil || !strings.Contains(err.Error(), `agent: no RDMA device "mlx5_0" (HTTP 404)`) || errors.Is(err, ErrNoAgent) {
+		t.Errorf("Ask for an unknown device: %v", err)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	st, c := history(t)
+	st.SetProbes(true, "")
+	st.scanFailed(errors.New("rdmanl: dump QPs of rxe0: interrupted"))
+	c.set(62 * time.Second)
+	sock := serve(t, st)
+	got, err := AskStatus(t.Context(), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Status{Version: "v1.2.3", Started: t0, Probes: "on", Scans: 2, ScanError: "rdmanl: dump QPs of rxe0: interrupted",
+		LastScanSeconds: 12, Devices: []string{"rxe0", "siw0"}, QPs: 3, LostEvents: 3}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+}
+
+func TestAskWithoutAgent(t *testing.T) {
+	dir := t.TempDir()
+	// A socket file that nobody accepts on, left by an agent that died.
+	stale := filepath.Join(dir, "stale.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	// Something else answers HTTP on a socket.
+	other := filepath.Join(dir, "other.sock")
+	oln, err := net.Listen("unix", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "{}") })}
+	go srv.Serve(oln)
+	t.Cleanup(func() { srv.Close() })
+	tests := []struct {
+		socket    string
+		wantNoAgt bool
+		want      string
+	}{
+		{filepath.Join(dir, "missing.sock"), true, "no agent is listening"},
+		{stale, true, "no agent is listening"},
+		{other, false, "the answer is not an agent report"},
+	}
+	for _, tt := range tests {
+		t.Run(filepath.Base(tt.socket), func(t *testing.T) {
+			_, err := Ask(t.Context(), tt.socket, CheckOptions{MinAge: time.Second})
+			if err == nil || errors.Is(err, ErrNoAgent) != tt.wantNoAgt || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), "agent: ask "+tt.socket) {
+				t.Errorf("Ask: %v; want an error, ErrNoAgent %v, containing %q", err, tt.wantNoAgt, tt.want)
+			}
+		})
+	}
+}
+
+func TestListen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run", "rdmatool")
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := func(p string) os.FileMode {
+		t.Helper()
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode()
+	}
+	if m := mode(sock); m.Type() != os.ModeSocket || m.Perm() != 0o600 {
+		t.Errorf("socket mode %v, want a socket 0600", m)
+	}
+	if m := mode(dir); !m.IsDir() || m.Perm()&^0o755 != 0 {
+		t.Errorf("directory mode %v, want at most 0755", m)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want only the socket", len(entries))
+	}
+	// A second agent must not take the socket of a live one.
+	if _, err := Listen(sock); err == nil || !strings.Contains(err.Error(), "another agent is listening") {
+		t.Errorf("Listen over a live agent: %v", err)
+	}
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left after Close: %v", err)
+	}
+	// A stale socket is replaced.
+	stale, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.SetUnlinkOnClose(false)
+	stale.Close()
+	ln, err = Listen(sock)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("connect to the new socket: %v", err)
+	}
+	conn.Close()
+	ln.Close()
+	// Anything else is left alone.
+	if err := os.WriteFile(sock, []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(sock); !errors.Is(err, os.ErrExist) {
+		t.Errorf("Listen over a regular file: %v", err)
+	}
+	if b, _ := os.ReadFile(sock); string(b) != "data" {
+		t.Errorf("the regular file was changed")
+	}
+}
+
+// The loop feeds the state while the socket answers: go test -race checks
+// that they are serialized.
+func TestStateConcurrent(t *testing.T) {
+	st, c := history(t)
+	sock := serve(t, st)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 200 {
+			at := c.set(time.Minute + time.Duration(i)*time.Millisecond)
+			st.Event(bpf.Event{Kind: bpf.KindQPCreate, Time: at, DevIndex: 1, DevName: "rxe0", QPN: uint32(100 + i), QPType: rdmanl.QPTypeRC, TID: 42})
+			if i%20 == 0 {
+				st.Scan(leakwatch.Scan{Started: at, Time: at, Devices: []leakwatch.DeviceScan{{Device: rxe, QPs: []rdmanl.QP{qp(17, rdmanl.QPStateErr, 42)}}}})
+				st.setLost(uint64(i))
+			}
+		}
+	}()
+	for range 20 {
+		if _, err := Ask(t.Context(), sock, CheckOptions{MinAge: time.Second}); err != nil {
+			t.Error(err)
+		}
+		if _, err := AskStatus(t.Context(), sock); err != nil {
+			t.Error(err)
+		}
+	}
+	wg.Wait()
+}
+
+// Run without ib_core: it serves the socket, keeps trying netlink and the
+// probes every Retry, and on cancel removes the socket and returns nil.
+func TestRunWaitsForIBCore(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	dials, opens := make(chan struct{}, 100), make(chan struct{}, 100)
+	d := Deps{
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Dial: func() (*rdmanl.Client, error) {
+			dials <- struct{}{}
+			return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT}
+		},
+		OpenProbes: func(context.Context, *slog.Logger) (EventSource, error) {
+			opens <- struct{}{}
+			return nil, fmt.Errorf("bpf: open: %w", bpf.ErrNoIBCore)
+		},
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, Retry: 10 * time.Millisecond, Version: "test"}) }()
+	for _, ch := range []chan struct{}{dials, dials, dials, opens, opens, opens} {
+		select {
+		case <-ch:
+		case err := <-done:
+			t.Fatalf("Run returned %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("Run did not retry netlink and the probes")
+		}
+	}
+	st, err := AskStatus(t.Context(), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Probes != "off" || st.ProbesError != "bpf: open: ib_core is not loaded" || st.Scans != 0 || st.Version != "test" || st.LastScanSeconds != -1 {
+		t.Errorf("status %+v", st)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after cancel: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left after Run: %v", err)
+	}
+}
+
+// Run fails at once, leaving nothing behind, when netlink fails for
+// another reason or the socket is taken.
+func TestRunStartupFailure(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	d := Deps{
+		Log:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Dial: func() (*rdmanl.Client, error) { return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EACCES} },
+	}
+	if err := Run(t.Context(), d, RunOptions{Socket: sock}); !errors.Is(err, os.ErrPermission) {
+		t.Errorf("Run with netlink refused: %v", err)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket made although Run failed: %v", err)
+	}
+	st, _ := history(t)
+	live := serve(t, st)
+	d.Dial = func() (*rdmanl.Client, error) { return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT} }
+	if err := Run(t.Context(), d, RunOptions{Socket: live}); err == nil || !strings.Contains(err.Error(), "another agent is listening") {
+		t.Errorf("Run on a live agent's socket: %v", err)
+	}
+}
