@@ -237,7 +237,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		src       EventSource
 		p         pump
 		stopPump  context.CancelFunc = func() {}
-		lostSoFar uint64 // lost by probe sessions that ended
+		lostSoFar uint64             // lost by probe sessions that ended
 	)
 	lost := func() uint64 {
 		if s, ok := src.(interface{ Stats() (bpf.Stats, error) }); ok {

@@ -444,8 +444,10 @@ func TestRunWaitsForIBCore(t *testing.T) {
 func TestRunStartupFailure(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	d := Deps{
-		Log:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Dial: func() (*rdmanl.Client, error) { return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EACCES} },
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Dial: func() (*rdmanl.Client, error) {
+			return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EACCES}
+		},
 	}
 	if err := Run(t.Context(), d, RunOptions{Socket: sock}); !errors.Is(err, os.ErrPermission) {
 		t.Errorf("Run with netlink refused: %v", err)
@@ -455,7 +457,9 @@ func TestRunStartupFailure(t *testing.T) {
 	}
 	st, _ := history(t)
 	live := serve(t, st)
-	d.Dial = func() (*rdmanl.Client, error) { return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT} }
+	d.Dial = func() (*rdmanl.Client, error) {
+		return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT}
+	}
 	if err := Run(t.Context(), d, RunOptions{Socket: live}); err == nil || !strings.Contains(err.Error(), "another agent is listening") {
 		t.Errorf("Run on a live agent's socket: %v", err)
 	}
