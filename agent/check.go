@@ -43,6 +43,10 @@ type CheckOptions struct {
 	Rules    []string
 	NoProbes bool
 	MaxQP    map[string]uint64
+	// AgentSocket is where Check asks the agent first ("" never asks);
+	// AgentTimeout bounds the wait for its answer (0: only ctx does).
+	AgentSocket  string
+	AgentTimeout time.Duration
 }
 
 // CheckReport is what `rdmatool qp-leaks` prints.
@@ -65,13 +69,51 @@ type CheckReport struct {
 // ErrUnknownRule is returned for a --rule that names no rule.
 var ErrUnknownRule = errors.New("unknown rule")
 
+// Check answers `rdmatool qp-leaks`. When an agent listens on
+// o.AgentSocket it answers from its history, which is longer than any
+// --watch (Watch and Interval do not apply then). Otherwise Check observes
+// the host itself with CheckOnce: silently (a Debug log) when no agent
+// runs, with a Warn log when one is there but its answer is unusable.
+func Check(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error) {
+	if err := validRules(o.Rules); err != nil {
+		return CheckReport{}, err
+	}
+	if o.AgentSocket != "" {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if o.AgentTimeout > 0 {
+			actx, cancel = context.WithTimeout(ctx, o.AgentTimeout)
+		}
+		rep, err := Ask(actx, o.AgentSocket, o)
+		cancel()
+		switch {
+		case err == nil:
+			d.Log.Debug("answered by the agent", "socket", o.AgentSocket, "duration_seconds", rep.ObservedSeconds)
+			return rep, nil
+		case ctx.Err() != nil:
+			return CheckReport{}, ctx.Err()
+		case errors.Is(err, ErrNoAgent):
+			d.Log.Debug("no agent, observing locally", "socket", o.AgentSocket, "err", err)
+		default:
+			d.Log.Warn("the agent did not answer, observing locally", "socket", o.AgentSocket, "err", err)
+		}
+	}
+	return CheckOnce(ctx, d, o)
+}
+
+func validRules(rules []string) error {
+	for _, r := range rules {
+		if !slicesContains(leakwatch.Rules(), r) {
+			return fmt.Errorf("qp-leaks: %w %q (valid: %v)", ErrUnknownRule, r, leakwatch.Rules())
+		}
+	}
+	return nil
+}
+
 // CheckOnce observes the host for o.Watch with probes (when they load) and
 // periodic netlink scans, then evaluates the leak rules.
 func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error) {
-	for _, r := range o.Rules {
-		if !slicesContains(leakwatch.Rules(), r) {
-			return CheckReport{}, fmt.Errorf("qp-leaks: %w %q (valid: %v)", ErrUnknownRule, r, leakwatch.Rules())
-		}
+	if err := validRules(o.Rules); err != nil {
+		return CheckReport{}, err
 	}
 	if d.Now == nil {
 		d.Now = time.Now

@@ -17,12 +17,19 @@ import (
 func newQPLeaksCmd(g *globals) *cobra.Command {
 	var o agent.CheckOptions
 	var maxQP []string
+	var noAgent bool
 	cmd := &cobra.Command{
 		Use:   "qp-leaks",
 		Short: "Report queue pairs that look leaked",
-		Long: `Observe the host for --watch with the eBPF probes (when they load) and
-periodic netlink scans, then report QPs that leak, who owns them, why, and
+		Long: `Report QPs that leak, who owns them (process, cgroup, container), why, and
 what to do. Rules: ` + strings.Join(leakwatch.Rules(), ", ") + `.
+
+When ` + "`rdmatool agent`" + ` runs, qp-leaks asks it on --agent-socket and
+reports over the agent's history, which is longer than any watch: --watch
+and --interval are then ignored. Without an agent (or with --no-agent) it
+observes the host for --watch with the eBPF probes (when they load) and
+netlink scans every --interval. The JSON "source" says which ("agent" or
+"local").
 
 Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 		Args: cobra.NoArgs,
@@ -31,7 +38,11 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 			if o.MaxQP, err = parseMaxQP(maxQP); err != nil {
 				return err
 			}
-			rep, err := agent.CheckOnce(cmd.Context(), g.deps(), o)
+			if noAgent {
+				o.AgentSocket = ""
+			}
+			o.AgentTimeout = agentTimeout
+			rep, err := agent.Check(cmd.Context(), g.deps(), o)
 			if err != nil {
 				return err
 			}
@@ -48,14 +59,20 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Device, "dev", "", "only this device")
-	f.DurationVar(&o.Watch, "watch", 10*time.Second, "how long to observe")
-	f.DurationVar(&o.Interval, "interval", 2*time.Second, "time between netlink scans")
+	f.DurationVar(&o.Watch, "watch", 10*time.Second, "how long to observe (ignored when the agent answers)")
+	f.DurationVar(&o.Interval, "interval", 2*time.Second, "time between netlink scans (ignored when the agent answers)")
+	f.StringVar(&o.AgentSocket, "agent-socket", agent.DefaultSocket, "ask the agent on this socket first")
+	f.BoolVar(&noAgent, "no-agent", false, "observe locally even when the agent runs")
 	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held at least this long")
 	f.StringArrayVar(&o.Rules, "rule", nil, "evaluate only this rule (repeatable)")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
 	return cmd
 }
+
+// agentTimeout is how long qp-leaks waits for the agent's answer before it
+// observes the host itself.
+const agentTimeout = 10 * time.Second
 
 func parseMaxQP(args []string) (map[string]uint64, error) {
 	m := map[string]uint64{}
@@ -87,6 +104,12 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 			owner = fmt.Sprintf("pid %d (exited)", f.PID)
 		case f.Rule == leakwatch.RuleQPExhaustion:
 			owner = "device"
+		}
+		if f.Cgroup != "" {
+			owner += " cgroup " + f.Cgroup
+		}
+		if f.ContainerID != "" {
+			owner += " container " + f.ContainerID[:min(12, len(f.ContainerID))]
 		}
 		k := group{f.Device, owner}
 		if _, ok := groups[k]; !ok {
@@ -122,7 +145,11 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	if len(parts) > 0 {
 		summary += " (" + strings.Join(parts, ", ") + ")"
 	}
-	summary += fmt.Sprintf(" over %d QPs on %s, observed %.0fs, probes %s", rep.QPs, strings.Join(rep.Devices, ", "), rep.ObservedSeconds, rep.Probes)
+	observed := fmt.Sprintf("observed %.0fs", rep.ObservedSeconds)
+	if rep.Source == "agent" {
+		observed = fmt.Sprintf("observed by the agent for %.0fs", rep.ObservedSeconds)
+	}
+	summary += fmt.Sprintf(" over %d QPs on %s, %s, probes %s", rep.QPs, strings.Join(rep.Devices, ", "), observed, rep.Probes)
 	if rep.LostEvents > 0 {
 		summary += fmt.Sprintf(", %d probe events lost", rep.LostEvents)
 	}

@@ -80,6 +80,7 @@ only), 2 error, 130 interrupted.`,
 		newResCmd(g),
 		newTraceCmd(g),
 		newQPLeaksCmd(g),
+		newAgentCmd(g),
 		newRenameCmd(g),
 		newDocsCmd(),
 	)

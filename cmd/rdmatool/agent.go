@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/rdmatool/rdmatool/agent"
+	"github.com/spf13/cobra"
+)
+
+func newAgentCmd(g *globals) *cobra.Command {
+	var o agent.RunOptions
+	var maxQP []string
+	var logFormat string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the daemon that keeps QP history and answers qp-leaks",
+		Long: `Watch the host until stopped: scan netlink every --interval, follow the
+eBPF probes (netlink only when they cannot load; while ib_core is not loaded
+the agent tries again every minute), and keep one history of every QP.
+` + "`rdmatool qp-leaks`" + ` asks the agent on --socket for findings over that
+history instead of watching from zero.
+
+The socket speaks HTTP/1.1: GET /v1/qp-leaks?dev=D&min_age=5s&rule=R returns
+what qp-leaks -j prints, GET /v1/status the agent's state. It is made 0600 in
+a 0755 directory and removed on exit. Logs go to stderr (journald).
+
+SIGINT or SIGTERM stop the agent with exit status 0; it exits 2 when it
+cannot start.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.MaxQP, err = parseMaxQP(maxQP); err != nil {
+				return err
+			}
+			log, err := agentLogger(g.stderr, logFormat, g.verbose)
+			if err != nil {
+				return err
+			}
+			o.Version = version
+			d := g.deps()
+			d.Log = log
+			return agent.Run(cmd.Context(), d, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Socket, "socket", agent.DefaultSocket, "unix socket to serve")
+	f.DurationVar(&o.Interval, "interval", 10*time.Second, "time between netlink scans")
+	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
+	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	return cmd
+}
+
+// agentLogger logs at Info (Debug with -v), as text or JSON, to stderr.
+func agentLogger(w io.Writer, format string, verbose bool) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if verbose {
+		opts.Level = slog.LevelDebug
+	}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// serveAgent runs the agent's socket API over a history in which rxe0's
+// QP 17, owned by pid 42, has been in ERR for 90s.
+func serveAgent(t *testing.T) string {
+	t.Helper()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0
+	st := agent.NewState(leakwatch.Config{ProbesReason: "no BTF"}, func() time.Time { return now }, "test")
+	st.Scan(leakwatch.Scan{Started: t0, Time: t0, Devices: []leakwatch.DeviceScan{{
+		Device: rdmanl.Device{Index: 1, Name: "rxe0"},
+		QPs:    []rdmanl.QP{{LQPN: 17, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}}},
+		Owners: map[uint32]leakwatch.Process{42: {Comm: "app", Cgroup: "/system.slice/app.service"}},
+	}}})
+	now = t0.Add(90 * time.Second)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := agent.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: agent.NewHandler(st)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return sock
+}
+
+func TestQPLeaksFromAgent(t *testing.T) {
+	t.Parallel()
+	sock := serveAgent(t)
+	code, stdout, stderr := runCLI(t, "qp-leaks", "-j", "--agent-socket", sock, "--watch", "1s", "--min-age", "1m")
+	if code != 1 || stderr != "" {
+		t.Fatalf("qp-leaks -j from the agent: exit %d, stderr %q", code, stderr)
+	}
+	var rep agent.CheckReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("decode %q: %v", stdout, err)
+	}
+	if rep.Source != "agent" || len(rep.Findings) != 1 || rep.ObservedSeconds != 90 {
+		t.Fatalf("report %+v", rep)
+	}
+	if f := rep.Findings[0]; f.Rule != "stale-error-qp" || f.QPN != 17 || f.PID != 42 || f.AgeSeconds != 90 || f.Cgroup != "/system.slice/app.service" {
+		t.Errorf("finding %+v", f)
+	}
+	if !strings.Contains(stdout, `"source":"agent"`) || !strings.Contains(stdout, `"observed_since":"2026-01-01T00:00:00Z"`) {
+		t.Errorf("JSON %s lacks the source or the agent's start", stdout)
+	}
+
+	// The text output says who observed, and for how long.
+	code, stdout, stderr = runCLI(t, "qp-leaks", "--agent-socket", sock)
+	if code != 1 || stderr != "" {
+		t.Fatalf("qp-leaks from the agent: exit %d, stderr %q", code, stderr)
+	}
+	for _, s := range []string{"rxe0  pid 42 (app) cgroup /system.slice/app.service\n", "stale-error-qp", "qpn 17 RC ERR for 90.0s", "observed by the agent for 90s, probes off"} {
+		if !strings.Contains(stdout, s) {
+			t.Errorf("text output lacks %q:\n%s", s, stdout)
+		}
+	}
+
+	// Options go to the agent: nothing is older than 2 minutes.
+	code, stdout, _ = runCLI(t, "qp-leaks", "-j", "--agent-socket", sock, "--min-age", "2m", "--rule", "stale-error-qp", "--dev", "rxe0")
+	if code != 0 || !strings.Contains(stdout, `"findings":[]`) || !strings.Contains(stdout, `"source":"agent"`) {
+		t.Errorf("qp-leaks --min-age 2m: exit %d, %s", code, stdout)
+	}
+	// A bad rule is refused before anyone is asked.
+	code, _, stderr = runCLI(t, "qp-leaks", "--agent-socket", sock, "--rule", "bogus")
+	if code != 2 || !strings.Contains(stderr, `unknown rule "bogus"`) {
+		t.Errorf("qp-leaks --rule bogus: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// Without an agent qp-leaks observes the host itself: quietly when no
+// agent runs, with a warning when the socket answers badly. This host's
+// kernel may have no RDMA netlink; then the local observation fails with
+// rdmanl's error, which still shows that it ran.
+func TestQPLeaksFallback(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.sock")
+	ln, err := net.Listen("unix", bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "teapot", http.StatusTeapot)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	live := serveAgent(t)
+	tests := []struct {
+		name     string
+		args     []string
+		wantWarn bool
+		wantLog  string
+	}{
+		{"no socket", []string{"--agent-socket", filepath.Join(dir, "missing.sock")}, false, `level=DEBUG msg="no agent, observing locally"`},
+		{"not an agent", []string{"--agent-socket", bad}, true, `level=WARN msg="the agent did not answer, observing locally"`},
+		{"--no-agent with an agent running", []string{"--agent-socket", live, "--no-agent"}, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"qp-leaks", "-j", "-v", "--watch", "1s", "--interval", "100ms"}, tt.args...)
+			code, stdout, stderr := runCLI(t, args...)
+			local := false
+			switch code {
+			case 0, 1:
+				local = strings.Contains(stdout, `"source":"local"`)
+			case 2:
+				local = strings.Contains(stderr, "rdmatool: rdmanl: ")
+			}
+			if !local {
+				t.Errorf("rdmatool %s: exit %d, stdout %q, stderr %q; want a local observation", strings.Join(args, " "), code, stdout, stderr)
+			}
+			if got := strings.Contains(stderr, "level=WARN"); got != tt.wantWarn {
+				t.Errorf("warning logged %v, want %v: %s", got, tt.wantWarn, stderr)
+			}
+			if !strings.Contains(stderr, tt.wantLog) {
+				t.Errorf("stderr lacks %q: %s", tt.wantLog, stderr)
+			}
+			if tt.wantLog == "" && strings.Contains(stderr, "agent") {
+				t.Errorf("--no-agent asked the agent: %s", stderr)
+			}
+		})
+	}
+	// Without -v, the missing agent is not mentioned at all.
+	_, _, stderr := runCLI(t, "qp-leaks", "--watch", "1s", "--agent-socket", filepath.Join(dir, "missing.sock"))
+	if strings.Contains(stderr, "agent") {
+		t.Errorf("a missing agent logged without -v: %s", stderr)
+	}
+}
+
+func TestAgentCmdFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"agent", "--max-qp", "rxe0"}, `--max-qp "rxe0": want DEV=N`},
+		{[]string{"agent", "--log-format", "xml"}, `--log-format "xml": want text or json`},
+		{[]string{"agent", "extra"}, `unknown command "extra"`},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.args), func(t *testing.T) {
+			code, _, stderr := runCLI(t, tt.args...)
+			if code != 2 || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tt.want)
+			}
+		})
+	}
+}
