@@ -263,7 +263,8 @@ func startPump(ctx context.Context, src EventSource, device string) pump {
 }
 
 // scanDevices dumps the QPs and counts the user contexts of each device,
-// and resolves the QP owners through /proc.
+// and resolves the QP owners through /proc: command name, cgroup and
+// container.
 func scanDevices(ctx context.Context, c *rdmanl.Client, devs []rdmanl.Device, procRoot string, now func() time.Time) (leakwatch.Scan, error) {
 	var procs *sysfs.Procs
 	if procRoot != "" {
@@ -301,7 +302,7 @@ func scanDevices(ctx context.Context, c *rdmanl.Client, devs []rdmanl.Device, pr
 			if pid := qp.Owner.PID; pid != 0 && procs != nil {
 				if _, done := ds.Owners[pid]; !done {
 					if p, ok := procs.Lookup(int(pid)); ok {
-						ds.Owners[pid] = leakwatch.Process{Comm: p.Comm}
+						ds.Owners[pid] = leakwatch.Process{Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID}
 					}
 				}
 			}

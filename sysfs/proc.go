@@ -1,7 +1,12 @@
 package sysfs
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/prometheus/procfs"
 )
@@ -14,6 +19,7 @@ import (
 // by a few processes reads each process once. Make a new Procs per scan.
 type Procs struct {
 	fs    procfs.FS
+	root  string
 	cache map[int]cached
 }
 
@@ -28,7 +34,7 @@ func NewProcs(procRoot string) (*Procs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sysfs: open %s: %w", procRoot, err)
 	}
-	return &Procs{fs: fs, cache: map[int]cached{}}, nil
+	return &Procs{fs: fs, root: procRoot, cache: map[int]cached{}}, nil
 }
 
 // Process is what /proc says about a resource owner.
@@ -36,6 +42,14 @@ type Process struct {
 	TID  int    // the id the kernel recorded (a thread or a process)
 	PID  int    // the thread group (process) it belongs to
 	Comm string // the thread's command name
+	// Cgroup is the thread's cgroup: the cgroup v2 path from
+	// /proc/TID/cgroup (as seen from this process's cgroup namespace), or
+	// on a host with cgroup v1 only, the name=systemd hierarchy's path
+	// (else the first hierarchy's). "" when unreadable.
+	Cgroup string
+	// ContainerID is the 64-hex container id Cgroup names (docker,
+	// containerd, cri-o and podman scopes, kubepods paths); "" when none.
+	ContainerID string
 }
 
 // Lookup resolves a thread or process id. ok is false when it has exited.
@@ -64,5 +78,76 @@ func (p *Procs) lookup(tid int) (proc Process, ok bool) {
 	if st, err := pr.NewStatus(); err == nil && st.TGID > 0 {
 		proc.PID = st.TGID
 	}
+	if b, err := os.ReadFile(filepath.Join(p.root, strconv.Itoa(tid), "cgroup")); err == nil {
+		proc.Cgroup = cgroupPath(b)
+		proc.ContainerID = ContainerID(proc.Cgroup)
+	}
 	return proc, true
+}
+
+// cgroupPath picks the cgroup path from the contents of /proc/PID/cgroup:
+// lines of hierarchy-ID:controllers:path, where cgroup v2 is "0::path".
+// Malformed lines are skipped.
+func cgroupPath(b []byte) string {
+	var systemd, first string
+	for line := range bytes.Lines(b) {
+		id, rest, ok := strings.Cut(strings.TrimRight(string(line), "\n"), ":")
+		if !ok {
+			continue
+		}
+		controllers, path, ok := strings.Cut(rest, ":")
+		if !ok || !strings.HasPrefix(path, "/") {
+			continue
+		}
+		if _, err := strconv.ParseUint(id, 10, 32); err != nil {
+			continue
+		}
+		switch {
+		case id == "0" && controllers == "":
+			return path
+		case controllers == "name=systemd" && systemd == "":
+			systemd = path
+		case first == "":
+			first = path
+		}
+	}
+	if systemd != "" {
+		return systemd
+	}
+	return first
+}
+
+// containerScopes are the prefixes of the cgroup names runtimes give a
+// container, before its id (and ".scope" after it, with the systemd
+// driver): docker-ID.scope, cri-containerd-ID.scope, crio-ID.scope,
+// libpod-ID.scope; with the cgroupfs driver the name is the bare id
+// (/docker/ID, /kubepods/burstable/podUID/ID).
+var containerScopes = []string{"docker-", "cri-containerd-", "crio-", "libpod-", ""}
+
+// ContainerID returns the container id a cgroup path names: the innermost
+// path element that is a runtime's scope for a 64-hex id (conmon scopes,
+// crio-conmon-ID, are not containers). "" when there is none.
+func ContainerID(cgroup string) string {
+	elems := strings.Split(cgroup, "/")
+	for i := len(elems) - 1; i >= 0; i-- {
+		name := strings.TrimSuffix(elems[i], ".scope")
+		for _, prefix := range containerScopes {
+			if id, ok := strings.CutPrefix(name, prefix); ok && isContainerID(id) {
+				return id
+			}
+		}
+	}
+	return ""
+}
+
+func isContainerID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
