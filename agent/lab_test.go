@@ -3,10 +3,15 @@ package agent_test
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,81 +104,307 @@ func check(t *testing.T, rep agent.CheckReport, want []leak) {
 
 var watchArgs = []string{"--watch", "9s", "--min-age", "4s", "--interval", "1s"}
 
-func TestLabLeftInErr(t *testing.T) {
-	vmtest.Require(t, vmtest.RXE)
+// withProbes runs a scenario with the probes and again with --no-probes.
+func withProbes(t *testing.T, run func(t *testing.T, probes bool, args []string)) {
+	t.Helper()
 	for _, probes := range []bool{true, false} {
 		t.Run(fmt.Sprintf("probes=%v", probes), func(t *testing.T) {
-			args := watchArgs
+			args := slices.Clone(watchArgs)
 			if !probes {
-				args = append(slices.Clone(args), "--no-probes")
+				args = append(args, "--no-probes")
 			}
-			done := qpLeaks(t, append(args, "--dev", "rxe0")...)
-			w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "2", "--to", "ERR", "--hold", "stdin")
-			w.WaitFor("ready", 30*time.Second)
-			healthy := vmtest.StartWorkload(t, "--dev", "rxe0", "--pairs", "--qps", "2", "--to", "RTS", "--hold", "stdin")
-			healthy.WaitFor("ready", 30*time.Second)
-			rep := done()
-			check(t, rep, expect("stale-error-qp", w, "rxe0"))
-			w.Release(30 * time.Second)
-			healthy.Release(30 * time.Second)
-			skipped := len(rep.SkippedRules) > 1 // qp-exhaustion is always skipped (max_qp unknown)
-			if skipped == probes {
-				t.Errorf("probes %v but skipped rules %v", probes, rep.SkippedRules)
-			}
+			run(t, probes, args)
 		})
 	}
+}
+
+// probeRules are the rules that need the probes.
+var probeRules = []string{"srq-destroy-without-last-wqe", "last-wqe-not-emitted", "last-wqe-unhandled"}
+
+// checkSkipped asserts the rules a run did not evaluate, and why: with
+// --no-probes the probe rules, and always qp-exhaustion (no --max-qp).
+func checkSkipped(t *testing.T, rep agent.CheckReport, probes bool) {
+	t.Helper()
+	var got, want []string
+	for _, s := range rep.SkippedRules {
+		got = append(got, s.Rule)
+		wantReason := "needs the eBPF probes: disabled by --no-probes"
+		if s.Rule == "qp-exhaustion" {
+			wantReason = "max_qp unknown for "
+		}
+		if !strings.HasPrefix(s.Reason, wantReason) {
+			t.Errorf("%s skipped because %q, want %q", s.Rule, s.Reason, wantReason)
+		}
+	}
+	if !probes {
+		want = append(want, probeRules...)
+	}
+	want = append(want, "qp-exhaustion")
+	if !slices.Equal(got, want) {
+		t.Errorf("skipped rules %v, want %v", got, want)
+	}
+	wantProbes, wantErr := "on", ""
+	if !probes {
+		wantProbes, wantErr = "off", "disabled by --no-probes"
+	}
+	if rep.Probes != wantProbes || rep.ProbesError != wantErr {
+		t.Errorf("probes %q (%q), want %q (%q)", rep.Probes, rep.ProbesError, wantProbes, wantErr)
+	}
+}
+
+// containerID is the id of the docker scope the lab tests put workloads in.
+const containerID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// moveToCgroup moves process pid into a new cgroup named like a docker
+// container's (system.slice/docker-ID.scope) and returns the path the
+// guest shows in /proc/PID/cgroup. The cgroup is removed when the test
+// ends.
+func moveToCgroup(t *testing.T, pid int) string {
+	t.Helper()
+	rel := filepath.Join("system.slice", "docker-"+containerID+".scope")
+	dir := filepath.Join("/sys/fs/cgroup", rel)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.WriteFile("/sys/fs/cgroup/cgroup.procs", []byte(strconv.Itoa(pid)), 0o644) // back to the root, if still alive
+		os.Remove(dir)
+		os.Remove(filepath.Dir(dir))
+	})
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if path, ok := strings.CutPrefix(line, "0::"); ok {
+			if path != "/"+rel {
+				t.Fatalf("/proc/%d/cgroup shows %q after the move to %s", pid, path, rel)
+			}
+			return path
+		}
+	}
+	t.Fatalf("/proc/%d/cgroup has no cgroup v2 line: %q", pid, b)
+	return ""
+}
+
+// checkOwner asserts that every finding names the cgroup and the container.
+func checkOwner(t *testing.T, rep agent.CheckReport, cgroup string) {
+	t.Helper()
+	for _, f := range rep.Findings {
+		if f.Cgroup != cgroup || f.ContainerID != containerID || f.Comm != "qpwork" {
+			t.Errorf("finding qpn %d: comm %q cgroup %q container %q, want qpwork, %q, %s", f.QPN, f.Comm, f.Cgroup, f.ContainerID, cgroup, containerID)
+		}
+	}
+}
+
+func TestLabLeftInErr(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	withProbes(t, func(t *testing.T, probes bool, args []string) {
+		done := qpLeaks(t, append(args, "--dev", "rxe0")...)
+		w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "2", "--to", "ERR", "--hold", "stdin")
+		w.WaitFor("ready", 30*time.Second)
+		cgroup := moveToCgroup(t, w.PID())
+		healthy := vmtest.StartWorkload(t, "--dev", "rxe0", "--pairs", "--qps", "2", "--to", "RTS", "--hold", "stdin")
+		healthy.WaitFor("ready", 30*time.Second)
+		rep := done()
+		check(t, rep, expect("stale-error-qp", w, "rxe0"))
+		checkSkipped(t, rep, probes)
+		checkOwner(t, rep, cgroup)
+		w.Release(30 * time.Second)
+		healthy.Release(30 * time.Second)
+	})
 }
 
 func TestLabNeverConnected(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE)
-	done := qpLeaks(t, watchArgs...)
-	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "3", "--to", "INIT", "--hold", "stdin")
-	w.WaitFor("ready", 30*time.Second)
-	check(t, done(), expect("never-connected-qp", w, "rxe0"))
-	w.Release(30 * time.Second)
+	withProbes(t, func(t *testing.T, probes bool, args []string) {
+		done := qpLeaks(t, args...)
+		w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "3", "--to", "INIT", "--hold", "stdin")
+		w.WaitFor("ready", 30*time.Second)
+		rep := done()
+		check(t, rep, expect("never-connected-qp", w, "rxe0"))
+		checkSkipped(t, rep, probes)
+		w.Release(30 * time.Second)
+	})
 }
 
 func TestLabHealthyChurn(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
-	done := qpLeaks(t, watchArgs...)
-	churn := vmtest.StartWorkload(t, "--dev", "rxe0", "--churn", "3000")
-	spec := vmtest.StartWorkload(t, "--dev", "rxe0", "--pairs", "--qps", "2", "--srq", "--to", "RTS", "--teardown", "spec", "--last-wqe-timeout-ms", "500")
-	siw := vmtest.StartWorkload(t, "--dev", "siw0", "--pairs", "--qps", "1", "--srq", "--connect", "cm", "--addr", vmtest.SIWAddr, "--to", "RTS", "--teardown", "marker")
-	churn.Wait(120 * time.Second)
-	spec.Wait(60 * time.Second)
-	siw.Wait(60 * time.Second)
-	check(t, done(), nil)
+	withProbes(t, func(t *testing.T, probes bool, args []string) {
+		done := qpLeaks(t, args...)
+		churn := vmtest.StartWorkload(t, "--dev", "rxe0", "--churn", "3000")
+		spec := vmtest.StartWorkload(t, "--dev", "rxe0", "--pairs", "--qps", "2", "--srq", "--to", "RTS", "--teardown", "spec", "--last-wqe-timeout-ms", "500")
+		siw := vmtest.StartWorkload(t, "--dev", "siw0", "--pairs", "--qps", "1", "--srq", "--connect", "cm", "--addr", vmtest.SIWAddr, "--to", "RTS", "--teardown", "marker")
+		churn.Wait(120 * time.Second)
+		spec.Wait(60 * time.Second)
+		siw.Wait(60 * time.Second)
+		rep := done()
+		check(t, rep, nil)
+		checkSkipped(t, rep, probes)
+	})
 }
 
+// Its rule needs the probes: without them, the destroyed QPs leave nothing
+// that netlink can see.
 func TestLabSRQDestroyedFromRTS(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE)
-	done := qpLeaks(t, watchArgs...)
-	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--pairs", "--qps", "1", "--srq", "--to", "RTS", "--teardown", "direct")
-	w.Wait(60 * time.Second)
-	rep := done()
-	if rep.Probes != "on" {
-		t.Fatalf("probes did not load in the lab: %s", rep.ProbesError)
-	}
-	check(t, rep, expect("srq-destroy-without-last-wqe", w, "rxe0"))
+	withProbes(t, func(t *testing.T, probes bool, args []string) {
+		done := qpLeaks(t, args...)
+		w := vmtest.StartWorkload(t, "--dev", "rxe0", "--pairs", "--qps", "1", "--srq", "--to", "RTS", "--teardown", "direct")
+		w.Wait(60 * time.Second)
+		rep := done()
+		checkSkipped(t, rep, probes)
+		if !probes {
+			check(t, rep, nil)
+			return
+		}
+		check(t, rep, expect("srq-destroy-without-last-wqe", w, "rxe0"))
+	})
 }
 
+// With the probes, the SRQ rules explain the QPs in ERR; without them
+// netlink still sees QPs stuck in ERR, where the provider reports the
+// state (siw on 6.1 reports RESET for every QP).
 func TestLabSRQQPInErr(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
 	for _, dev := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
 		t.Run(string(dev), func(t *testing.T) {
-			done := qpLeaks(t, append(slices.Clone(watchArgs), "--dev", string(dev))...)
-			w := vmtest.StartWorkload(t, "--dev", string(dev), "--qps", "2", "--srq", "--to", "ERR", "--hold", "stdin")
-			w.WaitFor("ready", 30*time.Second)
-			rep := done()
-			w.Release(30 * time.Second)
-			if rep.Probes != "on" {
-				t.Fatalf("probes did not load in the lab: %s", rep.ProbesError)
-			}
-			rule := "last-wqe-not-emitted"
-			if vmtest.EmitsLastWQE(t, dev) {
-				rule = "last-wqe-unhandled"
-			}
-			check(t, rep, expect(rule, w, string(dev)))
+			withProbes(t, func(t *testing.T, probes bool, args []string) {
+				done := qpLeaks(t, append(args, "--dev", string(dev))...)
+				w := vmtest.StartWorkload(t, "--dev", string(dev), "--qps", "2", "--srq", "--to", "ERR", "--hold", "stdin")
+				w.WaitFor("ready", 30*time.Second)
+				rep := done()
+				w.Release(30 * time.Second)
+				checkSkipped(t, rep, probes)
+				switch {
+				case !probes && dev == vmtest.SIW && !vmtest.Fact(t, "netlink shows siw QP state"):
+					check(t, rep, nil)
+				case !probes:
+					check(t, rep, expect("stale-error-qp", w, string(dev)))
+				case vmtest.EmitsLastWQE(t, dev):
+					check(t, rep, expect("last-wqe-unhandled", w, string(dev)))
+				default:
+					check(t, rep, expect("last-wqe-not-emitted", w, string(dev)))
+				}
+			})
 		})
 	}
+}
+
+// runQPLeaks runs `rdmatool qp-leaks -j` to its end.
+func runQPLeaks(t *testing.T, args ...string) (rep agent.CheckReport, code int, stderr string) {
+	t.Helper()
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"qp-leaks", "-j"}, args...)...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
+		t.Fatalf("qp-leaks %v: exit %d, output %q, stderr %s", args, cmd.ProcessState.ExitCode(), out.String(), errOut.String())
+	}
+	return rep, cmd.ProcessState.ExitCode(), errOut.String()
+}
+
+// startAgent starts `rdmatool agent` on sock and returns once it answers
+// with the probes attached; stop sends SIGTERM and returns its exit status.
+func startAgent(t *testing.T, sock string, args ...string) (stop func() int) {
+	t.Helper()
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"agent", "--socket", sock}, args...)...)
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := agent.AskStatus(t.Context(), sock)
+		if err == nil && st.Probes == "on" && st.Scans > 0 {
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("rdmatool agent exited: %s", logs.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rdmatool agent not ready with probes (%+v, %v): %s", st, err, logs.String())
+		}
+	}
+	return func() int {
+		t.Helper()
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("rdmatool agent did not stop on SIGTERM: %s", logs.String())
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("rdmatool agent exited %d after SIGTERM: %s", code, logs.String())
+		}
+		return cmd.ProcessState.ExitCode()
+	}
+}
+
+// The agent has watched a leak for longer than a one-shot run could:
+// qp-leaks reports it from the agent's history with its full age, and
+// observes locally, finding nothing that young, once the agent is gone.
+func TestLabAgent(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	sock := filepath.Join(t.TempDir(), "run", "agent.sock")
+	stop := startAgent(t, sock, "--interval", "1s")
+	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "2", "--to", "ERR", "--hold", "stdin")
+	w.WaitFor("ready", 30*time.Second)
+	cgroup := moveToCgroup(t, w.PID())
+	time.Sleep(6 * time.Second) // the QPs stay in ERR past --min-age (3s)
+	args := []string{"--agent-socket", sock, "--watch", "1s", "--min-age", "3s"}
+	rep, code, stderr := runQPLeaks(t, args...)
+	if rep.Source != "agent" || code != 1 || stderr != "" {
+		t.Fatalf("qp-leaks with the agent: source %q, exit %d, stderr %q", rep.Source, code, stderr)
+	}
+	check(t, rep, expect("stale-error-qp", w, "rxe0"))
+	checkOwner(t, rep, cgroup)
+	for _, f := range rep.Findings {
+		// A 1s watch cannot see a state older than about 1s.
+		if f.AgeSeconds < 3 {
+			t.Errorf("qpn %d in ERR for %.3fs by the agent's account, want at least 3s", f.QPN, f.AgeSeconds)
+		}
+	}
+	if rep.ObservedSeconds < 6 || rep.Probes != "on" || rep.Scans < 6 {
+		t.Errorf("agent report observed %.1fs, %d scans, probes %s; want at least 6s and 6 scans with probes", rep.ObservedSeconds, rep.Scans, rep.Probes)
+	}
+	st, err := agent.AskStatus(t.Context(), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.QPs < 2 || !slices.Contains(st.Devices, "rxe0") || st.ScanError != "" {
+		t.Errorf("agent status %+v", st)
+	}
+
+	stop()
+	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("agent socket left after SIGTERM: %v", err)
+	}
+	rep, code, stderr = runQPLeaks(t, append(args, "-v")...)
+	if rep.Source != "local" || code != 0 || len(rep.Findings) != 0 {
+		t.Errorf("qp-leaks without the agent: source %q, exit %d, findings %v", rep.Source, code, leaks(rep))
+	}
+	if !strings.Contains(stderr, `msg="no agent, observing locally"`) || strings.Contains(stderr, "did not answer") {
+		t.Errorf("qp-leaks without the agent logged:\n%s", stderr)
+	}
+	w.Release(30 * time.Second)
 }
