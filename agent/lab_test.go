@@ -384,6 +384,10 @@ func TestLabAgent(t *testing.T) {
 			t.Errorf("qpn %d in ERR for %.3fs by the agent's account, want at least 3s", f.QPN, f.AgeSeconds)
 		}
 	}
+	for _, f := range rep.Findings {
+		t.Logf("agent: qpn %d %s for %.3fs, pid %d cgroup %s container %s", f.QPN, f.Rule, f.AgeSeconds, f.PID, f.Cgroup, f.ContainerID)
+	}
+	t.Logf("agent: observed %.3fs, %d scans, probes %s, %d lost events", rep.ObservedSeconds, rep.Scans, rep.Probes, rep.LostEvents)
 	if rep.ObservedSeconds < 6 || rep.Probes != "on" || rep.Scans < 6 {
 		t.Errorf("agent report observed %.1fs, %d scans, probes %s; want at least 6s and 6 scans with probes", rep.ObservedSeconds, rep.Scans, rep.Probes)
 	}
@@ -399,7 +403,9 @@ func TestLabAgent(t *testing.T) {
 	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("agent socket left after SIGTERM: %v", err)
 	}
+	started := time.Now()
 	rep, code, stderr = runQPLeaks(t, append(args, "-v")...)
+	t.Logf("local: observed %.3fs, %d scans, %d findings, %s wall", rep.ObservedSeconds, rep.Scans, len(rep.Findings), time.Since(started).Round(time.Millisecond))
 	if rep.Source != "local" || code != 0 || len(rep.Findings) != 0 {
 		t.Errorf("qp-leaks without the agent: source %q, exit %d, findings %v", rep.Source, code, leaks(rep))
 	}
