@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"syscall"
@@ -96,10 +97,11 @@ func (s *State) Event(ev bpf.Event) {
 }
 
 // Scan folds a netlink scan into the history; its devices become the
-// devices the agent reports.
-func (s *State) Scan(sc leakwatch.Scan) {
+// devices the agent reports. recovered says the scan before it failed.
+func (s *State) Scan(sc leakwatch.Scan) (recovered bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	recovered = s.scanErr != ""
 	s.w.Scan(sc)
 	s.scans++
 	s.scanErr, s.lastScan = "", sc.Time
@@ -107,6 +109,7 @@ func (s *State) Scan(sc leakwatch.Scan) {
 	for _, ds := range sc.Devices {
 		s.devices = append(s.devices, ds.Device.Name)
 	}
+	return recovered
 }
 
 // scanFailed records a failed scan and says whether the last one succeeded.
@@ -219,7 +222,8 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: NewHandler(st), ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	srv := &http.Server{Handler: NewHandler(st), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	defer func() {
@@ -300,7 +304,9 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 			}
 			return
 		}
-		st.Scan(sc)
+		if st.Scan(sc) {
+			log.Info("scan succeeded again", "devices", len(sc.Devices))
+		}
 		st.setLost(lost())
 	}
 	scanOnce()
