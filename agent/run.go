@@ -257,7 +257,10 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		}
 		lostSoFar = lost()
 		stopPump()
-		for range p.events { // wait for the reader; the watcher needs no more
+		if p.events != nil { // nil: the reader is done already
+			for ev := range p.events { // what it read before it stopped
+				st.Event(ev)
+			}
 		}
 		src.Close()
 		src, p = nil, pump{}
@@ -266,6 +269,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	retry := time.NewTicker(o.Retry)
 	defer retry.Stop()
 	waiting := false // for ib_core: retry netlink and the probes
+	probesErr := ""  // why the last attempt to open the probes failed
 	openProbes := func() {
 		if o.NoProbes {
 			return
@@ -277,10 +281,14 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		s, err := d.OpenProbes(ctx, d.Log)
 		if err != nil {
 			waiting = errors.Is(err, bpf.ErrNoIBCore)
-			st.SetProbes(false, err.Error())
-			log.Warn("probes unavailable, netlink only", "err", err, "retry", waiting)
+			if err.Error() != probesErr { // once, not at every retry
+				log.Warn("probes unavailable, netlink only", "err", err, "retry", waiting)
+			}
+			probesErr = err.Error()
+			st.SetProbes(false, probesErr)
 			return
 		}
+		probesErr = ""
 		src = s
 		var pctx context.Context
 		pctx, stopPump = context.WithCancel(ctx)
@@ -322,8 +330,8 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 			st.Event(ev)
 		case err := <-p.err:
 			log.Warn("probe stream failed, netlink only from here", "err", err)
-			closeProbes()
 			st.SetProbes(false, "probe stream failed: "+err.Error())
+			closeProbes()
 		case <-tick.C:
 			scanOnce()
 		case <-retry.C:

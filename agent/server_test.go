@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -462,5 +463,69 @@ func TestRunStartupFailure(t *testing.T) {
 	}
 	if err := Run(t.Context(), d, RunOptions{Socket: live}); err == nil || !strings.Contains(err.Error(), "another agent is listening") {
 		t.Errorf("Run on a live agent's socket: %v", err)
+	}
+}
+
+// stream is a probe source that yields its events, then fails.
+type stream struct {
+	events []bpf.Event
+	err    error
+	closed chan struct{}
+}
+
+func (s *stream) Events(ctx context.Context) iter.Seq2[bpf.Event, error] {
+	return func(yield func(bpf.Event, error) bool) {
+		for _, ev := range s.events {
+			if !yield(ev, nil) {
+				return
+			}
+		}
+		yield(bpf.Event{}, s.err)
+	}
+}
+
+func (s *stream) Close() error { close(s.closed); return nil }
+
+// When the probe stream fails the agent keeps what it saw, goes on with
+// netlink only, says why, and still stops cleanly.
+func TestRunProbeStreamFails(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	src := &stream{
+		events: []bpf.Event{{Kind: bpf.KindQPCreate, Time: time.Now(), DevIndex: 1, DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC, TID: 42}},
+		err:    errors.New("bpf: read ring buffer: bad"),
+		closed: make(chan struct{}),
+	}
+	d := Deps{
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Dial: func() (*rdmanl.Client, error) {
+			return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT}
+		},
+		OpenProbes: func(context.Context, *slog.Logger) (EventSource, error) { return src, nil },
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, Retry: time.Hour}) }()
+	select {
+	case <-src.closed:
+	case err := <-done:
+		t.Fatalf("Run returned %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the failed probe source was not closed")
+	}
+	st, err := AskStatus(t.Context(), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Probes != "off" || st.ProbesError != "probe stream failed: bpf: read ring buffer: bad" || st.QPs != 1 {
+		t.Errorf("status %+v; want probes off because the stream failed, and the QP it saw", st)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not stop after the probe stream failed")
 	}
 }
