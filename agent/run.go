@@ -202,7 +202,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		return err
 	}
 	if err != nil {
-		log.Warn("RDMA netlink unavailable (ib_core not loaded?), retrying", "err", err, "retry_seconds", o.Retry.Seconds())
+		log.Warn("rdma netlink unavailable, waiting for ib_core", "err", err, "retry_seconds", o.Retry.Seconds())
 	}
 	defer func() {
 		if c != nil {
@@ -338,7 +338,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 			if c == nil {
 				if nc, err := d.Dial(); err == nil {
 					c = nc
-					log.Info("RDMA netlink available")
+					log.Info("rdma netlink available")
 					scanOnce()
 				}
 			}
