@@ -317,3 +317,26 @@ func TestDestroyEventAfterScan(t *testing.T) {
 		t.Errorf("%d histories for one QP", len(w.Histories()))
 	}
 }
+
+// BenchmarkEvaluate is one agent query over 10,000 QPs in ERR (10,000
+// findings) and one that selects nothing.
+func BenchmarkEvaluate(b *testing.B) {
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	qps := make([]rdmanl.QP, 10000)
+	for i := range qps {
+		qps[i] = qp(uint32(17+i), rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)
+	}
+	w.Scan(scan(c.at(0), rxe, qps...))
+	c.at(time.Minute)
+	for _, q := range []struct {
+		name string
+		q    Query
+	}{{"all", Query{MinAge: 5 * time.Second}}, {"none", Query{MinAge: time.Hour}}} {
+		b.Run(q.name, func(b *testing.B) {
+			for b.Loop() {
+				w.Evaluate(q.q)
+			}
+		})
+	}
+}
