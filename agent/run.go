@@ -143,6 +143,9 @@ func (s *State) Report(q leakwatch.Query) (rep CheckReport, ok bool) {
 		Report: s.w.Evaluate(q), Probes: onOff(s.probes), ProbesError: s.probeErr, LostEvents: s.lost,
 		Scans: s.scans, Devices: devices, Source: "agent", ObservedSince: s.w.Started().UTC(),
 	}
+	if q.SkipProbeRules != "" { // the report says what its rules rested on
+		rep.Probes, rep.ProbesError = "off", q.SkipProbeRules
+	}
 	return rep, true
 }
 

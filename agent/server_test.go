@@ -137,6 +137,20 @@ func TestAsk(t *testing.T) {
 			{"qp-exhaustion", "rxe0", 0, 0, 0}, {"qp-exhaustion", "siw0", 0, 0, 0},
 		}, []string{"rxe0", "siw0"}, 0},
 	}
+	// With --no-probes, the probe rules are skipped as in a local run.
+	st.SetProbes(true, "")
+	rep, err := Ask(t.Context(), sock, CheckOptions{MinAge: 5 * time.Second, NoProbes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Probes != "off" || rep.ProbesError != "disabled by --no-probes" || len(rep.SkippedRules) != 4 ||
+		rep.SkippedRules[0].Reason != "needs the eBPF probes: disabled by --no-probes" || len(rep.Findings) != 3 {
+		t.Errorf("--no-probes report: probes %s (%s), skipped %+v, %d findings", rep.Probes, rep.ProbesError, rep.SkippedRules, len(rep.Findings))
+	}
+	if rep, err = Ask(t.Context(), sock, CheckOptions{MinAge: 5 * time.Second}); err != nil || rep.Probes != "on" || len(rep.SkippedRules) != 1 {
+		t.Errorf("report with probes: %+v, %v", rep, err)
+	}
+	st.SetProbes(false, "no BTF")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rep, err := Ask(t.Context(), sock, tt.o)
