@@ -65,7 +65,7 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 	f.BoolVar(&noAgent, "no-agent", false, "observe locally even when the agent runs")
 	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held at least this long")
 	f.StringArrayVar(&o.Rules, "rule", nil, "evaluate only this rule (repeatable)")
-	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
+	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only (with the agent: skip the rules that need probes)")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
 	return cmd
 }
