@@ -204,9 +204,9 @@ func (w *Watcher) Scan(s Scan) {
 			h.note(s.Time, "scan", "gone from the QP dump")
 		}
 	}
+	w.expire(s.Time)
 	// Forget devices that are gone and that no QP refers to any more
 	// (rxe and siw links come and go; each takes a new index).
-	w.expire(s.Time)
 	referenced := map[uint32]bool{}
 	for _, h := range w.qps {
 		referenced[h.DevIndex] = true
@@ -285,7 +285,7 @@ func (w *Watcher) Event(ev bpf.Event) {
 		}
 		h.note(ev.Time, "probe", "async event %s", ev.IBEvent)
 	case bpf.KindQPDestroy:
-		if h != nil && h.Destroyed && !h.DestroySeen && !h.DeviceGone {
+		if h != nil && h.Destroyed && !h.DestroySeen && !h.DeviceGone && ev.Result == 0 {
 			// A scan that ran while this event waited in the ring
 			// buffer already missed the QP: this is its destroy.
 			h.Destroyed = false
