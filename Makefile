@@ -76,11 +76,14 @@ lab-shell: lab lab-bins
 # Benchmarks: Go benchmarks on the host, then rdmatool against iproute2 on
 # BENCH_QPS QPs in one guest run per kernel.
 BENCH_QPS ?= 10000
+# The probe overhead is measured in instruction-counted guest time (QEMU
+# -icount shift=N): plain TCG wall time varies too much on a shared host.
+BENCH_ICOUNT ?= 2
 bench: lab lab-bins
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	@for k in $(KERNELS); do \
 		$(BIN)/vmlab run -kernel $$k -memory 4G -timeout 30m -- sh vmtest/bench/res-qp.sh $(BENCH_QPS) || exit 1; \
-		$(BIN)/vmlab run -kernel $$k -timeout 30m -- sh vmtest/bench/trace-overhead.sh || exit 1; \
+		VMTEST_ICOUNT=$(BENCH_ICOUNT) $(BIN)/vmlab run -kernel $$k -timeout 40m -- sh vmtest/bench/trace-overhead.sh || exit 1; \
 	done
 
 clean:

@@ -20,8 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/rdmatool/rdmatool/vmtest"
+	"golang.org/x/sys/unix"
 )
 
 // Lab tests: they run inside the vmtest guest on every kernel of the matrix
@@ -579,6 +581,13 @@ func TestLabOpen(t *testing.T) {
 				}
 				done <- r
 			}()
+			// The kernel counts program runs and time only while
+			// statistics are enabled.
+			stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stats.Close()
 			w := vmtest.StartWorkload(t, "--dev", "rxe0", "--churn", "200")
 			pidMu.Lock()
 			pid = w.PID()
@@ -597,6 +606,24 @@ func TestLabOpen(t *testing.T) {
 			}
 			if st, err := tr.Stats(); err != nil || st.Total() != 0 {
 				t.Errorf("Stats = %+v, %v; want nothing lost", st, err)
+			}
+			wantProg := map[bool]string{false: "fexit_modify_qp", true: "kretprobe_modify_qp"}[wantMode == ModeKprobe]
+			ps, err := tr.ProgramStats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, p := range ps {
+				if p.Program == wantProg {
+					found = true
+					// Other processes may modify QPs too, never fewer.
+					if p.Runs < 800 || p.RunTime <= 0 {
+						t.Errorf("ProgramStats %s: %d runs in %v, want at least the churn's 800 and some time", p.Program, p.Runs, p.RunTime)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("ProgramStats %+v: no %s", ps, wantProg)
 			}
 
 			// Close ends a running Events.

@@ -1,6 +1,9 @@
 package bpf
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // Mode says how a probe is attached.
 type Mode uint8
@@ -86,6 +89,13 @@ func probeName(id uint8) string {
 		}
 	}
 	return "unknown(" + strconv.Itoa(int(id)) + ")"
+}
+
+// ProgramStat is what one attached program cost in the kernel.
+type ProgramStat struct {
+	Program string        // the program's name in qp.c, e.g. fexit_modify_qp
+	Runs    uint64        // times it ran
+	RunTime time.Duration // total time in the program
 }
 
 // Stats counts what the tracer could not deliver.

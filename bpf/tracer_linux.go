@@ -10,7 +10,9 @@ import (
 	"io/fs"
 	"iter"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +39,7 @@ type Tracer struct {
 	counts *ebpf.Map
 	reader *ringbuf.Reader
 	progs  []*ebpf.Program
+	names  []string // of progs, as in qp.c (the kernel keeps 15 characters)
 	links  []link.Link
 	probes []Probe
 
@@ -270,8 +273,9 @@ func (t *Tracer) attachKprobe(l *loader, ps probeSpec) error {
 
 func (t *Tracer) keep(links []link.Link, progs map[string]*ebpf.Program) {
 	t.links = append(t.links, links...)
-	for _, p := range progs {
-		t.progs = append(t.progs, p)
+	for _, n := range slices.Sorted(maps.Keys(progs)) {
+		t.progs = append(t.progs, progs[n])
+		t.names = append(t.names, n)
 	}
 }
 
@@ -332,6 +336,22 @@ func (t *Tracer) Stats() (Stats, error) {
 		}
 	}
 	return s, nil
+}
+
+// ProgramStats reports the run count and the time in the kernel of every
+// attached program, in the order they were attached. The kernel counts
+// only while statistics are enabled (sysctl kernel.bpf_stats_enabled=1),
+// which adds two clock reads to every run.
+func (t *Tracer) ProgramStats() ([]ProgramStat, error) {
+	var out []ProgramStat
+	for i, p := range t.progs {
+		st, err := p.Stats()
+		if err != nil {
+			return nil, fmt.Errorf("bpf: program statistics: %w", err)
+		}
+		out = append(out, ProgramStat{Program: t.names[i], Runs: st.RunCount, RunTime: st.Runtime})
+	}
+	return out, nil
 }
 
 // The reader polls the ring buffer every pollEvery (the programs wake it

@@ -28,6 +28,9 @@ func (t *Tracer) Probes() []Probe { return nil }
 // Stats reports nothing lost.
 func (t *Tracer) Stats() (Stats, error) { return Stats{}, nil }
 
+// ProgramStats reports nothing.
+func (t *Tracer) ProgramStats() ([]ProgramStat, error) { return nil, nil }
+
 // Events yields nothing.
 func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 	return func(func(Event, error) bool) {}

@@ -23,7 +23,9 @@ event (one JSON object per line with -j) until interrupted or --duration.
 
 When the probes are attached, a line saying so goes to stderr. At the end
 the number of events that could not be delivered is printed: on stderr, or
-as a last JSON line {"kind":"summary",...} with -j.
+as a last JSON line {"kind":"summary",...} with -j. With -d, the time each
+program spent in the kernel follows on stderr (counted while sysctl
+kernel.bpf_stats_enabled is 1).
 
 JSON fields, always present: kind, time (RFC 3339 UTC), device, dev_index,
 qpn, qp_type, srq, srqn, new_state, result, pid, tid, comm, kern_owner,
@@ -43,6 +45,7 @@ func newTraceCmd(g *globals) *cobra.Command {
 		qpns     []uint
 		pids     []uint
 		duration time.Duration
+		bufMiB   int
 	)
 	cmd := &cobra.Command{
 		Use:   "trace [--dev DEV] [--qpn N]... [--pid P]... [--duration D]",
@@ -57,6 +60,10 @@ func newTraceCmd(g *globals) *cobra.Command {
 			if o.PIDs, err = uint32s("--pid", pids); err != nil {
 				return err
 			}
+			if bufMiB < 1 || bufMiB > 1024 || bufMiB&(bufMiB-1) != 0 {
+				return fmt.Errorf("--buffer-mib %d: want a power of two from 1 to 1024", bufMiB)
+			}
+			o.BufferBytes = bufMiB << 20
 			return runTrace(cmd.Context(), g, cmd.OutOrStdout(), o, duration)
 		},
 	}
@@ -66,6 +73,7 @@ func newTraceCmd(g *globals) *cobra.Command {
 	f.UintSliceVar(&pids, "pid", nil, "only events of these processes")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
 	f.BoolVar(&o.Kprobes, "kprobes", false, "use kprobes only (they do not pin ib_core)")
+	f.IntVar(&bufMiB, "buffer-mib", 4, "ring buffer size in MiB, a power of two (4 MiB holds about 20,000 events)")
 	return cmd
 }
 
@@ -129,6 +137,11 @@ func runTrace(ctx context.Context, g *globals, stdout io.Writer, o bpf.Options, 
 	}
 	if err := writeTraceSummary(w, g, events, st); err != nil {
 		return err
+	}
+	if g.details {
+		if err := writeProgramStats(g, tr); err != nil {
+			return err
+		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -414,6 +427,27 @@ func appendTraceText(b []byte, ev bpf.Event, details bool) []byte {
 		word("probe", ev.Probe)
 	}
 	return append(b, '\n')
+}
+
+// writeProgramStats prints, on stderr, what each program that ran cost in
+// the kernel; the kernel counts only with sysctl kernel.bpf_stats_enabled=1.
+func writeProgramStats(g *globals, tr *bpf.Tracer) error {
+	ps, err := tr.ProgramStats()
+	if err != nil {
+		return err
+	}
+	counted := false
+	for _, p := range ps {
+		if p.Runs == 0 || p.RunTime == 0 {
+			continue
+		}
+		counted = true
+		fmt.Fprintf(g.stderr, "rdmatool trace: program %s: %d runs, %d ns each\n", p.Program, p.Runs, p.RunTime.Nanoseconds()/int64(p.Runs))
+	}
+	if !counted {
+		fmt.Fprintln(g.stderr, "rdmatool trace: no program run time counted (sysctl kernel.bpf_stats_enabled=1 counts it)")
+	}
+	return nil
 }
 
 // traceSummary is the last line of `rdmatool trace -j`.

@@ -168,3 +168,15 @@ func TestUint32s(t *testing.T) {
 		t.Errorf("uint32s(1<<32) = %v", err)
 	}
 }
+
+// TestTraceBufferFlag: a ring buffer size that is not a power of two is
+// refused with one line and exit status 2, before any probe is loaded.
+func TestTraceBufferFlag(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"3", "0", "-4", "2048", "many"} {
+		code, stdout, stderr := runCLI(t, "trace", "--buffer-mib", arg)
+		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "--buffer-mib") {
+			t.Errorf("trace --buffer-mib %s: exit %d, stdout %q, stderr %q; want 2 and one line naming the flag", arg, code, stdout, stderr)
+		}
+	}
+}

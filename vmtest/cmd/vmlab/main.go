@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -69,6 +70,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	timeout := fs.Duration("timeout", 10*time.Minute, "time limit for the whole guest run")
 	refresh := fs.Bool("refresh", false, "resolve and fetch again even if cached")
 	memory := fs.String("memory", "2G", "guest memory")
+	icount := fs.Int("icount", envInt("VMTEST_ICOUNT"), "run: count instructions for guest time (QEMU -icount shift=N, e.g. 2; benchmarks)")
 	keep := fs.Bool("keep", false, "keep the run directory with console.log")
 	var shares multiFlag
 	fs.Var(&shares, "share", "host directory to mount at the same path in the guest (repeatable)")
@@ -124,7 +126,7 @@ func run(ctx context.Context, args []string) (int, error) {
 		spec := lab.RunSpec{
 			Image: img, Command: command, Dir: cwd, Stdout: os.Stdout,
 			Shares: append([]string{root}, shares...), Timeout: *timeout,
-			Memory: *memory, RunDir: filepath.Join(cache, "runs"), Keep: *keep,
+			Memory: *memory, RunDir: filepath.Join(cache, "runs"), Keep: *keep, ICount: *icount,
 			Env: passEnv(os.Environ()),
 		}
 		if args[0] == "exec" {
@@ -202,3 +204,9 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// envInt is the number in environment variable k, 0 when unset or not one.
+func envInt(k string) int {
+	n, _ := strconv.Atoi(os.Getenv(k))
+	return n
+}

@@ -27,8 +27,13 @@ type RunSpec struct {
 	Timeout time.Duration // whole boot-run-poweroff; zero means 10 minutes
 	Memory  string        // QEMU -m, default 2G
 	CPUs    int           // QEMU -smp, default 2
-	RunDir  string        // parent of the per-run directory
-	Keep    bool          // keep the run directory (console.log) on success
+	// ICount, when positive, runs TCG with -icount shift=ICount: guest time
+	// is the number of instructions executed (2^ICount ns each), all vCPUs
+	// on one host thread, so timings in the guest count work, not the
+	// host's load. For benchmarks; much slower than plain TCG.
+	ICount int
+	RunDir string // parent of the per-run directory
+	Keep   bool   // keep the run directory (console.log) on success
 }
 
 // exitMarker ends the guest's output; its number is the command's status.
@@ -90,7 +95,7 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 		"-serial", "file:" + filepath.Join(runDir, "console.log"),
 		"-chardev", "stdio,id=out,signal=off", "-serial", "chardev:out",
 	}
-	args = append(args, accelArgs()...)
+	args = append(args, accelArgs(spec.ICount)...)
 	var mounts strings.Builder
 	shares := append([]string{runDir}, dedupShares(spec.Shares)...)
 	for i, dir := range shares {
@@ -173,8 +178,14 @@ func dedupShares(dirs []string) []string {
 }
 
 // accelArgs picks KVM only when a stock kernel can run on it (kvm_intel or
-// kvm_amd loaded; kvm_pvm cannot), else TCG. VMTEST_ACCEL overrides.
-func accelArgs() []string {
+// kvm_amd loaded; kvm_pvm cannot), else TCG. VMTEST_ACCEL overrides. A
+// positive icount asks for TCG in instruction-counting mode (single
+// threaded, as QEMU requires), whatever is available.
+func accelArgs(icount int) []string {
+	if icount > 0 {
+		// sleep=off: idle guest time is skipped, not waited out.
+		return []string{"-accel", "tcg,thread=single", "-cpu", "max", "-icount", fmt.Sprintf("shift=%d,sleep=off", icount)}
+	}
 	accel := os.Getenv("VMTEST_ACCEL")
 	if accel == "" {
 		accel = "tcg"
