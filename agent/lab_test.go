@@ -391,6 +391,19 @@ func TestLabAgent(t *testing.T) {
 	if rep.ObservedSeconds < 6 || rep.Probes != "on" || rep.Scans < 6 {
 		t.Errorf("agent report observed %.1fs, %d scans, probes %s; want at least 6s and 6 scans with probes", rep.ObservedSeconds, rep.Scans, rep.Probes)
 	}
+	// --no-probes through the agent: the netlink rules over its history,
+	// and the probe rules skipped as in a local --no-probes run.
+	rep, code, stderr = runQPLeaks(t, append(args, "--no-probes")...)
+	if rep.Source != "agent" || code != 1 || stderr != "" {
+		t.Errorf("qp-leaks --no-probes with the agent: source %q, exit %d, stderr %q", rep.Source, code, stderr)
+	}
+	check(t, rep, expect("stale-error-qp", w, "rxe0"))
+	checkSkipped(t, rep, false)
+	// The text report says who observed, and for how long.
+	out, err := exec.Command(vmtest.Bin(t, "rdmatool"), "qp-leaks", "--agent-socket", sock, "--min-age", "3s").Output()
+	if !strings.Contains(string(out), ", observed by the agent for ") || !strings.Contains(string(out), "cgroup "+cgroup+" container "+containerID[:12]) {
+		t.Errorf("qp-leaks text with the agent (%v):\n%s", err, out)
+	}
 	st, err := agent.AskStatus(t.Context(), sock)
 	if err != nil {
 		t.Fatal(err)
