@@ -2,11 +2,11 @@
 # make bench: inside the lab guest, what the QP lifecycle probes cost.
 #
 # Guest time: make bench boots this guest with QEMU -icount (VMTEST_ICOUNT),
-# where guest time is the number of instructions executed, both vCPUs on
-# one host thread. Plain TCG on a shared two-core host varies +-20% from
-# run to run, far more than the effect measured here; under icount the same
-# run repeats within 0.5%. The price: both vCPUs share one timeline, like
-# one CPU, so whatever the reader does is charged to the workload.
+# where guest time is the number of instructions executed, on one vCPU
+# (vmlab's default under icount). Plain TCG on a shared two-core host varies
+# +-20% from run to run, far more than the effect measured here; under
+# icount the same run repeats within 0.5%. The price: one timeline, so
+# whatever the reader does is charged to the workload.
 #
 # Measured, alternating in each round, qpwork's QP create/modify/destroy
 # cycles per second on rxe0:
@@ -143,9 +143,11 @@ for flags in "" "--kprobes"; do
 done
 echo 0 >/proc/sys/kernel/bpf_stats_enabled
 
-# The highest churn: one churner per CPU, all traced, every event kept;
-# fentry, then kprobes.
+# The highest churn: one churner per CPU, at least two (on one CPU they
+# preempt each other inside the probed calls), all traced, every event
+# kept; fentry, then kprobes.
 n=$(nproc)
+[ "$n" -ge 2 ] || n=2
 for flags in "" "--kprobes"; do
 	start_trace "$tmp/trace.jsonl" $flags
 	rm -f "$tmp"/hc.*

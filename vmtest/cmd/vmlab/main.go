@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -128,6 +129,10 @@ func run(ctx context.Context, args []string) (int, error) {
 			Shares: append([]string{root}, shares...), Timeout: *timeout,
 			Memory: *memory, RunDir: filepath.Join(cache, "runs"), Keep: *keep, ICount: *icount,
 			Env: passEnv(os.Environ()),
+		}
+		if *icount > 0 { // the guest's scripts say which clock they measured
+			spec.Env = append(slices.DeleteFunc(spec.Env, func(kv string) bool { return strings.HasPrefix(kv, "VMTEST_ICOUNT=") }),
+				"VMTEST_ICOUNT="+strconv.Itoa(*icount))
 		}
 		if args[0] == "exec" {
 			bin, err := filepath.Abs(command[0])
