@@ -55,12 +55,13 @@ lab-bins:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/labtime ./vmtest/cmd/labtime
 	$(MAKE) -s -C vmtest/workloads OUT=$(BIN)
 
-# Lab tests on every kernel, one guest at a time (-p 1). VMTEST_EXPECT_GUEST
+# Lab tests on every kernel, one guest at a time (-p 1; the timeout covers
+# waiting for the lab lock too). VMTEST_EXPECT_GUEST
 # makes vmtest.Require fail instead of skip if a test ever ran outside.
 test-lab: lab lab-bins
 	@failed=; for k in $(KERNELS); do \
 		echo "== lab tests on kernel $$k"; \
-		CGO_ENABLED=0 VMTEST_EXPECT_GUEST=1 $(GO) test -p 1 -count=1 -v \
+		CGO_ENABLED=0 VMTEST_EXPECT_GUEST=1 $(GO) test -p 1 -count=1 -timeout 60m -v \
 			-exec "$(BIN)/vmlab exec -kernel $$k" $(LAB_PKGS) || failed="$$failed $$k"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "lab tests failed on kernel(s):$$failed"; exit 1; fi

@@ -302,7 +302,7 @@ func scanDevices(ctx context.Context, c *rdmanl.Client, devs []rdmanl.Device, pr
 			if pid := qp.Owner.PID; pid != 0 && procs != nil {
 				if _, done := ds.Owners[pid]; !done {
 					if p, ok := procs.Lookup(int(pid)); ok {
-						ds.Owners[pid] = leakwatch.Process{Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID}
+						ds.Owners[pid] = leakwatch.Process{TGID: uint32(p.PID), Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID}
 					}
 				}
 			}

@@ -197,6 +197,10 @@ func checkOwner(t *testing.T, rep agent.CheckReport, cgroup string) {
 		if f.Cgroup != cgroup || f.ContainerID != containerID || f.Comm != "qpwork" {
 			t.Errorf("finding qpn %d: comm %q cgroup %q container %q, want qpwork, %q, %s", f.QPN, f.Comm, f.Cgroup, f.ContainerID, cgroup, containerID)
 		}
+		// qpwork creates its QPs on its main thread: the thread is the process.
+		if f.TGID != f.PID || f.PID == 0 {
+			t.Errorf("finding qpn %d: pid %d tgid %d, want the same non-zero process id", f.QPN, f.PID, f.TGID)
+		}
 	}
 }
 

@@ -47,7 +47,7 @@ const (
 func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 	f := Finding{
 		Rule: rule, Severity: sev, Device: h.Device, QPN: h.QPN, Type: h.Type.String(),
-		State: h.State.String(), PID: h.Owner.PID, Comm: h.Comm, Cgroup: h.Cgroup, ContainerID: h.ContainerID,
+		State: h.State.String(), PID: h.Owner.PID, TGID: h.TGID, Comm: h.Comm, Cgroup: h.Cgroup, ContainerID: h.ContainerID,
 		KernName: h.Owner.KernName,
 		SRQ:      h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
 		Evidence: append([]Evidence{}, h.Evidence...),

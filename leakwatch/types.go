@@ -73,6 +73,8 @@ type Query struct {
 
 // Process is what /proc said about a QP owner.
 type Process struct {
+	// TGID is the process (thread group) the thread belongs to.
+	TGID uint32
 	Comm string
 	// Cgroup is the owner's cgroup (v2) path, such as
 	// /system.slice/foo.service; "" when unknown.
@@ -119,8 +121,11 @@ type Finding struct {
 	QPN      uint32   `json:"qpn"`
 	Type     string   `json:"type"`
 	State    string   `json:"state"`
-	PID      uint32   `json:"pid"`  // 0: kernel-owned, or the creator is gone / in another pid namespace
-	Comm     string   `json:"comm"` // "" when unknown
+	PID      uint32   `json:"pid"` // 0: kernel-owned, or the creator is gone / in another pid namespace
+	// TGID is the process the creating thread PID belongs to (PID itself
+	// for a process's main thread); 0 when /proc or a probe did not say.
+	TGID uint32 `json:"tgid"`
+	Comm string `json:"comm"` // "" when unknown
 	// Cgroup is the owner's cgroup v2 path ("" when unknown); ContainerID
 	// the container id that path names ("" when none).
 	Cgroup      string     `json:"cgroup"`

@@ -44,6 +44,7 @@ type History struct {
 	EverRTS     bool
 
 	Owner rdmanl.Owner
+	TGID  uint32 // the process of Owner.PID, when known
 	Comm  string
 	// Cgroup and ContainerID locate the owner (from /proc, at the last
 	// scan that found it).
@@ -168,7 +169,7 @@ func (w *Watcher) Scan(s Scan) {
 			h.Device, h.Type, h.Owner = dev.name, qp.Type, qp.Owner
 			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
 			if p, ok := ds.Owners[qp.Owner.PID]; ok {
-				h.Comm, h.Cgroup, h.ContainerID = p.Comm, p.Cgroup, p.ContainerID
+				h.TGID, h.Comm, h.Cgroup, h.ContainerID = p.TGID, p.Comm, p.Cgroup, p.ContainerID
 			}
 			h.inScan = true
 			// Probes are authoritative; a scan only fills in what they
@@ -258,7 +259,7 @@ func (w *Watcher) Event(ev bpf.Event) {
 		// Netlink records the creating thread's id; kernel QPs have none.
 		h.Owner = rdmanl.Owner{KernName: ev.KernOwner}
 		if ev.KernOwner == "" {
-			h.Owner.PID = ev.TID
+			h.Owner.PID, h.TGID = ev.TID, ev.PID
 		}
 		h.Comm, h.OnSRQ, h.SRQN = ev.Comm, ev.OnSRQ, ev.SRQN
 		h.note(ev.Time, "probe", "created")

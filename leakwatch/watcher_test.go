@@ -316,3 +316,27 @@ func TestFindingFields(t *testing.T) {
 		t.Errorf("finding %+v", f)
 	}
 }
+
+// TestOwnerThreadAndProcess: netlink records the creating thread; findings name it
+// as pid and its process as tgid, from a probe's create event or from the
+// /proc lookup a scan carries.
+func TestOwnerThreadAndProcess(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{MinAge: 5 * time.Second, Probes: true}, c.now)
+	e := create(c.at(0), rxe, 1, false)
+	e.PID, e.TID = 100, 101 // a worker thread of process 100
+	w.Event(e)
+	w.Event(modify(c.at(time.Second), rxe, 1, rdmanl.QPStateErr))
+	s := scan(c.at(2*time.Second), rxe, qp(1, rdmanl.QPTypeRC, rdmanl.QPStateErr, 101), qp(2, rdmanl.QPTypeRC, rdmanl.QPStateErr, 77))
+	s.Devices[0].Owners[77] = Process{TGID: 70, Comm: "app"}
+	w.Scan(s)
+	c.at(10 * time.Second)
+	got := map[uint32][2]uint32{}
+	for _, f := range w.Findings().Findings {
+		got[f.QPN] = [2]uint32{f.PID, f.TGID}
+	}
+	want := map[uint32][2]uint32{1: {101, 100}, 2: {77, 70}}
+	if len(got) != 2 || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("QPN: {pid, tgid} = %v, want %v", got, want)
+	}
+}

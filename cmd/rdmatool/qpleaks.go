@@ -98,6 +98,10 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 		switch {
 		case f.KernName != "":
 			owner = "kernel [" + f.KernName + "]"
+		case f.PID != 0 && f.Comm != "" && f.TGID != 0:
+			// Netlink records the creating thread; group by its process
+			// (each finding names the thread when it is another one).
+			owner = fmt.Sprintf("pid %d (%s)", f.TGID, f.Comm)
 		case f.PID != 0 && f.Comm != "":
 			owner = fmt.Sprintf("pid %d (%s)", f.PID, f.Comm)
 		case f.PID != 0:
@@ -129,6 +133,9 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 				srq := ""
 				if f.SRQ {
 					srq = fmt.Sprintf(" srqn %d", f.SRQN)
+				}
+				if f.TGID != 0 && f.TGID != f.PID {
+					srq += fmt.Sprintf(" thread %d", f.PID)
 				}
 				fmt.Fprintf(bw, "  %-8s %-29s qpn %d %s %s%s for %.1fs\n", f.Severity, f.Rule, f.QPN, f.Type, f.State, srq, f.AgeSeconds)
 			}

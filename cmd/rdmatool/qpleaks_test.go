@@ -169,3 +169,25 @@ func TestAgentCmdFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderLeaksThreads: QPs created by two threads of one process are one
+// group, under the process, and each finding names its thread when it is
+// not the main one.
+func TestRenderLeaksThreads(t *testing.T) {
+	t.Parallel()
+	f := leakwatch.Finding{Rule: leakwatch.RuleStaleErrorQP, Severity: leakwatch.SeverityWarning, Device: "rxe0", Type: "RC", State: "ERR",
+		Comm: "app", TGID: 100, AgeSeconds: 6, Hint: "destroy it"}
+	main, worker := f, f
+	main.QPN, main.PID = 17, 100
+	worker.QPN, worker.PID = 18, 101
+	var rep agent.CheckReport
+	rep.Findings = []leakwatch.Finding{main, worker}
+	var b strings.Builder
+	if err := renderLeaks(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Count(out, "rxe0  pid 100 (app)") != 1 || !strings.Contains(out, "qpn 18 RC ERR thread 101 for") || strings.Contains(out, "thread 100") {
+		t.Errorf("text report:\n%s\nwant one group for pid 100 and thread 101 named on qpn 18 only", out)
+	}
+}
