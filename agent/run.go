@@ -156,15 +156,10 @@ func (s *State) Status() Status {
 	st := Status{
 		Version: s.version, Started: s.w.Started().UTC(), Probes: onOff(s.probes), ProbesError: s.probeErr,
 		Scans: s.scans, ScanError: s.scanErr, LastScanSeconds: -1, Devices: append([]string{}, s.devices...),
-		LostEvents: s.lost,
+		LostEvents: s.lost, QPs: s.w.LiveQPs(),
 	}
 	if !s.lastScan.IsZero() {
 		st.LastScanSeconds = s.now().Sub(s.lastScan).Round(time.Millisecond).Seconds()
-	}
-	for _, h := range s.w.Histories() {
-		if !h.Destroyed {
-			st.QPs++
-		}
 	}
 	return st
 }

@@ -194,24 +194,10 @@ func byTime(evs []traceLine) []traceLine {
 	return out
 }
 
-// rdmaJSON runs iproute2's rdma with -j and decodes its array.
-func rdmaJSON(t *testing.T, args ...string) []map[string]any {
-	t.Helper()
-	out, err := exec.Command("rdma", append([]string{"-j"}, args...)...).Output()
-	if err != nil {
-		t.Fatalf("rdma -j %v: %v", args, err)
-	}
-	var v []map[string]any
-	if err := json.Unmarshal(out, &v); err != nil {
-		t.Fatalf("rdma -j %v: %v: %s", args, err, out)
-	}
-	return v
-}
-
 // srqnOf finds the number netlink gives the SRQ a process made on dev.
 func srqnOf(t *testing.T, dev vmtest.Device, pid int) uint32 {
 	t.Helper()
-	for _, s := range rdmaJSON(t, "res", "show", "srq", "dev", string(dev)) {
+	for _, s := range vmtest.RdmaJSON(t, "res", "show", "srq", "dev", string(dev)) {
 		if p, _ := s["pid"].(float64); int(p) == pid {
 			n, _ := s["srqn"].(float64)
 			return uint32(n)

@@ -38,8 +38,7 @@ type Tracer struct {
 	events *ebpf.Map
 	counts *ebpf.Map
 	reader *ringbuf.Reader
-	progs  []*ebpf.Program
-	names  []string // of progs, as in qp.c (the kernel keeps 15 characters)
+	progs  []program
 	links  []link.Link
 	probes []Probe
 
@@ -47,6 +46,13 @@ type Tracer struct {
 	lastReported atomic.Uint64 // lost total last logged
 	closeOnce    sync.Once
 	closeErr     error
+}
+
+// program is an attached program and its name in qp.c (the kernel keeps
+// only 15 characters of it).
+type program struct {
+	name string
+	*ebpf.Program
 }
 
 // Open loads the programs and attaches one probe per traced function:
@@ -274,8 +280,7 @@ func (t *Tracer) attachKprobe(l *loader, ps probeSpec) error {
 func (t *Tracer) keep(links []link.Link, progs map[string]*ebpf.Program) {
 	t.links = append(t.links, links...)
 	for _, n := range slices.Sorted(maps.Keys(progs)) {
-		t.progs = append(t.progs, progs[n])
-		t.names = append(t.names, n)
+		t.progs = append(t.progs, program{n, progs[n]})
 	}
 }
 
@@ -344,12 +349,12 @@ func (t *Tracer) Stats() (Stats, error) {
 // which adds two clock reads to every run.
 func (t *Tracer) ProgramStats() ([]ProgramStat, error) {
 	var out []ProgramStat
-	for i, p := range t.progs {
+	for _, p := range t.progs {
 		st, err := p.Stats()
 		if err != nil {
 			return nil, fmt.Errorf("bpf: program statistics: %w", err)
 		}
-		out = append(out, ProgramStat{Program: t.names[i], Runs: st.RunCount, RunTime: st.Runtime})
+		out = append(out, ProgramStat{Program: p.name, Runs: st.RunCount, RunTime: st.Runtime})
 	}
 	return out, nil
 }

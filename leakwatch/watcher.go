@@ -319,6 +319,17 @@ func (w *Watcher) Event(ev bpf.Event) {
 	}
 }
 
+// LiveQPs is the number of tracked QPs not destroyed.
+func (w *Watcher) LiveQPs() int {
+	n := 0
+	for _, h := range w.qps {
+		if !h.Destroyed {
+			n++
+		}
+	}
+	return n
+}
+
 // Histories returns the QPs being tracked (for the agent's socket and
 // tests); the values are copies.
 func (w *Watcher) Histories() []History {

@@ -1,33 +1,17 @@
 package vmtest_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/rdmatool/rdmatool/vmtest"
 )
 
-// rdmaJSON runs iproute2's rdma with -j and decodes its array.
-func rdmaJSON(t *testing.T, args ...string) []map[string]any {
-	t.Helper()
-	out, err := exec.Command("rdma", append([]string{"-j"}, args...)...).Output()
-	if err != nil {
-		t.Fatalf("rdma -j %v: %v", args, err)
-	}
-	var v []map[string]any
-	if err := json.Unmarshal(out, &v); err != nil {
-		t.Fatalf("rdma -j %v: %v: %s", args, err, out)
-	}
-	return v
-}
-
 func TestLabDevicesActive(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
-	links := rdmaJSON(t, "link", "show")
-	devs := rdmaJSON(t, "dev", "show")
+	links := vmtest.RdmaJSON(t, "link", "show")
+	devs := vmtest.RdmaJSON(t, "dev", "show")
 	for _, d := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
 		t.Run(string(d), func(t *testing.T) {
 			var state string
@@ -73,7 +57,7 @@ func TestRCPairInIproute2(t *testing.T) {
 				t.Fatalf("workload made %d QPs, want 2: %v", len(qps), qps)
 			}
 			shown := map[float64]map[string]any{}
-			for _, qp := range rdmaJSON(t, "res", "show", "qp", "link", string(d)) {
+			for _, qp := range vmtest.RdmaJSON(t, "res", "show", "qp", "link", string(d)) {
 				if n, ok := qp["lqpn"].(float64); ok {
 					shown[n] = qp
 				}

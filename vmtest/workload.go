@@ -198,3 +198,18 @@ func raws(evs []Event) []string {
 	}
 	return out
 }
+
+// RdmaJSON runs iproute2's rdma with -j and args in the guest and decodes
+// the array it prints; any failure ends the test.
+func RdmaJSON(t testing.TB, args ...string) []map[string]any {
+	t.Helper()
+	out, err := exec.Command("rdma", append([]string{"-j"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("rdma -j %v: %v", args, err)
+	}
+	var v []map[string]any
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("rdma -j %v: %v: %s", args, err, out)
+	}
+	return v
+}
