@@ -8,6 +8,8 @@ require (
 	github.com/mdlayher/netlink v1.11.2
 	github.com/prometheus/procfs v0.23.0
 	github.com/spf13/cobra v1.10.2
+	go.uber.org/goleak v1.3.0
+	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.49.0
 )
 
@@ -19,7 +21,6 @@ require (
 	github.com/spf13/pflag v1.0.10 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/net v0.53.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
 )
 
 tool github.com/cilium/ebpf/cmd/bpf2go

@@ -9,8 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -81,22 +79,16 @@ func parseQuery(v url.Values) (leakwatch.Query, error) {
 		}
 		q.MinAge = d
 	}
-	for _, r := range v["rule"] {
-		if !slicesContains(leakwatch.Rules(), r) {
-			return q, fmt.Errorf("agent: %w %q (valid: %s)", ErrUnknownRule, r, strings.Join(leakwatch.Rules(), ", "))
-		}
-		q.Rules = append(q.Rules, r)
+	q.Rules = v["rule"]
+	if err := leakwatch.CheckRules(q.Rules); err != nil {
+		return q, fmt.Errorf("agent: query: %w", err)
 	}
-	for _, m := range v["max_qp"] {
-		dev, n, ok := strings.Cut(m, "=")
-		max, err := strconv.ParseUint(n, 10, 64)
-		if !ok || dev == "" || err != nil || max == 0 {
-			return q, fmt.Errorf("agent: max_qp %q: want DEV=N with N > 0", m)
+	if len(v["max_qp"]) > 0 {
+		m, err := leakwatch.ParseMaxQP(v["max_qp"])
+		if err != nil {
+			return q, fmt.Errorf("agent: query: %w", err)
 		}
-		if q.MaxQP == nil {
-			q.MaxQP = map[string]uint64{}
-		}
-		q.MaxQP[dev] = max
+		q.MaxQP = m
 	}
 	switch v.Get("no_probes") {
 	case "", "0", "false":

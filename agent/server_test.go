@@ -59,6 +59,7 @@ func history(t *testing.T) (*State, *clock) {
 	t.Helper()
 	c := &clock{t: t0}
 	st := NewState(leakwatch.Config{ProbesReason: "no BTF"}, c.now, "v1.2.3")
+	st.setDevices([]rdmanl.Device{rxe, siw}, nil, t0)
 	owners := map[uint32]leakwatch.Process{42: {Comm: "app", Cgroup: "/system.slice/app.service"}}
 	for _, at := range []time.Duration{0, 50 * time.Second} {
 		s := leakwatch.Scan{Started: c.set(at), Time: c.set(at), Devices: []leakwatch.DeviceScan{
@@ -163,7 +164,7 @@ func TestAsk(t *testing.T) {
 			if diff := cmp.Diff(tt.wantDevices, rep.Devices); diff != "" {
 				t.Errorf("devices (-want +got):\n%s", diff)
 			}
-			if rep.Source != "agent" || !rep.ObservedSince.Equal(t0) || rep.ObservedSeconds != 60 || rep.Scans != 2 ||
+			if rep.Source != "agent" || !rep.ObservedSince.Equal(t0) || rep.ObservedSeconds != 60 || rep.Scans != 4 ||
 				rep.Probes != "off" || rep.ProbesError != "no BTF" || rep.LostEvents != 3 || len(rep.SkippedRules) != tt.wantSkipped {
 				t.Errorf("report %+v", rep)
 			}
@@ -232,12 +233,12 @@ func TestBadQueries(t *testing.T) {
 		code int
 		want string
 	}{
-		{"/v1/qp-leaks?rule=bogus", 400, `agent: unknown rule \"bogus\" (valid: stale-error-qp, `},
+		{"/v1/qp-leaks?rule=bogus", 400, `agent: query: leakwatch: unknown rule \"bogus\" (valid: stale-error-qp, `},
 		{"/v1/qp-leaks?min_age=5", 400, `agent: min_age \"5\": want a duration such as 5s`},
 		{"/v1/qp-leaks?min_age=-1s", 400, `agent: min_age \"-1s\"`},
 		{"/v1/qp-leaks?min_age=1s&min_age=2s", 400, `agent: parameter min_age given 2 times`},
 		{"/v1/qp-leaks?watch=10s", 400, `agent: unknown parameter \"watch\"`},
-		{"/v1/qp-leaks?max_qp=rxe0", 400, `agent: max_qp \"rxe0\": want DEV=N with N \u003e 0`},
+		{"/v1/qp-leaks?max_qp=rxe0", 400, `agent: query: leakwatch: max_qp \"rxe0\": want DEV=N with N \u003e 0`},
 		{"/v1/qp-leaks?no_probes=maybe", 400, `agent: no_probes \"maybe\": want 1 or 0`},
 		{"/v1/qp-leaks?dev=mlx5_0", 404, `agent: no RDMA device \"mlx5_0\"`},
 		{"/v1/status?x=1", 400, `agent: /v1/status takes no parameters`},
@@ -261,14 +262,14 @@ func TestBadQueries(t *testing.T) {
 func TestStatus(t *testing.T) {
 	st, c := history(t)
 	st.SetProbes(true, "")
-	st.scanFailed(errors.New("rdmanl: dump QPs of rxe0: interrupted"))
+	st.scanFailed("rxe0", errors.New("rdmanl: dump QPs of rxe0: interrupted"))
 	c.set(62 * time.Second)
 	sock := serve(t, st)
 	got, err := AskStatus(t.Context(), sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Status{Version: "v1.2.3", Started: t0, Probes: "on", Scans: 2, ScanError: "rdmanl: dump QPs of rxe0: interrupted",
+	want := Status{Version: "v1.2.3", Started: t0, Probes: "on", Scans: 4, ScanError: "rdmanl: dump QPs of rxe0: interrupted",
 		LastScanSeconds: 12, Devices: []string{"rxe0", "siw0"}, QPs: 3, LostEvents: 3}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
@@ -387,7 +388,7 @@ func TestStateConcurrent(t *testing.T) {
 		defer wg.Done()
 		for i := range 200 {
 			at := c.set(time.Minute + time.Duration(i)*time.Millisecond)
-			st.Event(bpf.Event{Kind: bpf.KindQPCreate, Time: at, DevIndex: 1, DevName: "rxe0", QPN: uint32(100 + i), QPType: rdmanl.QPTypeRC, TID: 42})
+			st.Event(leakwatch.Event{Kind: leakwatch.EventQPCreated, Time: at, DevIndex: 1, DevName: "rxe0", QPN: uint32(100 + i), QPType: rdmanl.QPTypeRC, TID: 42})
 			if i%20 == 0 {
 				st.Scan(leakwatch.Scan{Started: at, Time: at, Devices: []leakwatch.DeviceScan{{Device: rxe, QPs: []rdmanl.QP{qp(17, rdmanl.QPStateErr, 42)}}}})
 				st.setLost(uint64(i))
@@ -412,7 +413,7 @@ func TestRunWaitsForIBCore(t *testing.T) {
 	dials, opens := make(chan struct{}, 100), make(chan struct{}, 100)
 	d := Deps{
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Dial: func() (*rdmanl.Client, error) {
+		Dial: func() (Netlink, error) {
 			dials <- struct{}{}
 			return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT}
 		},
@@ -460,7 +461,7 @@ func TestRunStartupFailure(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	d := Deps{
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Dial: func() (*rdmanl.Client, error) {
+		Dial: func() (Netlink, error) {
 			return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EACCES}
 		},
 	}
@@ -472,7 +473,7 @@ func TestRunStartupFailure(t *testing.T) {
 	}
 	st, _ := history(t)
 	live := serve(t, st)
-	d.Dial = func() (*rdmanl.Client, error) {
+	d.Dial = func() (Netlink, error) {
 		return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT}
 	}
 	if err := Run(t.Context(), d, RunOptions{Socket: live}); err == nil || !strings.Contains(err.Error(), "another agent is listening") {
@@ -511,7 +512,7 @@ func TestRunProbeStreamFails(t *testing.T) {
 	}
 	d := Deps{
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Dial: func() (*rdmanl.Client, error) {
+		Dial: func() (Netlink, error) {
 			return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT}
 		},
 		OpenProbes: func(context.Context, *slog.Logger) (EventSource, error) { return src, nil },

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -244,7 +243,7 @@ func TestMemoryBounded(t *testing.T) {
 				w.Event(modify(c.at(at.Sub(t0)), rxe, qpn, []rdmanl.QPState{rdmanl.QPStateInit, rdmanl.QPStateErr}[k%2]))
 			}
 			if j%5 != 0 { // one destroy in five is lost
-				w.Event(ev(c.at(at.Sub(t0)+time.Millisecond), bpf.KindQPDestroy, rxe, qpn))
+				w.Event(ev(c.at(at.Sub(t0)+time.Millisecond), EventQPDestroyed, rxe, qpn))
 			}
 		}
 		s := Scan{Started: start.Add(5 * time.Second), Time: c.at(start.Add(5*time.Second + time.Millisecond).Sub(t0)),
@@ -253,6 +252,9 @@ func TestMemoryBounded(t *testing.T) {
 			s.Devices = append(s.Devices, DeviceScan{Device: tmp, QPs: []rdmanl.QP{qp(1, rdmanl.QPTypeGSI, rdmanl.QPStateRTS, 0)}})
 		}
 		w.Scan(s)
+		if i%360 == 6 { // the device list no longer has it
+			w.DeviceGone(tmp.Index, s.Time)
+		}
 		maxHistories = max(maxHistories, len(w.qps))
 	}
 	// 20 QPs per 10s are destroyed; Retain keeps 10 minutes of them.
@@ -307,7 +309,7 @@ func TestDestroyEventAfterScan(t *testing.T) {
 	w.Event(modify(c.at(time.Second), rxe, 17, rdmanl.QPStateRTS))
 	w.Scan(Scan{Started: c.at(2 * time.Second), Time: c.at(2 * time.Second), Devices: []DeviceScan{{Device: rxe, QPs: []rdmanl.QP{onSRQ(qp(17, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42), 0)}}}})
 	w.Scan(Scan{Started: c.at(4 * time.Second), Time: c.at(4 * time.Second), Devices: []DeviceScan{{Device: rxe}}})
-	w.Event(ev(t0.Add(3*time.Second), bpf.KindQPDestroy, rxe, 17))
+	w.Event(ev(t0.Add(3*time.Second), EventQPDestroyed, rxe, 17))
 	c.at(10 * time.Second)
 	r := w.Findings()
 	if diff := cmp.Diff([]found{{RuleSRQDestroyWithoutLastWQE, "rxe0", 17, 42}}, summarize(r)); diff != "" {

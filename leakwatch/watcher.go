@@ -2,9 +2,9 @@ package leakwatch
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
-	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -101,6 +101,7 @@ type sample struct {
 type deviceState struct {
 	name         string
 	emitsLastWQE bool // a LAST_WQE_REACHED was seen on this device
+	gone         bool // no longer listed (DeviceGone) or unregistered
 	contexts     uint64
 	samples      []sample
 }
@@ -147,11 +148,17 @@ func (w *Watcher) device(index uint32, name string) *deviceState {
 	return d
 }
 
-// Scan folds a netlink snapshot into the histories.
+// Scan folds a netlink snapshot of the devices it holds into the
+// histories. A QP of a scanned device that the snapshot does not list is
+// gone; devices the snapshot does not hold are left as they are, so each
+// device can be scanned on its own schedule.
 func (w *Watcher) Scan(s Scan) {
 	seen := map[qpKey]bool{}
+	scanned := map[uint32]bool{}
 	for _, ds := range s.Devices {
+		scanned[ds.Device.Index] = true
 		dev := w.device(ds.Device.Index, ds.Device.Name)
+		dev.gone = false
 		dev.contexts = ds.Contexts
 		dev.samples = append(dev.samples, sample{s.Time, len(ds.QPs)})
 		if len(dev.samples) > maxSamples {
@@ -188,12 +195,8 @@ func (w *Watcher) Scan(s Scan) {
 			h.setState(qp.State, s.Time, "scan")
 		}
 	}
-	scanned := map[uint32]bool{}
-	for _, ds := range s.Devices {
-		scanned[ds.Device.Index] = true
-	}
 	for k, h := range w.qps {
-		if seen[k] || h.Destroyed {
+		if seen[k] || h.Destroyed || !scanned[k.dev] {
 			continue
 		}
 		// A QP a scan listed before is gone. So is one a probe saw
@@ -206,17 +209,24 @@ func (w *Watcher) Scan(s Scan) {
 		}
 	}
 	w.expire(s.Time)
-	// Forget devices that are gone and that no QP refers to any more
-	// (rxe and siw links come and go; each takes a new index).
-	referenced := map[uint32]bool{}
-	for _, h := range w.qps {
-		referenced[h.DevIndex] = true
+}
+
+// DeviceGone records that a device is no longer listed: its live QPs are
+// destroyed with it, and the device is forgotten once no QP history refers
+// to it (rxe and siw links come and go, each under a new index).
+func (w *Watcher) DeviceGone(index uint32, t time.Time) {
+	dev, ok := w.devs[index]
+	if !ok {
+		return
 	}
-	for index := range w.devs {
-		if !scanned[index] && !referenced[index] {
-			delete(w.devs, index)
+	dev.gone = true
+	for _, q := range w.qps {
+		if q.DevIndex == index && !q.Destroyed {
+			q.Destroyed, q.DestroyedAt, q.DeviceGone = true, t, true
+			q.note(t, "scan", "device gone")
 		}
 	}
+	w.expire(t)
 }
 
 // SetProbes says whether probe events feed the watcher from now on, and
@@ -228,17 +238,26 @@ func (w *Watcher) SetProbes(on bool, reason string) {
 // Started is when the watcher began observing.
 func (w *Watcher) Started() time.Time { return w.start }
 
-// expire forgets destroyed QPs older than Retain.
+// expire forgets destroyed QPs older than Retain, and gone devices that
+// no QP refers to any more.
 func (w *Watcher) expire(now time.Time) {
+	referenced := map[uint32]bool{}
 	for k, h := range w.qps {
 		if h.Destroyed && now.Sub(h.DestroyedAt) > w.cfg.Retain {
 			delete(w.qps, k)
+			continue
+		}
+		referenced[h.DevIndex] = true
+	}
+	for index, d := range w.devs {
+		if d.gone && !referenced[index] {
+			delete(w.devs, index)
 		}
 	}
 }
 
-// Event folds a probe event into the histories.
-func (w *Watcher) Event(ev bpf.Event) {
+// Event folds an observation of the kernel into the histories.
+func (w *Watcher) Event(ev Event) {
 	dev := w.device(ev.DevIndex, ev.DevName)
 	k := qpKey{ev.DevIndex, ev.QPN}
 	h := w.qps[k]
@@ -250,7 +269,7 @@ func (w *Watcher) Event(ev bpf.Event) {
 		return h
 	}
 	switch ev.Kind {
-	case bpf.KindQPCreate:
+	case EventQPCreated:
 		if ev.Result != 0 {
 			return
 		}
@@ -264,7 +283,7 @@ func (w *Watcher) Event(ev bpf.Event) {
 		h.Comm, h.OnSRQ, h.SRQN = ev.Comm, ev.OnSRQ, ev.SRQN
 		h.note(ev.Time, "probe", "created")
 		h.setState(rdmanl.QPStateReset, ev.Time, "probe")
-	case bpf.KindQPModify:
+	case EventQPModified:
 		if ev.Result != 0 || !ev.HasState {
 			return
 		}
@@ -273,9 +292,9 @@ func (w *Watcher) Event(ev bpf.Event) {
 			h.ErrAt, h.LastWQEAt, h.LastWQECount = ev.Time, time.Time{}, 0
 		}
 		h.setState(ev.NewState, ev.Time, "probe")
-	case bpf.KindQPEvent:
+	case EventQPAsync:
 		h = get()
-		if ev.IBEvent == bpf.IBEventQPLastWQE {
+		if ev.LastWQE {
 			dev.emitsLastWQE = true
 			h.LastWQECount++
 			if h.LastWQECount == 1 {
@@ -284,8 +303,8 @@ func (w *Watcher) Event(ev bpf.Event) {
 			}
 			return
 		}
-		h.note(ev.Time, "probe", "async event %s", ev.IBEvent)
-	case bpf.KindQPDestroy:
+		h.note(ev.Time, "probe", "async event %s", ev.Async)
+	case EventQPDestroyed:
 		if h != nil && h.Destroyed && !h.DestroySeen && !h.DeviceGone && ev.Result == 0 {
 			// A scan that ran while this event waited in the ring
 			// buffer already missed the QP: this is its destroy.
@@ -302,14 +321,15 @@ func (w *Watcher) Event(ev bpf.Event) {
 		h.ErrBeforeDestroy = h.StateKnown && h.State == rdmanl.QPStateErr
 		h.LastWQEBeforeDestroy = h.LastWQECount > 0
 		h.note(ev.Time, "probe", "destroyed in state %s", h.State)
-	case bpf.KindDeviceUnregister:
+	case EventDeviceUnregistered:
+		dev.gone = true
 		for _, q := range w.qps {
 			if q.DevIndex == ev.DevIndex && !q.Destroyed {
 				q.Destroyed, q.DestroyedAt, q.DeviceGone = true, ev.Time, true
 				q.note(ev.Time, "probe", "device unregistered")
 			}
 		}
-	case bpf.KindDeviceRename:
+	case EventDeviceRenamed:
 		dev.name = ev.NewName
 		for _, q := range w.qps {
 			if q.DevIndex == ev.DevIndex {
@@ -330,12 +350,14 @@ func (w *Watcher) LiveQPs() int {
 	return n
 }
 
-// Histories returns the QPs being tracked (for the agent's socket and
-// tests); the values are copies.
+// Histories returns copies of the QP histories being tracked, Evidence
+// included: changing them does not change the watcher.
 func (w *Watcher) Histories() []History {
 	out := make([]History, 0, len(w.qps))
 	for _, h := range w.qps {
-		out = append(out, *h)
+		c := *h
+		c.Evidence = slices.Clone(h.Evidence)
+		out = append(out, c)
 	}
 	return out
 }

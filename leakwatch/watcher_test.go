@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -35,25 +34,25 @@ func scan(t time.Time, dev rdmanl.Device, qps ...rdmanl.QP) Scan {
 	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]Process{42: {Comm: "app"}, 43: {Comm: "other"}}}}}
 }
 
-func ev(t time.Time, kind bpf.Kind, dev rdmanl.Device, qpn uint32) bpf.Event {
-	return bpf.Event{Kind: kind, Time: t, DevIndex: dev.Index, DevName: dev.Name, QPN: qpn, QPType: rdmanl.QPTypeRC, PID: 42, TID: 42, Comm: "app"}
+func ev(t time.Time, kind EventKind, dev rdmanl.Device, qpn uint32) Event {
+	return Event{Kind: kind, Time: t, DevIndex: dev.Index, DevName: dev.Name, QPN: qpn, QPType: rdmanl.QPTypeRC, PID: 42, TID: 42, Comm: "app"}
 }
 
-func modify(t time.Time, dev rdmanl.Device, qpn uint32, s rdmanl.QPState) bpf.Event {
-	e := ev(t, bpf.KindQPModify, dev, qpn)
+func modify(t time.Time, dev rdmanl.Device, qpn uint32, s rdmanl.QPState) Event {
+	e := ev(t, EventQPModified, dev, qpn)
 	e.NewState, e.HasState = s, true
 	return e
 }
 
-func create(t time.Time, dev rdmanl.Device, qpn uint32, srq bool) bpf.Event {
-	e := ev(t, bpf.KindQPCreate, dev, qpn)
+func create(t time.Time, dev rdmanl.Device, qpn uint32, srq bool) Event {
+	e := ev(t, EventQPCreated, dev, qpn)
 	e.OnSRQ, e.SRQN = srq, 0
 	return e
 }
 
-func lastWQE(t time.Time, dev rdmanl.Device, qpn uint32) bpf.Event {
-	e := ev(t, bpf.KindQPEvent, dev, qpn)
-	e.IBEvent = bpf.IBEventQPLastWQE
+func lastWQE(t time.Time, dev rdmanl.Device, qpn uint32) Event {
+	e := ev(t, EventQPAsync, dev, qpn)
+	e.Async, e.LastWQE = "QP_LAST_WQE_REACHED", true
 	return e
 }
 
@@ -114,7 +113,7 @@ func TestRules(t *testing.T) {
 		{"SRQ QP destroyed straight from RTS", func(w *Watcher, c *clock) {
 			w.Event(create(c.at(0), rxe, 30, true))
 			w.Event(modify(c.at(time.Millisecond), rxe, 30, rdmanl.QPStateRTS))
-			w.Event(ev(c.at(2*time.Millisecond), bpf.KindQPDestroy, rxe, 30))
+			w.Event(ev(c.at(2*time.Millisecond), EventQPDestroyed, rxe, 30))
 			c.at(time.Second)
 		}, []found{{RuleSRQDestroyWithoutLastWQE, "rxe0", 30, 42}}},
 		{"SRQ QP torn down by the spec on an emitting provider", func(w *Watcher, c *clock) {
@@ -123,22 +122,22 @@ func TestRules(t *testing.T) {
 			w.Event(modify(c.at(2*time.Millisecond), rxe, 30, rdmanl.QPStateErr))
 			w.Event(lastWQE(c.at(3*time.Millisecond), rxe, 30))
 			w.Event(lastWQE(c.at(4*time.Millisecond), rxe, 30)) // again after the marker WR
-			w.Event(ev(c.at(5*time.Millisecond), bpf.KindQPDestroy, rxe, 30))
+			w.Event(ev(c.at(5*time.Millisecond), EventQPDestroyed, rxe, 30))
 			c.at(time.Minute)
 		}, nil},
 		{"SRQ QP destroyed in ERR before LAST_WQE on an emitting provider", func(w *Watcher, c *clock) {
 			w.Event(create(c.at(0), rxe, 31, true))
 			w.Event(modify(c.at(time.Millisecond), rxe, 31, rdmanl.QPStateErr))
 			w.Event(lastWQE(c.at(2*time.Millisecond), rxe, 31))
-			w.Event(ev(c.at(2*time.Millisecond), bpf.KindQPDestroy, rxe, 31))
+			w.Event(ev(c.at(2*time.Millisecond), EventQPDestroyed, rxe, 31))
 			w.Event(create(c.at(3*time.Millisecond), rxe, 32, true))
 			w.Event(modify(c.at(4*time.Millisecond), rxe, 32, rdmanl.QPStateErr))
-			w.Event(ev(c.at(5*time.Millisecond), bpf.KindQPDestroy, rxe, 32))
+			w.Event(ev(c.at(5*time.Millisecond), EventQPDestroyed, rxe, 32))
 		}, []found{{RuleSRQDestroyWithoutLastWQE, "rxe0", 32, 42}}},
 		{"SRQ QP drained with a marker on a provider that never emits", func(w *Watcher, c *clock) {
 			w.Event(create(c.at(0), siw, 1, true))
 			w.Event(modify(c.at(time.Millisecond), siw, 1, rdmanl.QPStateErr))
-			w.Event(ev(c.at(time.Second), bpf.KindQPDestroy, siw, 1))
+			w.Event(ev(c.at(time.Second), EventQPDestroyed, siw, 1))
 			c.at(time.Minute)
 		}, nil},
 		{"SRQ QP in ERR, provider never emits", func(w *Watcher, c *clock) {
@@ -155,13 +154,13 @@ func TestRules(t *testing.T) {
 		{"device unregistered under its QPs", func(w *Watcher, c *clock) {
 			w.Event(create(c.at(0), rxe, 34, true))
 			w.Event(modify(c.at(time.Millisecond), rxe, 34, rdmanl.QPStateRTS))
-			w.Event(bpf.Event{Kind: bpf.KindDeviceUnregister, Time: c.at(time.Second), DevIndex: 0, DevName: "rxe0"})
+			w.Event(Event{Kind: EventDeviceUnregistered, Time: c.at(time.Second), DevIndex: 0, DevName: "rxe0"})
 			c.at(time.Minute)
 		}, nil},
 		{"QP number reused after destroy", func(w *Watcher, c *clock) {
 			w.Event(create(c.at(0), rxe, 40, false))
 			w.Event(modify(c.at(time.Millisecond), rxe, 40, rdmanl.QPStateErr))
-			w.Event(ev(c.at(2*time.Millisecond), bpf.KindQPDestroy, rxe, 40))
+			w.Event(ev(c.at(2*time.Millisecond), EventQPDestroyed, rxe, 40))
 			w.Event(create(c.at(3*time.Millisecond), rxe, 40, false))
 			w.Event(modify(c.at(4*time.Millisecond), rxe, 40, rdmanl.QPStateRTS))
 			c.at(time.Minute)
@@ -198,7 +197,7 @@ func TestHealthyChurn(t *testing.T) {
 		if i%2 == 0 {
 			w.Event(lastWQE(step(), rxe, qpn))
 		}
-		w.Event(ev(step(), bpf.KindQPDestroy, rxe, qpn))
+		w.Event(ev(step(), EventQPDestroyed, rxe, qpn))
 	}
 	c.at(at + time.Hour)
 	if got := w.Findings(); len(got.Findings) != 0 {
@@ -338,5 +337,61 @@ func TestOwnerThreadAndProcess(t *testing.T) {
 	want := map[uint32][2]uint32{1: {101, 100}, 2: {77, 70}}
 	if len(got) != 2 || got[1] != want[1] || got[2] != want[2] {
 		t.Errorf("QPN: {pid, tgid} = %v, want %v", got, want)
+	}
+}
+
+// Devices are scanned on their own schedules: a scan of one device says
+// nothing about the QPs of another; only DeviceGone ends them.
+func TestScanPerDevice(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{MinAge: 5 * time.Second, Probes: true, Retain: time.Minute}, c.now)
+	w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+	w.Scan(scan(c.at(time.Second), siw, qp(3, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43)))
+	w.Scan(scan(c.at(2*time.Second), rxe)) // QP 17 is gone, siw's QP 3 is not
+	live := func() []uint32 {
+		var out []uint32
+		for _, h := range w.Histories() {
+			if !h.Destroyed {
+				out = append(out, h.QPN)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if diff := cmp.Diff([]uint32{3}, live()); diff != "" {
+		t.Errorf("live QPs after a scan of rxe0 (-want +got):\n%s", diff)
+	}
+	c.at(10 * time.Second)
+	if diff := cmp.Diff([]found{{RuleStaleErrorQP, "siw0", 3, 43}}, summarize(w.Findings())); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+	w.DeviceGone(siw.Index, c.at(11*time.Second))
+	if got := live(); len(got) != 0 {
+		t.Errorf("live QPs after siw0 went away: %v", got)
+	}
+	if _, ok := w.devs[siw.Index]; !ok {
+		t.Errorf("siw0 forgotten while its QP history is retained")
+	}
+	w.Scan(scan(c.at(2*time.Minute), rxe))
+	if _, ok := w.devs[siw.Index]; ok {
+		t.Errorf("siw0 still kept after its QPs expired")
+	}
+	if _, ok := w.devs[rxe.Index]; !ok {
+		t.Errorf("rxe0 forgotten although it is scanned")
+	}
+}
+
+// Histories are copies: changing one, evidence included, leaves the
+// watcher as it was.
+func TestHistoriesAreCopies(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{}, c.now)
+	w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+	h := w.Histories()
+	h[0].State = rdmanl.QPStateRTS
+	h[0].Evidence[0].What = "changed"
+	again := w.Histories()
+	if again[0].State != rdmanl.QPStateErr || again[0].Evidence[0].What == "changed" {
+		t.Errorf("the watcher's history changed through a copy: %+v", again[0])
 	}
 }

@@ -175,6 +175,12 @@ func (c *Client) Device(ctx context.Context, name string) (Device, error) {
 	if err != nil {
 		return Device{}, err
 	}
+	return FindDevice(devs, name)
+}
+
+// FindDevice returns the device of devs called name, or an error matching
+// ErrNoDevice that names it.
+func FindDevice(devs []Device, name string) (Device, error) {
 	for _, d := range devs {
 		if d.Name == name {
 			return d, nil

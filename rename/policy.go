@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/sysfs"
 )
 
 // Policy is one way of choosing a device's name.
@@ -55,7 +56,7 @@ type namer struct {
 	policies []Policy
 	m        *Map   // nil: the map policy finds no names
 	mapNote  string // why m is nil, for skip reasons
-	pci      func(dev string) (PCILocation, error)
+	pci      func(dev string) (sysfs.PCILocation, error)
 }
 
 // choice is what the policies chose for one device. policy is "" when all
@@ -95,7 +96,7 @@ func (n *namer) choose(d rdmanl.Device) choice {
 			loc, err := n.pci(d.Name)
 			if err != nil {
 				reason := err.Error()
-				if errors.Is(err, errNotPCI) {
+				if errors.Is(err, sysfs.ErrNotPCI) {
 					reason = "not a PCI device"
 				}
 				skips = append(skips, "pci: "+reason)

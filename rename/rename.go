@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/sysfs"
 )
 
 // Renamer lists and renames RDMA devices; *rdmanl.Client is one.
@@ -103,12 +104,12 @@ func Run(ctx context.Context, r Renamer, o Options) (Report, error) {
 	if !o.All && len(o.Devices) == 0 {
 		return rep, errors.New("rename: no device given")
 	}
-	n := &namer{policies: rep.Policies, pci: func(dev string) (PCILocation, error) {
+	n := &namer{policies: rep.Policies, pci: func(dev string) (sysfs.PCILocation, error) {
 		root := o.SysRoot
 		if root == "" {
 			root = "/sys"
 		}
-		return ReadPCILocation(root, dev)
+		return sysfs.ReadPCILocation(root, dev)
 	}}
 	if slices.Contains(rep.Policies, PolicyMap) {
 		file := o.MapFile
@@ -200,12 +201,12 @@ func selectDevices(devs []rdmanl.Device, o Options) ([]rdmanl.Device, error) {
 	}
 	var out []rdmanl.Device
 	for _, name := range o.Devices {
-		i := slices.IndexFunc(devs, func(d rdmanl.Device) bool { return d.Name == name })
-		if i < 0 {
-			return nil, fmt.Errorf("rename: find device %s: %w", name, rdmanl.ErrNoDevice)
+		d, err := rdmanl.FindDevice(devs, name)
+		if err != nil {
+			return nil, err
 		}
-		if !slices.ContainsFunc(out, func(d rdmanl.Device) bool { return d.Name == name }) {
-			out = append(out, devs[i])
+		if !slices.ContainsFunc(out, func(o rdmanl.Device) bool { return o.Name == name }) {
+			out = append(out, d)
 		}
 	}
 	return out, nil

@@ -384,7 +384,7 @@ func TestRun(t *testing.T) {
 			opts:      Options{Devices: []string{"mlx5_9"}},
 			want:      []brief{},
 			wantNames: []string{"rxe0"},
-			wantErr:   "rename: find device mlx5_9: no such RDMA device",
+			wantErr:   "rdmanl: find device mlx5_9: no such RDMA device",
 			wantIs:    rdmanl.ErrNoDevice,
 		},
 		{

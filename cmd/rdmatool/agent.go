@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/spf13/cobra"
 )
 
@@ -32,8 +33,8 @@ cannot start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.MaxQP, err = parseMaxQP(maxQP); err != nil {
-				return err
+			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {
+				return fmt.Errorf("--max-qp: %w", err)
 			}
 			log, err := agentLogger(g.stderr, logFormat, g.verbose)
 			if err != nil {

@@ -56,18 +56,9 @@ func selectDevices(ctx context.Context, c *rdmanl.Client, name string) ([]rdmanl
 	if name == "" {
 		return devs, nil
 	}
-	d, err := findDevice(devs, name)
+	d, err := rdmanl.FindDevice(devs, name)
 	if err != nil {
 		return nil, err
 	}
 	return []rdmanl.Device{d}, nil
-}
-
-func findDevice(devs []rdmanl.Device, name string) (rdmanl.Device, error) {
-	for _, d := range devs {
-		if d.Name == name {
-			return d, nil
-		}
-	}
-	return rdmanl.Device{}, &rdmanl.Error{Op: "find device " + name, Err: rdmanl.ErrNoDevice}
 }

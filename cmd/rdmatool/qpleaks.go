@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -35,8 +34,8 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.MaxQP, err = parseMaxQP(maxQP); err != nil {
-				return err
+			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {
+				return fmt.Errorf("--max-qp: %w", err)
 			}
 			if noAgent {
 				o.AgentSocket = ""
@@ -73,19 +72,6 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 // agentTimeout is how long qp-leaks waits for the agent's answer before it
 // observes the host itself.
 const agentTimeout = 10 * time.Second
-
-func parseMaxQP(args []string) (map[string]uint64, error) {
-	m := map[string]uint64{}
-	for _, a := range args {
-		dev, n, ok := strings.Cut(a, "=")
-		v, err := strconv.ParseUint(n, 10, 64)
-		if !ok || dev == "" || err != nil || v == 0 {
-			return nil, fmt.Errorf("--max-qp %q: want DEV=N with N > 0", a)
-		}
-		m[dev] = v
-	}
-	return m, nil
-}
 
 // renderLeaks prints findings grouped by device and owner, then a summary.
 func renderLeaks(w io.Writer, rep agent.CheckReport) error {

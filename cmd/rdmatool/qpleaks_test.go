@@ -156,7 +156,7 @@ func TestAgentCmdFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"agent", "--max-qp", "rxe0"}, `--max-qp "rxe0": want DEV=N`},
+		{[]string{"agent", "--max-qp", "rxe0"}, `--max-qp: leakwatch: max_qp "rxe0": want DEV=N`},
 		{[]string{"agent", "--log-format", "xml"}, `--log-format "xml": want text or json`},
 		{[]string{"agent", "extra"}, `unknown command "extra"`},
 	}

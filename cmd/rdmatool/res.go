@@ -7,8 +7,8 @@ import (
 	"iter"
 	"strings"
 
+	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
-	"github.com/rdmatool/rdmatool/sysfs"
 	"github.com/spf13/cobra"
 )
 
@@ -58,7 +58,7 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 		return err
 	}
 	defer c.Close()
-	procs, _ := sysfs.NewProcs("/proc") // without /proc, comm stays empty
+	procs, _ := owner.NewResolver("/proc") // without /proc, comm stays empty
 	lw := newListWriter(cmd.OutOrStdout(), g)
 	devs, err := selectDevices(ctx, c, "")
 	if err != nil {
@@ -77,7 +77,7 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 		if err != nil {
 			return t, err
 		}
-		d, err := findDevice(devs, name)
+		d, err := rdmanl.FindDevice(devs, name)
 		if err != nil {
 			return t, err
 		}

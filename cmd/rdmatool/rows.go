@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 
+	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
-	"github.com/rdmatool/rdmatool/sysfs"
 )
 
 // Rows are the JSON API of the listings: field names follow iproute2's rdma
@@ -65,18 +65,16 @@ func linkRowOf(p rdmanl.Port) linkRow {
 	return r
 }
 
-// owner resolves a resource owner to the row fields: pid (0 when none),
+// ownerFields resolves a resource owner to the row fields: pid (0 when none),
 // comm (the process's, or the kernel module's like iproute2 prints it),
 // kern_name, and the text form: "comm app", or "comm [ib_core]" for a
 // kernel owner.
-func owner(o rdmanl.Owner, procs *sysfs.Procs) (pid uint32, comm, kern, text string) {
+func ownerFields(o rdmanl.Owner, procs *owner.Resolver) (pid uint32, comm, kern, text string) {
 	if o.Kernel() {
 		return 0, o.KernName, o.KernName, "comm [" + o.KernName + "]"
 	}
-	if procs != nil {
-		if p, ok := procs.Lookup(int(o.PID)); ok {
-			comm = p.Comm
-		}
+	if p, ok := procs.Lookup(o.PID); ok {
+		comm = p.Comm
 	}
 	if comm != "" {
 		text = "comm " + comm
@@ -114,7 +112,7 @@ func resLink(dev string, port uint32) string {
 	return fmt.Sprintf("link %s/%d", dev, port)
 }
 
-func qpRowOf(q rdmanl.QP, procs *sysfs.Procs) qpRow {
+func qpRowOf(q rdmanl.QP, procs *owner.Resolver) qpRow {
 	r := qpRow{
 		IfIndex: q.DevIndex, IfName: q.DevName, Link: resLink(q.DevName, q.Port), Port: q.Port,
 		LQPN: q.LQPN, RQPN: q.RQPN, Type: q.Type.String(), State: q.State.String(),
@@ -126,7 +124,7 @@ func qpRowOf(q rdmanl.QP, procs *sysfs.Procs) qpRow {
 	if q.HasPathMig {
 		r.PathMigState = q.PathMigState.String()
 	}
-	r.PID, r.Comm, r.KernName, r.CommText = owner(q.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(q.Owner, procs)
 	return r
 }
 
@@ -146,12 +144,12 @@ type cqRow struct {
 	CommText string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
-func cqRowOf(c rdmanl.CQ, procs *sysfs.Procs) cqRow {
+func cqRowOf(c rdmanl.CQ, procs *owner.Resolver) cqRow {
 	r := cqRow{IfIndex: c.DevIndex, IfName: c.DevName, Lead: "dev " + c.DevName, CQN: c.CQN, CQE: c.CQE, Users: c.Users, DIM: c.DIM, CtxN: c.CtxN}
 	if c.HasPoll {
 		r.PollCtx = c.PollCtx.String()
 	}
-	r.PID, r.Comm, r.KernName, r.CommText = owner(c.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(c.Owner, procs)
 	return r
 }
 
@@ -181,13 +179,13 @@ func hex32(v uint32, ok bool) string {
 	return fmt.Sprintf("0x%x", v)
 }
 
-func mrRowOf(m rdmanl.MR, procs *sysfs.Procs) mrRow {
+func mrRowOf(m rdmanl.MR, procs *owner.Resolver) mrRow {
 	r := mrRow{
 		IfIndex: m.DevIndex, IfName: m.DevName, Lead: "dev " + m.DevName, MRN: m.MRN, RKey: m.RKey, LKey: m.LKey,
 		RKeyHex: hex32(m.RKey, m.HasKeys), LKeyHex: hex32(m.LKey, m.HasKeys),
 		IOVA: m.IOVA, IOVAHex: fmt.Sprintf("0x%x", m.IOVA), MRLen: m.Len, PDN: m.PDN,
 	}
-	r.PID, r.Comm, r.KernName, r.CommText = owner(m.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(m.Owner, procs)
 	return r
 }
 
@@ -208,14 +206,14 @@ type pdRow struct {
 	CommText            string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
-func pdRowOf(p rdmanl.PD, procs *sysfs.Procs) pdRow {
+func pdRowOf(p rdmanl.PD, procs *owner.Resolver) pdRow {
 	r := pdRow{
 		IfIndex: p.DevIndex, IfName: p.DevName, Lead: "dev " + p.DevName, PDN: p.PDN, Users: p.Users,
 		LocalDMALKey: p.LocalDMALKey, LocalDMALKeyHex: hex32(p.LocalDMALKey, p.LocalDMALKey != 0),
 		UnsafeGlobalRKey: p.UnsafeGlobalRKey, UnsafeGlobalRKeyHex: hex32(p.UnsafeGlobalRKey, p.HasUnsafeGlobalRK),
 		CtxN: p.CtxN,
 	}
-	r.PID, r.Comm, r.KernName, r.CommText = owner(p.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(p.Owner, procs)
 	return r
 }
 
@@ -230,9 +228,9 @@ type ctxRow struct {
 	CommText string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
-func ctxRowOf(c rdmanl.Context, procs *sysfs.Procs) ctxRow {
+func ctxRowOf(c rdmanl.Context, procs *owner.Resolver) ctxRow {
 	r := ctxRow{IfIndex: c.DevIndex, IfName: c.DevName, Lead: "dev " + c.DevName, CtxN: c.CtxN}
-	r.PID, r.Comm, r.KernName, r.CommText = owner(c.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(c.Owner, procs)
 	return r
 }
 
@@ -265,7 +263,7 @@ type srqRow struct {
 	CommText string    `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
-func srqRowOf(s rdmanl.SRQ, procs *sysfs.Procs) srqRow {
+func srqRowOf(s rdmanl.SRQ, procs *owner.Resolver) srqRow {
 	r := srqRow{IfIndex: s.DevIndex, IfName: s.DevName, Lead: "dev " + s.DevName, SRQN: s.SRQN, Type: s.Type.String(), PDN: s.PDN, CQN: s.CQN, QPRanges: []qpRange{}, LQPN: []string{}}
 	for _, q := range s.QPs {
 		qr := qpRange{Min: q.Min, Max: q.Max}
@@ -273,7 +271,7 @@ func srqRowOf(s rdmanl.SRQ, procs *sysfs.Procs) srqRow {
 		r.LQPN = append(r.LQPN, qr.String())
 		r.QPs += uint64(q.Max-q.Min) + 1
 	}
-	r.PID, r.Comm, r.KernName, r.CommText = owner(s.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(s.Owner, procs)
 	return r
 }
 
@@ -297,7 +295,7 @@ type cmIDRow struct {
 	CommText string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
 }
 
-func cmIDRowOf(c rdmanl.CMID, procs *sysfs.Procs) cmIDRow {
+func cmIDRowOf(c rdmanl.CMID, procs *owner.Resolver) cmIDRow {
 	r := cmIDRow{
 		IfIndex: c.DevIndex, IfName: c.DevName, Link: resLink(c.DevName, c.Port), Port: c.Port, CMIDN: c.CMIDN,
 		LQPN: c.LQPN, QPType: c.Type.String(), State: c.State.String(), PS: c.PS.String(),
@@ -308,7 +306,7 @@ func cmIDRowOf(c rdmanl.CMID, procs *sysfs.Procs) cmIDRow {
 	if c.DstAddr.IsValid() {
 		r.DstAddr, r.DstPort = c.DstAddr.Addr().String(), c.DstAddr.Port()
 	}
-	r.PID, r.Comm, r.KernName, r.CommText = owner(c.Owner, procs)
+	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(c.Owner, procs)
 	return r
 }
 

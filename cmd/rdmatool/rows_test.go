@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
-	"github.com/rdmatool/rdmatool/sysfs"
 )
 
 // jsonObject decodes one JSON object with numbers kept whole, so a field's
@@ -177,7 +177,7 @@ func TestMRRowIOVARoundTrip(t *testing.T) {
 
 func TestRowOwnerFromProc(t *testing.T) {
 	t.Parallel()
-	procs, err := sysfs.NewProcs("/proc")
+	procs, err := owner.NewResolver("/proc")
 	if err != nil {
 		t.Skipf("no /proc: %v", err)
 	}

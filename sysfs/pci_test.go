@@ -1,4 +1,4 @@
-package rename
+package sysfs
 
 import (
 	"errors"
@@ -8,37 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 )
-
-func TestPCIName(t *testing.T) {
-	tests := []struct {
-		name     string
-		protocol string
-		loc      PCILocation
-		want     string
-	}{
-		// The examples of rdma-core's kernel-boot/rdma_rename.c.
-		{"rdma-core NAME_PCI", "ib", PCILocation{Bus: 0, Slot: 12, Func: 4}, "ibp0s12f4"},
-		{"rdma-core SF", "roce", PCILocation{Bus: 0xc1, Multifunction: true, IsSF: true, SFNum: 88}, "rocep193s0f0S88"},
-		{"rdma-core VF-SF", "roce", PCILocation{Bus: 0xc1, Multifunction: true, IsVF: true, IsSF: true, SFNum: 99}, "rocep193s0f0v0S99"},
-
-		{"single function", "ib", PCILocation{Bus: 0x3b}, "ibp59s0"},
-		{"multifunction, function 0", "ib", PCILocation{Bus: 0x3b, Multifunction: true}, "ibp59s0f0"},
-		{"function 1", "roce", PCILocation{Bus: 0x3b, Func: 1}, "rocep59s0f1"},
-		{"domain", "ib", PCILocation{Domain: 1, Bus: 2, Slot: 3}, "ibP1p2s3"},
-		{"VF", "roce", PCILocation{Bus: 0x3b, Func: 0, Multifunction: true, IsVF: true, VF: 7}, "rocep59s0f0v7"},
-		// rdma_rename prints "v" only with "f": a VF of a single-function
-		// PF at function 0 gets its PF's name.
-		{"VF of a single-function PF", "roce", PCILocation{Bus: 0x3b, IsVF: true, VF: 3}, "rocep59s0"},
-		{"no protocol", "", PCILocation{Bus: 1}, "rdmap1s0"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := PCIName(tt.protocol, tt.loc); got != tt.want {
-				t.Errorf("PCIName(%q, %+v) = %q, want %q", tt.protocol, tt.loc, got, tt.want)
-			}
-		})
-	}
-}
 
 // sysTree builds a fake sysfs below a temporary root, with relative links
 // the way the kernel makes them.
@@ -171,21 +140,19 @@ func TestReadPCILocation(t *testing.T) {
 	s.ib(aux, "irdma0")
 
 	tests := []struct {
-		dev      string
-		protocol string
-		want     PCILocation
-		wantName string
-		notPCI   bool
+		dev    string
+		want   PCILocation
+		notPCI bool
 	}{
-		{dev: "mlx5_0", protocol: "ib", want: PCILocation{Addr: "0000:3b:00.0", Bus: 0x3b}, wantName: "ibp59s0"},
-		{dev: "mlx5_1", protocol: "roce", want: PCILocation{Addr: "0000:5e:00.0", Bus: 0x5e, Multifunction: true}, wantName: "rocep94s0f0"},
-		{dev: "mlx5_2", protocol: "roce", want: PCILocation{Addr: "0000:5e:00.1", Bus: 0x5e, Func: 1, Multifunction: true}, wantName: "rocep94s0f1"},
-		{dev: "mlx5_3", protocol: "ib", want: PCILocation{Addr: "0002:00:0c.4", Domain: 2, Slot: 12, Func: 4}, wantName: "ibP2p0s12f4"},
-		{dev: "mlx5_4", protocol: "roce", want: PCILocation{Addr: "0000:af:00.0", Bus: 0xaf, Multifunction: true}, wantName: "rocep175s0f0"},
-		{dev: "mlx5_5", protocol: "roce", want: PCILocation{Addr: "0000:af:00.0", Bus: 0xaf, Multifunction: true, IsVF: true, VF: 1}, wantName: "rocep175s0f0v1"},
-		{dev: "mlx5_6", protocol: "ib", want: PCILocation{Addr: "0000:d8:01.2", Bus: 0xd8, Slot: 1, Func: 10}, wantName: "ibp216s1f10"},
-		{dev: "mlx5_7", protocol: "roce", want: PCILocation{Addr: "0000:c1:00.0", Bus: 0xc1, Multifunction: true, IsSF: true, SFNum: 88}, wantName: "rocep193s0f0S88"},
-		{dev: "mlx5_8", protocol: "roce", want: PCILocation{Addr: "0000:c1:00.0", Bus: 0xc1, Multifunction: true, IsVF: true, VF: 0, IsSF: true, SFNum: 99}, wantName: "rocep193s0f0v0S99"},
+		{dev: "mlx5_0", want: PCILocation{Addr: "0000:3b:00.0", Bus: 0x3b}},
+		{dev: "mlx5_1", want: PCILocation{Addr: "0000:5e:00.0", Bus: 0x5e, Multifunction: true}},
+		{dev: "mlx5_2", want: PCILocation{Addr: "0000:5e:00.1", Bus: 0x5e, Func: 1, Multifunction: true}},
+		{dev: "mlx5_3", want: PCILocation{Addr: "0002:00:0c.4", Domain: 2, Slot: 12, Func: 4}},
+		{dev: "mlx5_4", want: PCILocation{Addr: "0000:af:00.0", Bus: 0xaf, Multifunction: true}},
+		{dev: "mlx5_5", want: PCILocation{Addr: "0000:af:00.0", Bus: 0xaf, Multifunction: true, IsVF: true, VF: 1}},
+		{dev: "mlx5_6", want: PCILocation{Addr: "0000:d8:01.2", Bus: 0xd8, Slot: 1, Func: 10}},
+		{dev: "mlx5_7", want: PCILocation{Addr: "0000:c1:00.0", Bus: 0xc1, Multifunction: true, IsSF: true, SFNum: 88}},
+		{dev: "mlx5_8", want: PCILocation{Addr: "0000:c1:00.0", Bus: 0xc1, Multifunction: true, IsVF: true, VF: 0, IsSF: true, SFNum: 99}},
 		{dev: "rxe0", notPCI: true},
 		{dev: "hns_0", notPCI: true},
 		{dev: "irdma0", notPCI: true}, // auxiliary, but no sfnum
@@ -195,8 +162,8 @@ func TestReadPCILocation(t *testing.T) {
 		t.Run(tt.dev, func(t *testing.T) {
 			got, err := ReadPCILocation(s.root, tt.dev)
 			if tt.notPCI {
-				if !errors.Is(err, errNotPCI) {
-					t.Fatalf("ReadPCILocation(%s) = %+v, %v, want errNotPCI", tt.dev, got, err)
+				if !errors.Is(err, ErrNotPCI) {
+					t.Fatalf("ReadPCILocation(%s) = %+v, %v, want ErrNotPCI", tt.dev, got, err)
 				}
 				return
 			}
@@ -205,9 +172,6 @@ func TestReadPCILocation(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("ReadPCILocation(%s) (-want +got):\n%s", tt.dev, diff)
-			}
-			if name := PCIName(tt.protocol, got); name != tt.wantName {
-				t.Errorf("PCIName = %q, want %q", name, tt.wantName)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package sysfs
+package owner
 
 import (
 	"os"
@@ -59,12 +59,12 @@ func TestLookupCgroup(t *testing.T) {
 		300: {"noproc", 300, nil}, // no cgroup file (an old kernel, or it raced with exit)
 	}
 	root := fakeProc(t, threads)
-	procs, err := NewProcs(root)
+	procs, err := NewResolver(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		tid    int
+		tid    uint32
 		want   Process
 		wantOK bool
 	}{
@@ -84,17 +84,17 @@ func TestLookupCgroup(t *testing.T) {
 			t.Errorf("Lookup(%d) (-want +got):\n%s", tt.tid, diff)
 		}
 	}
-	// Lookups are cached for the life of the Procs: a process that moves
-	// is seen where it was until the next scan's Procs.
+	// Lookups are cached for the life of the Resolver: a process that moves
+	// is seen where it was until the next scan's Resolver.
 	if err := os.WriteFile(filepath.Join(root, "100", "cgroup"), []byte("0::/moved\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := procs.Lookup(100); got.Cgroup != "/system.slice/app.service" {
 		t.Errorf("cached lookup read %q", got.Cgroup)
 	}
-	fresh, _ := NewProcs(root)
+	fresh, _ := NewResolver(root)
 	if got, _ := fresh.Lookup(100); got.Cgroup != "/moved" {
-		t.Errorf("new Procs read %q, want /moved", got.Cgroup)
+		t.Errorf("new Resolver read %q, want /moved", got.Cgroup)
 	}
 }
 
@@ -148,5 +148,13 @@ func TestContainerID(t *testing.T) {
 		if got := ContainerID(tt.cgroup); got != tt.want {
 			t.Errorf("ContainerID(%q) = %q, want %q", tt.cgroup, got, tt.want)
 		}
+	}
+}
+
+// A nil Resolver (no /proc to read) resolves nothing instead of failing.
+func TestNilResolver(t *testing.T) {
+	var r *Resolver
+	if p, ok := r.Lookup(1); ok {
+		t.Errorf("nil Resolver resolved %+v", p)
 	}
 }

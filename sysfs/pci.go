@@ -1,4 +1,4 @@
-package rename
+package sysfs
 
 import (
 	"errors"
@@ -11,9 +11,9 @@ import (
 	"strings"
 )
 
-// errNotPCI is why the pci policy skips a device without a PCI function
-// behind it (rxe, siw).
-var errNotPCI = errors.New("no PCI device behind it")
+// ErrNotPCI is returned for an RDMA device with no PCI function behind it
+// (rxe, siw, platform devices).
+var ErrNotPCI = errors.New("no PCI device behind it")
 
 // PCILocation is where a device's PCI function sits, read the way
 // rdma_rename's NAME_PCI reads it. For a virtual function (VF) it is the
@@ -32,42 +32,13 @@ type PCILocation struct {
 	SFNum         uint32
 }
 
-// PCIName is the name rdma-core's rdma_rename gives a device under NAME_PCI:
-// the protocol prefix, then "P<domain>" when the domain is not 0,
-// "p<bus>s<slot>", "f<function>" when the function is not 0 or the device
-// is multi-function (then "v<vf>" for a VF), and "S<sfnum>" for a
-// sub-function, all in decimal ("ibp0s12f4", "rocep193s0f0v0S99").
-//
-// rdma_rename means to use a physical slot's number ("s<n>") where
-// /sys/bus/pci/slots lists one, but its lookup never matches (it scans the
-// address with "%s.%s", whose first %s takes the whole address), so its
-// names always use the bus and device numbers; so do these.
-func PCIName(protocol string, loc PCILocation) string {
-	var b strings.Builder
-	b.WriteString(namePrefix(protocol))
-	if loc.Domain > 0 {
-		fmt.Fprintf(&b, "P%d", loc.Domain)
-	}
-	fmt.Fprintf(&b, "p%ds%d", loc.Bus, loc.Slot)
-	if loc.Func > 0 || loc.Multifunction {
-		fmt.Fprintf(&b, "f%d", loc.Func)
-		if loc.IsVF {
-			fmt.Fprintf(&b, "v%d", loc.VF)
-		}
-	}
-	if loc.IsSF {
-		fmt.Fprintf(&b, "S%d", loc.SFNum)
-	}
-	return b.String()
-}
-
 // ReadPCILocation reads where device dev sits on PCI from the sysfs tree at
 // sysRoot (normally /sys). A device on no PCI function (rxe, siw) gets an
-// error matching errNotPCI.
+// error matching ErrNotPCI.
 func ReadPCILocation(sysRoot, dev string) (PCILocation, error) {
 	loc, err := readPCILocation(sysRoot, dev)
 	if err != nil {
-		return PCILocation{}, fmt.Errorf("read PCI location of %s: %w", dev, err)
+		return PCILocation{}, fmt.Errorf("sysfs: read PCI location of %s: %w", dev, err)
 	}
 	return loc, nil
 }
@@ -77,7 +48,7 @@ func readPCILocation(sysRoot, dev string) (PCILocation, error) {
 	devLink := filepath.Join(sysRoot, "class", "infiniband", dev, "device")
 	subsystem, err := os.Readlink(filepath.Join(devLink, "subsystem"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return loc, errNotPCI
+		return loc, ErrNotPCI
 	}
 	if err != nil {
 		return loc, err
@@ -90,7 +61,7 @@ func readPCILocation(sysRoot, dev string) (PCILocation, error) {
 		// PCI function it was made on.
 		n, err := readUint(filepath.Join(devLink, "sfnum"))
 		if errors.Is(err, fs.ErrNotExist) {
-			return loc, fmt.Errorf("%w (an auxiliary device without sfnum)", errNotPCI)
+			return loc, fmt.Errorf("%w (an auxiliary device without sfnum)", ErrNotPCI)
 		}
 		if err != nil {
 			return loc, err
@@ -102,7 +73,7 @@ func readPCILocation(sysRoot, dev string) (PCILocation, error) {
 		loc.IsSF, loc.SFNum = true, n
 		pcidev = filepath.Join(sysRoot, "bus", "pci", "devices", filepath.Base(filepath.Dir(real)))
 	default:
-		return loc, fmt.Errorf("%w (its device is on bus %s)", errNotPCI, filepath.Base(subsystem))
+		return loc, fmt.Errorf("%w (its device is on bus %s)", ErrNotPCI, filepath.Base(subsystem))
 	}
 
 	physfn := filepath.Join(pcidev, "physfn")

@@ -1,4 +1,4 @@
-package sysfs
+package owner
 
 import (
 	"bytes"
@@ -11,16 +11,17 @@ import (
 	"github.com/prometheus/procfs"
 )
 
-// Procs resolves the owners of RDMA resources through /proc. The kernel
+// Resolver resolves the owners of RDMA resources through /proc. The kernel
 // records the creating thread's id; it is absent (0) when that thread has
 // exited or lives in another PID namespace, which alone is no proof of a leak.
 //
-// Lookups are cached for the life of the Procs: a listing of 60k QPs held
-// by a few processes reads each process once. Make a new Procs per scan.
-type Procs struct {
+// Lookups are cached for the life of the Resolver: a listing of 60k QPs held
+// by a few processes reads each process once. Make a new Resolver per scan.
+// It is not safe for concurrent use.
+type Resolver struct {
 	fs    procfs.FS
 	root  string
-	cache map[int]cached
+	cache map[uint32]cached
 }
 
 type cached struct {
@@ -28,19 +29,19 @@ type cached struct {
 	ok   bool
 }
 
-// NewProcs reads processes under procRoot (normally /proc).
-func NewProcs(procRoot string) (*Procs, error) {
+// NewResolver reads processes under procRoot (normally /proc).
+func NewResolver(procRoot string) (*Resolver, error) {
 	fs, err := procfs.NewFS(procRoot)
 	if err != nil {
-		return nil, fmt.Errorf("sysfs: open %s: %w", procRoot, err)
+		return nil, fmt.Errorf("owner: open %s: %w", procRoot, err)
 	}
-	return &Procs{fs: fs, root: procRoot, cache: map[int]cached{}}, nil
+	return &Resolver{fs: fs, root: procRoot, cache: map[uint32]cached{}}, nil
 }
 
 // Process is what /proc says about a resource owner.
 type Process struct {
-	TID  int    // the id the kernel recorded (a thread or a process)
-	PID  int    // the thread group (process) it belongs to
+	TID  uint32 // the id the kernel recorded (a thread or a process)
+	PID  uint32 // the thread group (process) it belongs to
 	Comm string // the thread's command name
 	// Cgroup is the thread's cgroup: the cgroup v2 path from
 	// /proc/TID/cgroup (as seen from this process's cgroup namespace), or
@@ -52,9 +53,11 @@ type Process struct {
 	ContainerID string
 }
 
-// Lookup resolves a thread or process id. ok is false when it has exited.
-func (p *Procs) Lookup(tid int) (proc Process, ok bool) {
-	if tid <= 0 {
+// Lookup resolves a thread or process id as the kernel records it for a
+// resource. ok is false for 0 (none recorded) and when it has exited.
+// A nil Resolver (no /proc) resolves nothing.
+func (p *Resolver) Lookup(tid uint32) (proc Process, ok bool) {
+	if p == nil || tid == 0 {
 		return Process{}, false
 	}
 	if c, hit := p.cache[tid]; hit {
@@ -65,8 +68,8 @@ func (p *Procs) Lookup(tid int) (proc Process, ok bool) {
 	return proc, ok
 }
 
-func (p *Procs) lookup(tid int) (proc Process, ok bool) {
-	pr, err := p.fs.Proc(tid)
+func (p *Resolver) lookup(tid uint32) (proc Process, ok bool) {
+	pr, err := p.fs.Proc(int(tid))
 	if err != nil {
 		return Process{}, false
 	}
@@ -76,9 +79,9 @@ func (p *Procs) lookup(tid int) (proc Process, ok bool) {
 	}
 	proc = Process{TID: tid, PID: tid, Comm: comm}
 	if st, err := pr.NewStatus(); err == nil && st.TGID > 0 {
-		proc.PID = st.TGID
+		proc.PID = uint32(st.TGID)
 	}
-	if b, err := os.ReadFile(filepath.Join(p.root, strconv.Itoa(tid), "cgroup")); err == nil {
+	if b, err := os.ReadFile(filepath.Join(p.root, strconv.FormatUint(uint64(tid), 10), "cgroup")); err == nil {
 		proc.Cgroup = cgroupPath(b)
 		proc.ContainerID = ContainerID(proc.Cgroup)
 	}

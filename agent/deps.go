@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"context"
+	"iter"
+	"log/slog"
+	"time"
+
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// Netlink is what the agent reads over RDMA netlink; *rdmanl.Client is
+// one. A Netlink serves one caller at a time: each scanner dials its own.
+type Netlink interface {
+	Devices(ctx context.Context) ([]rdmanl.Device, error)
+	Summaries(ctx context.Context) ([]rdmanl.Summary, error)
+	QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error]
+	Close() error
+}
+
+// EventSource is a stream of probe events (the bpf tracer).
+type EventSource interface {
+	Events(ctx context.Context) iter.Seq2[bpf.Event, error]
+	Close() error
+}
+
+// statser is an EventSource that counts the events it lost.
+type statser interface {
+	Stats() (bpf.Stats, error)
+}
+
+// Deps are what a check or the agent talks to; tests and the CLI pass their
+// own.
+type Deps struct {
+	Log *slog.Logger
+	// Dial opens an RDMA netlink client.
+	Dial func() (Netlink, error)
+	// OpenProbes attaches the eBPF probes; nil or an error means netlink
+	// only, and the report says which rules were skipped and why.
+	OpenProbes func(ctx context.Context, log *slog.Logger) (EventSource, error)
+	// ProcRoot is /proc, where QP owners are resolved ("": not resolved).
+	ProcRoot string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// DialNetlink opens an rdmanl.Client as a Netlink.
+func DialNetlink() (Netlink, error) {
+	c, err := rdmanl.Dial()
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (d Deps) withDefaults() Deps {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	return d
+}

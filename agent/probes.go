@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/leakwatch"
+	"golang.org/x/sync/errgroup"
+)
+
+// leakEvent converts a probe record into what leakwatch follows. ok is
+// false for records the rules do not use (device and port events,
+// registrations, drains).
+func leakEvent(ev bpf.Event) (le leakwatch.Event, ok bool) {
+	le = leakwatch.Event{
+		Time: ev.Time, DevIndex: ev.DevIndex, DevName: ev.DevName,
+		QPN: ev.QPN, QPType: ev.QPType, OnSRQ: ev.OnSRQ, SRQN: ev.SRQN,
+		NewState: ev.NewState, HasState: ev.HasState, Result: ev.Result,
+		PID: ev.PID, TID: ev.TID, Comm: ev.Comm, KernOwner: ev.KernOwner, NewName: ev.NewName,
+	}
+	switch ev.Kind {
+	case bpf.KindQPCreate:
+		le.Kind = leakwatch.EventQPCreated
+	case bpf.KindQPModify:
+		le.Kind = leakwatch.EventQPModified
+	case bpf.KindQPEvent:
+		le.Kind = leakwatch.EventQPAsync
+		le.Async, le.LastWQE = ev.IBEvent.String(), ev.IBEvent == bpf.IBEventQPLastWQE
+	case bpf.KindQPDestroy:
+		le.Kind = leakwatch.EventQPDestroyed
+	case bpf.KindDeviceUnregister:
+		le.Kind = leakwatch.EventDeviceUnregistered
+	case bpf.KindDeviceRename:
+		le.Kind = leakwatch.EventDeviceRenamed
+	default:
+		return leakwatch.Event{}, false
+	}
+	return le, true
+}
+
+// followProbes applies src's events of device ("" for every device) to st
+// as they arrive, and keeps st's count of lost events (lostBefore plus
+// src's own) current every refresh, until ctx ends (it returns nil, having
+// applied every event read until then) or the stream fails (it returns
+// the stream's error). It does not close src.
+func followProbes(ctx context.Context, src EventSource, st *State, device string, lostBefore uint64, refresh time.Duration) error {
+	s, counts := src.(statser)
+	updateLost := func() {
+		if counts {
+			if stats, err := s.Stats(); err == nil {
+				st.setLost(lostBefore + stats.Total())
+			}
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	done := make(chan struct{})
+	g.Go(func() error {
+		defer close(done)
+		for ev, err := range src.Events(gctx) {
+			if err != nil {
+				return err
+			}
+			if device != "" && ev.DevName != device && ev.NewName != device {
+				continue
+			}
+			if le, ok := leakEvent(ev); ok {
+				st.Event(le)
+			}
+		}
+		return nil
+	})
+	g.Go(func() error {
+		tick := time.NewTicker(refresh)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return nil
+			case <-tick.C:
+				updateLost()
+			}
+		}
+	})
+	err := g.Wait()
+	updateLost()
+	return err
+}

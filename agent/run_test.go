@@ -1,0 +1,277 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rdmanl"
+	"go.uber.org/goleak"
+)
+
+// fakeHost is a host's RDMA netlink as the agent sees it: devices and
+// their QPs, changed by the test while the agent runs. Every client it
+// hands out counts its dumps and is closed at the end.
+type fakeHost struct {
+	mu      sync.Mutex
+	devs    []rdmanl.Device
+	qps     map[uint32][]rdmanl.QP // by device index
+	dumps   map[string]int         // QP dumps per device name
+	open    int                    // clients not closed
+	blockOn string                 // a device whose QP dump blocks until its ctx ends
+}
+
+func newFakeHost(devs ...rdmanl.Device) *fakeHost {
+	return &fakeHost{devs: devs, qps: map[uint32][]rdmanl.QP{}, dumps: map[string]int{}}
+}
+
+func (h *fakeHost) dial() (Netlink, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.open++
+	return &fakeClient{h: h}, nil
+}
+
+func (h *fakeHost) set(devs []rdmanl.Device, qps map[uint32][]rdmanl.QP) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.devs, h.qps = devs, qps
+}
+
+func (h *fakeHost) dumpsOf(dev string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dumps[dev]
+}
+
+func (h *fakeHost) openClients() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.open
+}
+
+type fakeClient struct {
+	h      *fakeHost
+	closed bool
+}
+
+func (c *fakeClient) Devices(ctx context.Context) ([]rdmanl.Device, error) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	return slices.Clone(c.h.devs), ctx.Err()
+}
+
+func (c *fakeClient) Summaries(ctx context.Context) ([]rdmanl.Summary, error) {
+	return nil, ctx.Err()
+}
+
+func (c *fakeClient) QPs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error] {
+	return func(yield func(rdmanl.QP, error) bool) {
+		c.h.mu.Lock()
+		c.h.dumps[dev.Name]++
+		qps := slices.Clone(c.h.qps[dev.Index])
+		present := slices.ContainsFunc(c.h.devs, func(d rdmanl.Device) bool { return d.Index == dev.Index })
+		block := c.h.blockOn == dev.Name
+		c.h.mu.Unlock()
+		if block {
+			<-ctx.Done()
+			yield(rdmanl.QP{}, ctx.Err())
+			return
+		}
+		if !present {
+			yield(rdmanl.QP{}, &rdmanl.Error{Op: "dump QPs of " + dev.Name, Err: rdmanl.ErrNoDevice})
+			return
+		}
+		for _, q := range qps {
+			q.DevIndex, q.DevName = dev.Index, dev.Name
+			if !yield(q, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (c *fakeClient) Close() error {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		c.h.open--
+	}
+	return nil
+}
+
+// blockingSource delivers its events, then waits for ctx like a tracer
+// with nothing to read.
+type blockingSource struct {
+	events []bpf.Event
+	closed chan struct{}
+}
+
+func (s *blockingSource) Events(ctx context.Context) iter.Seq2[bpf.Event, error] {
+	return func(yield func(bpf.Event, error) bool) {
+		for _, ev := range s.events {
+			if !yield(ev, nil) {
+				return
+			}
+		}
+		<-ctx.Done()
+	}
+}
+
+func (s *blockingSource) Close() error { close(s.closed); return nil }
+
+// waitFor polls cond (the agent's goroutines change what it reads) until
+// it holds or a minute passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The agent scans each device on its own, applies probe events while a
+// scan of another device hangs, ends the QPs of a device that goes away,
+// and on cancel leaves no goroutine, socket or netlink client behind.
+func TestRunPerDevice(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	host := newFakeHost(rxe, siw)
+	host.qps[rxe.Index] = []rdmanl.QP{qp(17, rdmanl.QPStateErr, 0)}
+	host.qps[siw.Index] = []rdmanl.QP{qp(3, rdmanl.QPStateRTS, 0)}
+	src := &blockingSource{closed: make(chan struct{}), events: []bpf.Event{
+		{Kind: bpf.KindQPCreate, Time: time.Now(), DevIndex: rxe.Index, DevName: rxe.Name, QPN: 40, QPType: rdmanl.QPTypeRC, PID: 7, TID: 7, Comm: "app"},
+		{Kind: bpf.KindDeviceEvent, Time: time.Now(), DevIndex: rxe.Index, DevName: rxe.Name, IBEvent: bpf.IBEventDeviceFatal},
+	}}
+	d := Deps{
+		Log:        slog.New(slog.DiscardHandler),
+		Dial:       host.dial,
+		OpenProbes: func(context.Context, *slog.Logger) (EventSource, error) { return src, nil },
+	}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Retry: time.Hour, Version: "test"})
+	}()
+	status := func() Status {
+		st, err := AskStatus(context.Background(), sock)
+		if err != nil {
+			return Status{}
+		}
+		return st
+	}
+	waitFor(t, "both devices scanned and the probe's QP", func() bool {
+		st := status()
+		return st.Probes == "on" && host.dumpsOf("rxe0") > 1 && host.dumpsOf("siw0") > 1 && st.QPs == 3
+	})
+	// siw0's dump hangs: rxe0 is still scanned and its history current.
+	host.mu.Lock()
+	host.blockOn = "siw0"
+	host.mu.Unlock()
+	before := host.dumpsOf("rxe0")
+	waitFor(t, "rxe0 scanned while siw0's dump hangs", func() bool { return host.dumpsOf("rxe0") > before+3 })
+
+	// siw0 goes away: its scanner stops and its QPs end.
+	host.set([]rdmanl.Device{rxe}, map[uint32][]rdmanl.QP{rxe.Index: {qp(17, rdmanl.QPStateErr, 0)}})
+	waitFor(t, "siw0 gone", func() bool {
+		st := status()
+		return slices.Equal(st.Devices, []string{"rxe0"}) && st.QPs == 1
+	})
+	if st := status(); st.ScanError != "" {
+		t.Errorf("scan error %q after siw0 went away", st.ScanError)
+	}
+	rep, err := Ask(context.Background(), sock, CheckOptions{MinAge: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		Rule, Device string
+		QPN          uint32
+	}
+	var findings []got
+	for _, f := range rep.Findings {
+		findings = append(findings, got{f.Rule, f.Device, f.QPN})
+	}
+	if diff := cmp.Diff([]got{{leakwatch.RuleStaleErrorQP, "rxe0", 17}}, findings); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not stop")
+	}
+	select {
+	case <-src.closed:
+	default:
+		t.Error("the probes were not closed")
+	}
+	if n := host.openClients(); n != 0 {
+		t.Errorf("%d netlink clients left open", n)
+	}
+}
+
+// CheckOnce applies the probe events it reads until the end of the watch,
+// then stops the reader and returns without leaving a goroutine behind.
+func TestCheckOnceStopsItsGoroutines(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	host := newFakeHost(rxe)
+	created := time.Now()
+	src := &blockingSource{closed: make(chan struct{}), events: []bpf.Event{
+		{Kind: bpf.KindQPCreate, Time: created, DevIndex: rxe.Index, DevName: rxe.Name, QPN: 40, QPType: rdmanl.QPTypeRC, PID: 7, TID: 7, Comm: "app"},
+		{Kind: bpf.KindQPModify, Time: created, DevIndex: rxe.Index, DevName: rxe.Name, QPN: 40, NewState: rdmanl.QPStateErr, HasState: true},
+		{Kind: bpf.KindQPCreate, Time: created, DevIndex: 9, DevName: "other0", QPN: 41, QPType: rdmanl.QPTypeRC, PID: 7, TID: 7},
+	}}
+	host.qps[rxe.Index] = []rdmanl.QP{qp(40, rdmanl.QPStateErr, 7)}
+	d := Deps{
+		Log:        slog.New(slog.DiscardHandler),
+		Dial:       host.dial,
+		OpenProbes: func(context.Context, *slog.Logger) (EventSource, error) { return src, nil },
+	}
+	rep, err := CheckOnce(context.Background(), d, CheckOptions{Device: "rxe0", Watch: 50 * time.Millisecond, Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Probes != "on" || rep.Source != "local" || rep.QPs != 1 || !slices.Equal(rep.Devices, []string{"rxe0"}) {
+		t.Errorf("report: probes %s, source %s, %d QPs on %v; want the one QP of rxe0, probes on", rep.Probes, rep.Source, rep.QPs, rep.Devices)
+	}
+	if len(rep.Findings) != 1 || rep.Findings[0].Rule != leakwatch.RuleStaleErrorQP || rep.Findings[0].Comm != "app" {
+		t.Errorf("findings %+v; want stale-error-qp for QP 40 of app", rep.Findings)
+	}
+	if host.openClients() != 0 {
+		t.Errorf("netlink client left open")
+	}
+}
+
+// A probe stream that fails during a watch leaves a netlink-only report
+// that says why.
+func TestCheckOnceProbeStreamFails(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	host := newFakeHost(rxe)
+	src := &stream{err: errors.New("bpf: read ring buffer: bad"), closed: make(chan struct{})}
+	d := Deps{Dial: host.dial, OpenProbes: func(context.Context, *slog.Logger) (EventSource, error) { return src, nil }}
+	rep, err := CheckOnce(context.Background(), d, CheckOptions{Watch: 50 * time.Millisecond, Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Probes != "off" || rep.ProbesError != "probe stream failed: bpf: read ring buffer: bad" {
+		t.Errorf("probes %s (%s), want off because the stream failed", rep.Probes, rep.ProbesError)
+	}
+}

@@ -1,0 +1,56 @@
+package leakwatch
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseMaxQP(t *testing.T) {
+	tests := []struct {
+		name    string
+		specs   []string
+		want    map[string]uint64
+		wantErr string
+	}{
+		{"none", nil, map[string]uint64{}, ""},
+		{"two devices, the later wins", []string{"rxe0=100", "siw0=7", "rxe0=200"}, map[string]uint64{"rxe0": 200, "siw0": 7}, ""},
+		{"no device", []string{"=5"}, nil, `leakwatch: max_qp "=5": want DEV=N with N > 0`},
+		{"zero", []string{"rxe0=0"}, nil, `leakwatch: max_qp "rxe0=0": want DEV=N with N > 0`},
+		{"not a number", []string{"rxe0=x"}, nil, `leakwatch: max_qp "rxe0=x": want DEV=N with N > 0`},
+		{"no equals sign", []string{"rxe0"}, nil, `leakwatch: max_qp "rxe0": want DEV=N with N > 0`},
+		{"negative", []string{"rxe0=-1"}, nil, `leakwatch: max_qp "rxe0=-1": want DEV=N with N > 0`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseMaxQP(tt.specs)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("ParseMaxQP(%q) error %v, want %q", tt.specs, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ParseMaxQP(%q) (-want +got):\n%s", tt.specs, diff)
+			}
+		})
+	}
+}
+
+func TestCheckRules(t *testing.T) {
+	if err := CheckRules(Rules()); err != nil {
+		t.Errorf("every rule: %v", err)
+	}
+	err := CheckRules([]string{RuleStaleErrorQP, "stale-qp"})
+	if !errors.Is(err, ErrUnknownRule) {
+		t.Fatalf("CheckRules with stale-qp: %v, want ErrUnknownRule", err)
+	}
+	want := `leakwatch: unknown rule "stale-qp" (valid: stale-error-qp, never-connected-qp, srq-destroy-without-last-wqe, last-wqe-not-emitted, last-wqe-unhandled, xrc-tgt-orphan, qp-exhaustion)`
+	if err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+}
