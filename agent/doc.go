@@ -1,16 +1,24 @@
-// Package agent is rdmatool's daemon: it scans netlink, follows probe events,
-// keeps QP histories for leakwatch, exports Prometheus metrics, answers the
-// CLI on a local unix socket, re-applies persistent names after a device
-// comes back, and carries out the configured remediation policy.
+// Package agent is rdmatool's daemon and its one-shot check: it scans RDMA
+// netlink, follows the eBPF probe events, keeps the QP histories leakwatch
+// evaluates, and answers the CLI on a local unix socket.
 //
-// # One-shot checks and the agent
+// # The agent
 //
-// CheckOnce observes the host for a --watch with periodic scans and the
-// probes, then evaluates the rules. Run is the long-running loop: one
-// leakwatch.Watcher fed by scans every RunOptions.Interval and by every
-// probe event, queried through a State that serializes the loop and the
-// socket handler. Check, what `rdmatool qp-leaks` calls, asks a running
-// agent first (Ask) and falls back to CheckOnce when none answers.
+// Run serves the socket and runs, each on a goroutine of its own: the
+// probe reader, which applies every event to the history as it arrives; a
+// device lister, which lists the devices every RunOptions.Interval and
+// starts or stops one scanner per device; and the scanners, each of which
+// dumps its device's QPs every Interval on a netlink socket of its own, so a
+// slow dump of one device holds back neither the probe events nor the other
+// devices. A State holds the history (one leakwatch.Watcher) behind a
+// mutex. When Run's context ends it stops every goroutine and waits for it.
+//
+// # One-shot checks
+//
+// CheckOnce observes the host for a --watch with the probes (when they
+// load) and netlink scans every --interval, then evaluates the rules over
+// what it saw. Check, what `rdmatool qp-leaks` calls, asks a running agent
+// first (Ask) and falls back to CheckOnce when none answers.
 //
 // # Socket
 //
@@ -26,7 +34,8 @@
 //
 // Netlink scans need no privileges; the probes need CAP_BPF and
 // CAP_PERFMON (see package bpf), and without them the agent runs on netlink
-// only and says why. Owners are resolved through /proc. While ib_core is not
-// loaded (no NETLINK_RDMA, nothing to probe) the agent serves the socket and
-// tries again every RunOptions.Retry. packaging/systemd has the unit.
+// only and says why. Owners are resolved through /proc (package owner).
+// While ib_core is not loaded (no NETLINK_RDMA, nothing to probe) the agent
+// serves the socket and tries again every RunOptions.Retry.
+// packaging/systemd has the unit.
 package agent

@@ -1,9 +1,12 @@
-// Package leakwatch is rdmatool's detection engine: it turns netlink
-// snapshots and probe events into per-QP histories and runs the leak rules
-// (stale-error-qp, never-connected-qp, srq-destroy-without-last-wqe,
-// last-wqe-not-emitted, last-wqe-unhandled, xrc-tgt-orphan, qp-exhaustion)
-// over them.
+// Package leakwatch is rdmatool's detection engine: it turns netlink scans
+// (Scan, one or more devices at a time) and observations of the QP
+// lifecycle (Event, which the caller converts from whatever watched the
+// kernel: the agent from its eBPF probes) into per-QP histories, and runs
+// the leak rules (stale-error-qp, never-connected-qp,
+// srq-destroy-without-last-wqe, last-wqe-not-emitted, last-wqe-unhandled,
+// xrc-tgt-orphan, qp-exhaustion) over them.
 //
 // It is pure logic: no system calls, no I/O, and time comes from a clock the
-// caller injects, so every rule is tested deterministically.
+// caller injects, so every rule is tested deterministically. It imports no
+// eBPF library; only rdmanl's value types (QP states and types, devices).
 package leakwatch

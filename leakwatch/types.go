@@ -6,7 +6,8 @@ import (
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
-// Rule IDs. They are stable API: JSON, metrics and docs use them.
+// Rule IDs. They are stable API: the JSON reports, --rule and the docs use
+// them.
 const (
 	RuleStaleErrorQP             = "stale-error-qp"
 	RuleNeverConnectedQP         = "never-connected-qp"

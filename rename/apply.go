@@ -22,8 +22,11 @@ type StepError struct {
 	Stranded []string
 }
 
-func (e *StepError) Error() string {
-	s := fmt.Sprintf("rename: rename %s to %s: %s", e.From, e.To, causeText(e.Err))
+func (e *StepError) Error() string { return fmt.Sprintf("rename: %s to %s: %s", e.From, e.To, e.cause()) }
+
+// cause says why the rename failed, and what undoing its group left.
+func (e *StepError) cause() string {
+	s := causeText(e.Err)
 	if e.Rollback != nil {
 		s += fmt.Sprintf("; undoing the renames before it failed too (%s): %s left under the wrong name",
 			causeText(e.Rollback), strings.Join(e.Stranded, ", "))
@@ -42,7 +45,7 @@ type AbandonedError struct {
 }
 
 func (e *AbandonedError) Error() string {
-	return fmt.Sprintf("rename: rename %s to %s: given up because %s", e.From, e.To, strings.TrimPrefix(e.Cause.Error(), "rename: "))
+	return fmt.Sprintf("rename: %s to %s: given up because renaming %s to %s failed: %s", e.From, e.To, e.Cause.From, e.Cause.To, e.Cause.cause())
 }
 
 // Unwrap returns the failure that caused it.

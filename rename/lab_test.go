@@ -541,7 +541,7 @@ func TestLabRenameCLI(t *testing.T) {
 		before, _ := byGUID(t, c, b.guid)
 		m := mapFile(fmt.Sprintf("%s rxe0\n", b.guid))
 		_, stderr, code := rdmatool(t, bin, "rename", before.Name, "--policy", "map", "--map", m, "--force")
-		want := fmt.Sprintf("rdmatool: rename: rename %s to rxe0: name held by rxe0, which keeps it\n", before.Name)
+		want := fmt.Sprintf("rdmatool: rename: %s to rxe0: name held by rxe0, which keeps it\n", before.Name)
 		if code != 2 || stderr != want {
 			t.Errorf("exit %d, stderr %q; want 2, %q", code, stderr, want)
 		}
@@ -580,7 +580,7 @@ func TestLabRenameCLI(t *testing.T) {
 			{"rename", "udev", d.Name, "--policy", "guid", "--force"},
 		} {
 			_, stderr, code := runAs(t, nobody, bin, args...)
-			want := fmt.Sprintf("rdmatool: rename: rename %s to rocex000000fffe000a07: operation not permitted (run as root or grant CAP_NET_ADMIN)\n", d.Name)
+			want := fmt.Sprintf("rdmatool: rename: %s to rocex000000fffe000a07: operation not permitted (run as root or grant CAP_NET_ADMIN)\n", d.Name)
 			if code != 2 || stderr != want {
 				t.Errorf("%v as nobody: exit %d, stderr %q; want 2, %q", args, code, stderr, want)
 			}

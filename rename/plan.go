@@ -27,9 +27,9 @@ type ClashError struct {
 
 func (e *ClashError) Error() string {
 	if e.Holder == "" {
-		return fmt.Sprintf("rename: rename %s to %s: %s", e.Device, e.Name, e.Why)
+		return fmt.Sprintf("rename: %s to %s: %s", e.Device, e.Name, e.Why)
 	}
-	return fmt.Sprintf("rename: rename %s to %s: name held by %s, which %s", e.Device, e.Name, e.Holder, e.Why)
+	return fmt.Sprintf("rename: %s to %s: name held by %s, which %s", e.Device, e.Name, e.Holder, e.Why)
 }
 
 // Is makes a clash match os.ErrExist, as the kernel's EEXIST does.

@@ -56,15 +56,15 @@ func TestPlanRenames(t *testing.T) {
 			name:       "clash with a device that keeps its name",
 			devs:       devices("mlx5_0", "fab0"),
 			want:       map[uint32]string{1: "fab0"},
-			wantFailed: map[uint32]string{1: "rename: rename mlx5_0 to fab0: name held by fab0, which keeps it"},
+			wantFailed: map[uint32]string{1: "rename: mlx5_0 to fab0: name held by fab0, which keeps it"},
 		},
 		{
 			name: "a blocked rename blocks the chain behind it",
 			devs: devices("a", "b", "c"),
 			want: map[uint32]string{1: "b", 2: "c"}, // c stays
 			wantFailed: map[uint32]string{
-				2: "rename: rename b to c: name held by c, which keeps it",
-				1: "rename: rename a to b: name held by b, which cannot be renamed itself",
+				2: "rename: b to c: name held by c, which keeps it",
+				1: "rename: a to b: name held by b, which cannot be renamed itself",
 			},
 		},
 		{
@@ -72,8 +72,8 @@ func TestPlanRenames(t *testing.T) {
 			devs: devices("a", "b", "c"),
 			want: map[uint32]string{1: "x", 2: "x", 3: "y"},
 			wantFailed: map[uint32]string{
-				1: "rename: rename a to x: b wants the same name",
-				2: "rename: rename b to x: a wants the same name",
+				1: "rename: a to x: b wants the same name",
+				2: "rename: b to x: a wants the same name",
 			},
 			wantGroups: [][]Step{{{3, "c", "y", false}}},
 		},

@@ -154,7 +154,7 @@ func Run(ctx context.Context, r Renamer, o Options) (Report, error) {
 			res.Reason += "; kept the name user space assigned (--force renames it)"
 		default:
 			if err := ValidateName(c.to); err != nil {
-				errs[len(rep.Renames)] = fmt.Errorf("rename: rename %s to %s: %w", d.Name, c.to, err)
+				errs[len(rep.Renames)] = fmt.Errorf("rename: %s to %s: %w", d.Name, c.to, err)
 				break
 			}
 			want[d.Index] = c.to

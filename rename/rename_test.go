@@ -275,10 +275,10 @@ func TestRun(t *testing.T) {
 			opts:    Options{Devices: []string{"mlx5_0"}},
 			mapFile: "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
 			want: []brief{
-				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: rename mlx5_0 to mlx5_1: name held by mlx5_1, which keeps it"},
+				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: mlx5_0 to mlx5_1: name held by mlx5_1, which keeps it"},
 			},
 			wantNames: []string{"mlx5_0", "mlx5_1"},
-			wantErr:   "rename: rename mlx5_0 to mlx5_1: name held by mlx5_1, which keeps it",
+			wantErr:   "rename: mlx5_0 to mlx5_1: name held by mlx5_1, which keeps it",
 			wantIs:    os.ErrExist,
 		},
 		{
@@ -301,12 +301,12 @@ func TestRun(t *testing.T) {
 			mapFile: "0002:c903:00a1:b2c3 rxe0\n0002:c903:00a1:b2c4 fab0-hca1\n",
 			want: []brief{
 				{"rxe0", "rxe0", "", "skipped", "map: no entry for 0000:00ff:fe00:0101 in MAP", ""},
-				{"mlx5_0", "rxe0", "map", "failed", "map MAP:1", "rename: rename mlx5_0 to rxe0: name held by rxe0, which keeps it"},
+				{"mlx5_0", "rxe0", "map", "failed", "map MAP:1", "rename: mlx5_0 to rxe0: name held by rxe0, which keeps it"},
 				{"mlx5_1", "fab0-hca1", "map", "renamed", "map MAP:2", ""},
 			},
 			wantNames: []string{"rxe0", "mlx5_0", "fab0-hca1"},
 			wantCalls: []string{"mlx5_1>fab0-hca1"},
-			wantErr:   "rename: rename mlx5_0 to rxe0: name held by rxe0, which keeps it",
+			wantErr:   "rename: mlx5_0 to rxe0: name held by rxe0, which keeps it",
 			wantIs:    os.ErrExist,
 		},
 		{
@@ -316,12 +316,12 @@ func TestRun(t *testing.T) {
 			mapFile: "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
 			fail:    map[string]error{"mlx5_1>mlx5_0": &rdmanl.Error{Op: "rename mlx5_1 to mlx5_0", Err: syscall.EBUSY, Message: "busy"}},
 			want: []brief{
-				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: rename mlx5_0 to mlx5_1: given up because rename mlx5_1 to mlx5_0: device or resource busy (kernel: busy)"},
-				{"mlx5_1", "mlx5_0", "map", "failed", "map MAP:2", "rename: rename mlx5_1 to mlx5_0: device or resource busy (kernel: busy)"},
+				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: mlx5_0 to mlx5_1: given up because renaming mlx5_1 to mlx5_0 failed: device or resource busy (kernel: busy)"},
+				{"mlx5_1", "mlx5_0", "map", "failed", "map MAP:2", "rename: mlx5_1 to mlx5_0: device or resource busy (kernel: busy)"},
 			},
 			wantNames: []string{"mlx5_0", "mlx5_1"},
 			wantCalls: []string{"mlx5_0>rdmatool-tmp3", "mlx5_1>mlx5_0", "rdmatool-tmp3>mlx5_0"},
-			wantErr:   "rename: rename mlx5_0 to mlx5_1: given up because rename mlx5_1 to mlx5_0: device or resource busy (kernel: busy) (and 1 more failed renames)",
+			wantErr:   "rename: mlx5_0 to mlx5_1: given up because renaming mlx5_1 to mlx5_0 failed: device or resource busy (kernel: busy) (and 1 more failed renames)",
 		},
 		{
 			name:    "a failed rollback names the device it strands",
@@ -333,8 +333,8 @@ func TestRun(t *testing.T) {
 				"rdmatool-tmp3>mlx5_0": &rdmanl.Error{Op: "rename rdmatool-tmp3 to mlx5_0", Err: syscall.EBUSY},
 			},
 			want: []brief{
-				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: rename mlx5_0 to mlx5_1: given up because rename mlx5_1 to mlx5_0: device or resource busy; undoing the renames before it failed too (device or resource busy): rdmatool-tmp3 (was mlx5_0) left under the wrong name"},
-				{"mlx5_1", "mlx5_0", "map", "failed", "map MAP:2", "rename: rename mlx5_1 to mlx5_0: device or resource busy; undoing the renames before it failed too (device or resource busy): rdmatool-tmp3 (was mlx5_0) left under the wrong name"},
+				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: mlx5_0 to mlx5_1: given up because renaming mlx5_1 to mlx5_0 failed: device or resource busy; undoing the renames before it failed too (device or resource busy): rdmatool-tmp3 (was mlx5_0) left under the wrong name"},
+				{"mlx5_1", "mlx5_0", "map", "failed", "map MAP:2", "rename: mlx5_1 to mlx5_0: device or resource busy; undoing the renames before it failed too (device or resource busy): rdmatool-tmp3 (was mlx5_0) left under the wrong name"},
 			},
 			wantNames: []string{"rdmatool-tmp3", "mlx5_1"},
 			wantCalls: []string{"mlx5_0>rdmatool-tmp3", "mlx5_1>mlx5_0", "rdmatool-tmp3>mlx5_0"},
@@ -347,11 +347,11 @@ func TestRun(t *testing.T) {
 			mapFile: labMap,
 			fail:    map[string]error{"mlx5_0>fab0-hca0": &rdmanl.Error{Op: "rename mlx5_0 to fab0-hca0", Err: syscall.EEXIST}},
 			want: []brief{
-				{"mlx5_0", "fab0-hca0", "map", "failed", "map MAP:2", "rename: rename mlx5_0 to fab0-hca0: file exists"},
+				{"mlx5_0", "fab0-hca0", "map", "failed", "map MAP:2", "rename: mlx5_0 to fab0-hca0: file exists"},
 			},
 			wantNames: []string{"mlx5_0"},
 			wantCalls: []string{"mlx5_0>fab0-hca0"},
-			wantErr:   "rename: rename mlx5_0 to fab0-hca0: file exists",
+			wantErr:   "rename: mlx5_0 to fab0-hca0: file exists",
 			wantIs:    os.ErrExist,
 		},
 		{
@@ -360,11 +360,11 @@ func TestRun(t *testing.T) {
 			opts: Options{Devices: []string{"rxe0"}, Policies: []Policy{PolicyGUID}},
 			fail: map[string]error{"rxe0>rocex000000fffe000101": eperm("rename rxe0 to rocex000000fffe000101")},
 			want: []brief{
-				{"rxe0", "rocex000000fffe000101", "guid", "failed", "guid 0000:00ff:fe00:0101", "rename: rename rxe0 to rocex000000fffe000101: operation not permitted"},
+				{"rxe0", "rocex000000fffe000101", "guid", "failed", "guid 0000:00ff:fe00:0101", "rename: rxe0 to rocex000000fffe000101: operation not permitted"},
 			},
 			wantNames: []string{"rxe0"},
 			wantCalls: []string{"rxe0>rocex000000fffe000101"},
-			wantErr:   "rename: rename rxe0 to rocex000000fffe000101: operation not permitted",
+			wantErr:   "rename: rxe0 to rocex000000fffe000101: operation not permitted",
 			wantIs:    os.ErrPermission,
 		},
 		{

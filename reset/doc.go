@@ -1,6 +1,3 @@
-// Package reset triggers RDMA device resets (driver unbind and bind, PCI
-// function reset, link delete and add for software devices) with a time
-// limit, and waits for the device to come back.
-//
-// Resets need root. They destroy every QP on the device.
+// Package reset is where RDMA device resets belong. It has no code yet:
+// rdmatool cannot reset a device, and no command offers to.
 package reset

@@ -1,5 +1,19 @@
-// Command rdmatool finds leaked RDMA resources, renames devices by node GUID
-// and resets devices safely. See README.md.
+// Command rdmatool finds leaked RDMA queue pairs, traces their lifecycle on
+// ib_core, lists RDMA devices and resources, and renames devices by node
+// GUID. See README.md.
+//
+// # Errors
+//
+// Every package of rdmatool returns errors that read "pkg: op object:
+// cause" in lower case ("rdmanl: dump QPs of rxe0: operation not
+// permitted"), wrapping the cause with %w so that errors.Is finds
+// os.ErrPermission, os.ErrNotExist and the packages' sentinels; an error
+// wrapped by another package gets that package's prefix in front of its
+// own. Library errors carry no CLI words (flag names, hints). The command
+// prints an error once, on stderr after "rdmatool: ", and adds the hint
+// that matches its cause: CAP_NET_ADMIN for a netlink request the kernel
+// refused, CAP_BPF and CAP_PERFMON for the probes, ib_core for a kernel
+// without RDMA netlink or with ib_core unloaded.
 package main
 
 import (
@@ -11,13 +25,16 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
+
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
 // version is stamped by the linker (-X main.version=...); it is never written
 // at run time.
 var version = "dev"
 
-// Exit statuses, as documented in rdmatool(1).
+// Exit statuses, as documented in rdmatool(8) (rdmatool docs man).
 const (
 	exitOK          = 0   // success; for checks: nothing found
 	exitFindings    = 1   // a check reported findings
@@ -69,11 +86,28 @@ func exitCode(ctx context.Context, err error, stderr io.Writer) int {
 	return exitError
 }
 
-// userMessage adds a hint where the user can act on the cause.
+// userMessage adds the hint that matches the error's cause, if any.
 func userMessage(err error) string {
-	msg := err.Error()
-	if errors.Is(err, os.ErrPermission) {
-		msg += " (run as root or grant CAP_NET_ADMIN)"
+	if h := hint(err); h != "" {
+		return err.Error() + " (" + h + ")"
 	}
-	return msg
+	return err.Error()
+}
+
+// hint says what the user can do about err's cause; "" when nothing
+// specific.
+func hint(err error) string {
+	var nlErr *rdmanl.Error
+	netlinkErr := errors.As(err, &nlErr)
+	switch {
+	case errors.Is(err, bpf.ErrNoPrivilege):
+		return "run as root, or grant CAP_BPF and CAP_PERFMON"
+	case errors.Is(err, bpf.ErrNoIBCore):
+		return "modprobe ib_core, or load an RDMA driver"
+	case netlinkErr && errors.Is(err, os.ErrPermission):
+		return "run as root or grant CAP_NET_ADMIN"
+	case netlinkErr && errors.Is(err, syscall.EPROTONOSUPPORT):
+		return "this kernel has no RDMA netlink: modprobe ib_core, or load an RDMA driver"
+	}
+	return ""
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -38,10 +39,10 @@ func TestExitCode(t *testing.T) {
 			wantStderr: "rdmatool: rdmanl: rename rxe0 to fab0-hca0: operation not permitted (run as root or grant CAP_NET_ADMIN)\n",
 		},
 		{
-			name: "os.ErrPermission wrapped twice", ctx: t.Context(),
-			err:        fmt.Errorf("reset: reset rxe0: %w", fmt.Errorf("write /sys/...: %w", os.ErrPermission)),
+			name: "a netlink refusal wrapped twice", ctx: t.Context(),
+			err:        fmt.Errorf("rename: rxe0 to fab0: %w", fmt.Errorf("step: %w", &rdmanl.Error{Op: "rename rxe0", Err: syscall.EPERM})),
 			want:       2,
-			wantStderr: "rdmatool: reset: reset rxe0: write /sys/...: permission denied (run as root or grant CAP_NET_ADMIN)\n",
+			wantStderr: "rdmatool: rename: rxe0 to fab0: step: rdmanl: rename rxe0: operation not permitted (run as root or grant CAP_NET_ADMIN)\n",
 		},
 		{
 			name: "no device", ctx: t.Context(),
@@ -62,9 +63,9 @@ func TestExitCode(t *testing.T) {
 		},
 		{
 			name: "a deadline of the command's own is an error", ctx: t.Context(),
-			err:        fmt.Errorf("reset: wait for rxe0 to return: %w", context.DeadlineExceeded),
+			err:        fmt.Errorf("agent: ask /run/rdmatool/agent.sock: %w", context.DeadlineExceeded),
 			want:       2,
-			wantStderr: "rdmatool: reset: wait for rxe0 to return: context deadline exceeded\n",
+			wantStderr: "rdmatool: agent: ask /run/rdmatool/agent.sock: context deadline exceeded\n",
 		},
 	}
 	for _, tt := range tests {
@@ -88,8 +89,15 @@ func TestUserMessage(t *testing.T) {
 		want string
 	}{
 		{name: "plain", err: errors.New("link type \"ib\": only rxe and siw devices can be added"), want: "link type \"ib\": only rxe and siw devices can be added"},
-		{name: "permission", err: fmt.Errorf("rdmanl: dump MRs of rxe0: %w", syscall.EPERM), want: "rdmanl: dump MRs of rxe0: operation not permitted (run as root or grant CAP_NET_ADMIN)"},
-		{name: "EACCES is a permission error too", err: fmt.Errorf("open: %w", syscall.EACCES), want: "open: permission denied (run as root or grant CAP_NET_ADMIN)"},
+		{name: "netlink permission", err: &rdmanl.Error{Op: "dump MRs of rxe0", Err: syscall.EPERM}, want: "rdmanl: dump MRs of rxe0: operation not permitted (run as root or grant CAP_NET_ADMIN)"},
+		{name: "netlink EACCES is a permission error too", err: &rdmanl.Error{Op: "open netlink socket", Err: syscall.EACCES}, want: "rdmanl: open netlink socket: permission denied (run as root or grant CAP_NET_ADMIN)"},
+		{name: "no RDMA netlink", err: &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT},
+			want: "rdmanl: open netlink socket: protocol not supported (this kernel has no RDMA netlink: modprobe ib_core, or load an RDMA driver)"},
+		{name: "a file's permission is not about capabilities", err: fmt.Errorf("docs: write man pages to /x: %w", &os.PathError{Op: "mkdir", Path: "/x", Err: syscall.EACCES}),
+			want: "docs: write man pages to /x: mkdir /x: permission denied"},
+		{name: "probes without privilege: one hint, the BPF one", err: fmt.Errorf("bpf: load programs: %w (%w)", bpf.ErrNoPrivilege, syscall.EPERM),
+			want: "bpf: load programs: " + bpf.ErrNoPrivilege.Error() + " (operation not permitted) (run as root, or grant CAP_BPF and CAP_PERFMON)"},
+		{name: "ib_core not loaded", err: fmt.Errorf("bpf: open: %w", bpf.ErrNoIBCore), want: "bpf: open: ib_core is not loaded (modprobe ib_core, or load an RDMA driver)"},
 		{name: "not found", err: fmt.Errorf("docs: %w", os.ErrNotExist), want: "docs: file does not exist"},
 	}
 	for _, tt := range tests {
@@ -98,7 +106,7 @@ func TestUserMessage(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("userMessage() (-want +got):\n%s", diff)
 			}
-			if n := strings.Count(got, "CAP_NET_ADMIN"); n > 1 {
+			if n := strings.Count(got, "CAP_"); n > 2 || strings.Contains(got, "CAP_NET_ADMIN") && strings.Contains(got, "CAP_BPF") {
 				t.Errorf("hint given %d times: %q", n, got)
 			}
 		})

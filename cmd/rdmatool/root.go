@@ -51,7 +51,7 @@ func newRootCmd() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:   "rdmatool",
-		Short: "Find leaked RDMA queue pairs, rename devices by GUID, reset devices safely",
+		Short: "Find leaked RDMA queue pairs, trace their lifecycle, rename devices by GUID",
 		Long: `rdmatool reads the kernel's RDMA resource tracking (RDMA netlink), traces the
 queue pair lifecycle on ib_core with eBPF, and reports queue pairs that leak:
 stale QPs in error, SRQ QPs torn down without the IB spec 10.3.1 sequence,
