@@ -22,7 +22,9 @@ type StepError struct {
 	Stranded []string
 }
 
-func (e *StepError) Error() string { return fmt.Sprintf("rename: %s to %s: %s", e.From, e.To, e.cause()) }
+func (e *StepError) Error() string {
+	return fmt.Sprintf("rename: %s to %s: %s", e.From, e.To, e.cause())
+}
 
 // cause says why the rename failed, and what undoing its group left.
 func (e *StepError) cause() string {
