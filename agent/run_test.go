@@ -110,26 +110,6 @@ func (c *fakeClient) Close() error {
 	return nil
 }
 
-// blockingSource delivers its events, then waits for ctx like a tracer
-// with nothing to read.
-type blockingSource struct {
-	events []bpf.Event
-	closed chan struct{}
-}
-
-func (s *blockingSource) Events(ctx context.Context) iter.Seq2[bpf.Event, error] {
-	return func(yield func(bpf.Event, error) bool) {
-		for _, ev := range s.events {
-			if !yield(ev, nil) {
-				return
-			}
-		}
-		<-ctx.Done()
-	}
-}
-
-func (s *blockingSource) Close() error { close(s.closed); return nil }
-
 // waitFor polls cond (the agent's goroutines change what it reads) until
 // it holds or a minute passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -151,7 +131,7 @@ func TestRunPerDevice(t *testing.T) {
 	host := newFakeHost(rxe, siw)
 	host.qps[rxe.Index] = []rdmanl.QP{qp(17, rdmanl.QPStateErr, 0)}
 	host.qps[siw.Index] = []rdmanl.QP{qp(3, rdmanl.QPStateRTS, 0)}
-	src := &blockingSource{closed: make(chan struct{}), events: []bpf.Event{
+	src := &stream{closed: make(chan struct{}), events: []bpf.Event{
 		{Kind: bpf.KindQPCreate, Time: time.Now(), DevIndex: rxe.Index, DevName: rxe.Name, QPN: 40, QPType: rdmanl.QPTypeRC, PID: 7, TID: 7, Comm: "app"},
 		{Kind: bpf.KindDeviceEvent, Time: time.Now(), DevIndex: rxe.Index, DevName: rxe.Name, IBEvent: bpf.IBEventDeviceFatal},
 	}}
@@ -234,7 +214,7 @@ func TestCheckOnceStopsItsGoroutines(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	host := newFakeHost(rxe)
 	created := time.Now()
-	src := &blockingSource{closed: make(chan struct{}), events: []bpf.Event{
+	src := &stream{closed: make(chan struct{}), events: []bpf.Event{
 		{Kind: bpf.KindQPCreate, Time: created, DevIndex: rxe.Index, DevName: rxe.Name, QPN: 40, QPType: rdmanl.QPTypeRC, PID: 7, TID: 7, Comm: "app"},
 		{Kind: bpf.KindQPModify, Time: created, DevIndex: rxe.Index, DevName: rxe.Name, QPN: 40, NewState: rdmanl.QPStateErr, HasState: true},
 		{Kind: bpf.KindQPCreate, Time: created, DevIndex: 9, DevName: "other0", QPN: 41, QPType: rdmanl.QPTypeRC, PID: 7, TID: 7},

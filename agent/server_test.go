@@ -481,7 +481,8 @@ func TestRunStartupFailure(t *testing.T) {
 	}
 }
 
-// stream is a probe source that yields its events, then fails.
+// stream is a probe source that yields its events, then fails with err or,
+// when err is nil, waits for ctx like a tracer with nothing to read.
 type stream struct {
 	events []bpf.Event
 	err    error
@@ -494,6 +495,10 @@ func (s *stream) Events(ctx context.Context) iter.Seq2[bpf.Event, error] {
 			if !yield(ev, nil) {
 				return
 			}
+		}
+		if s.err == nil {
+			<-ctx.Done()
+			return
 		}
 		yield(bpf.Event{}, s.err)
 	}
