@@ -36,6 +36,9 @@ type CheckReport struct {
 	// device scanned.
 	Scans   int      `json:"scans"`
 	Devices []string `json:"devices"`
+	// ScanError says which netlink listings or scans failed at their last
+	// attempt ("" when none did): findings rest only on what was read.
+	ScanError string `json:"scan_error"`
 	// Source is "local" when this command observed the host itself for
 	// --watch, "agent" when the agent answered from its longer history.
 	Source string `json:"source"`
@@ -46,9 +49,13 @@ type CheckReport struct {
 
 // Check answers `rdmatool qp-leaks`. When an agent listens on
 // o.AgentSocket it answers from its history, which is longer than any
-// --watch (Watch and Interval do not apply then). Otherwise Check observes
-// the host itself with CheckOnce: silently (a Debug log) when no agent
-// runs, with a Warn log when one is there but its answer is unusable.
+// --watch (Watch and Interval do not apply then). Only when no agent is
+// there (the socket does not exist, or nobody accepts connections on it:
+// ErrNoAgent) does Check observe the host itself with CheckOnce. Any other
+// failure to get the agent's answer is an *AskError: the socket refused
+// (permission), an error answer (HTTP 400 or 404), no answer within
+// AgentTimeout, an answer that is not the agent's. An agent that cannot
+// read RDMA netlink at all is an error too, not an empty report.
 func Check(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error) {
 	d = d.withDefaults()
 	if err := leakwatch.CheckRules(o.Rules); err != nil {
@@ -62,6 +69,8 @@ func Check(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error) {
 		rep, err := Ask(actx, o.AgentSocket, o)
 		cancel()
 		switch {
+		case err == nil && rep.ScanError != "" && len(rep.Devices) == 0:
+			return CheckReport{}, fmt.Errorf("agent: the agent on %s cannot read RDMA netlink: %s", o.AgentSocket, rep.ScanError)
 		case err == nil:
 			d.Log.Debug("answered by the agent", "socket", o.AgentSocket, "duration_seconds", rep.ObservedSeconds)
 			return rep, nil
@@ -70,7 +79,7 @@ func Check(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error) {
 		case errors.Is(err, ErrNoAgent):
 			d.Log.Debug("no agent, observing locally", "socket", o.AgentSocket, "err", err)
 		default:
-			d.Log.Warn("the agent did not answer, observing locally", "socket", o.AgentSocket, "err", err)
+			return CheckReport{}, err
 		}
 	}
 	return CheckOnce(ctx, d, o)

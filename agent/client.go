@@ -17,6 +17,19 @@ import (
 // file does not exist or nothing accepts connections on it.
 var ErrNoAgent = errors.New("no agent is listening")
 
+// AskError is a failed question to the agent: no agent (it wraps
+// ErrNoAgent), a refused connection, an error answer, or an answer that is
+// not the agent's.
+type AskError struct {
+	Socket string
+	Err    error
+}
+
+func (e *AskError) Error() string { return "agent: ask " + e.Socket + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *AskError) Unwrap() error { return e.Err }
+
 // dialError marks errors of connecting to the socket, so that only they can
 // mean ErrNoAgent.
 type dialError struct{ err error }
@@ -41,30 +54,30 @@ func get(ctx context.Context, socket, path string, query url.Values, v any) erro
 	u := url.URL{Scheme: "http", Host: "rdmatool-agent", Path: path, RawQuery: query.Encode()}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return fmt.Errorf("agent: ask %s: %w", socket, err)
+		return &AskError{socket, err}
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		var de *dialError
 		if errors.As(err, &de) && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
-			return fmt.Errorf("agent: ask %s: %w (%w)", socket, ErrNoAgent, de.err)
+			return &AskError{socket, fmt.Errorf("%w (%w)", ErrNoAgent, de.err)}
 		}
-		return fmt.Errorf("agent: ask %s: %w", socket, err)
+		return &AskError{socket, err}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("agent: ask %s: read the answer: %w", socket, err)
+		return &AskError{socket, fmt.Errorf("read the answer: %w", err)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e apiError
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("agent: ask %s: %s (HTTP %d)", socket, e.Error, resp.StatusCode)
+			return &AskError{socket, fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)}
 		}
-		return fmt.Errorf("agent: ask %s: HTTP %s", socket, resp.Status)
+		return &AskError{socket, fmt.Errorf("HTTP %s", resp.Status)}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("agent: ask %s: decode the answer: %w", socket, err)
+		return &AskError{socket, fmt.Errorf("decode the answer: %w", err)}
 	}
 	return nil
 }
@@ -95,7 +108,7 @@ func Ask(ctx context.Context, socket string, o CheckOptions) (CheckReport, error
 		return CheckReport{}, err
 	}
 	if rep.Source != "agent" || rep.Findings == nil || rep.ObservedSince.IsZero() {
-		return CheckReport{}, fmt.Errorf("agent: ask %s: the answer is not an agent report", socket)
+		return CheckReport{}, &AskError{socket, errors.New("the answer is not an agent report")}
 	}
 	return rep, nil
 }
@@ -107,7 +120,7 @@ func AskStatus(ctx context.Context, socket string) (Status, error) {
 		return Status{}, err
 	}
 	if st.Started.IsZero() {
-		return Status{}, fmt.Errorf("agent: ask %s: the answer is not an agent status", socket)
+		return Status{}, &AskError{socket, errors.New("the answer is not an agent status")}
 	}
 	return st, nil
 }

@@ -191,8 +191,12 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 	defer retry.Stop()
 	for {
 		if nl == nil {
-			if c, err := d.Dial(); err == nil {
+			c, err := d.Dial()
+			if err != nil {
+				st.scanFailed("", err) // every answer says why nothing is scanned
+			} else {
 				nl = c
+				st.scanSucceeded("")
 				log.Info("rdma netlink available")
 			}
 		}

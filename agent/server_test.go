@@ -438,8 +438,14 @@ func TestRunWaitsForIBCore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Probes != "off" || st.ProbesError != "bpf: open: ib_core is not loaded" || st.Scans != 0 || st.Version != "test" || st.LastScanSeconds != -1 {
+	if st.Probes != "off" || st.ProbesError != "bpf: open: ib_core is not loaded" || st.Scans != 0 || st.Version != "test" || st.LastScanSeconds != -1 ||
+		st.ScanError != "rdmanl: open netlink socket: protocol not supported" {
 		t.Errorf("status %+v", st)
+	}
+	// qp-leaks gets an error, not an empty report over no devices.
+	_, err = Check(t.Context(), Deps{Dial: d.Dial}, CheckOptions{AgentSocket: sock, MinAge: time.Second})
+	if want := "agent: the agent on " + sock + " cannot read RDMA netlink: rdmanl: open netlink socket: protocol not supported"; err == nil || err.Error() != want {
+		t.Errorf("Check with an agent that cannot scan: %v, want %q", err, want)
 	}
 	cancel()
 	select {
@@ -547,5 +553,26 @@ func TestRunProbeStreamFails(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not stop after the probe stream failed")
+	}
+}
+
+// Check observes locally only when no agent is there; an agent that
+// refuses the question is reported, not bypassed.
+func TestCheckReportsTheAgentsRefusal(t *testing.T) {
+	st, _ := history(t)
+	sock := serve(t, st)
+	dialed := false
+	d := Deps{Dial: func() (Netlink, error) {
+		dialed = true
+		return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT}
+	}}
+	_, err := Check(t.Context(), d, CheckOptions{AgentSocket: sock, Device: "mlx5_0", MinAge: time.Second, Watch: time.Second})
+	var ae *AskError
+	if !errors.As(err, &ae) || !strings.Contains(err.Error(), `agent: no RDMA device "mlx5_0" (HTTP 404)`) || dialed {
+		t.Errorf("Check for a device the agent does not have: %v (observed locally: %v); want the agent's 404", err, dialed)
+	}
+	_, err = Check(t.Context(), d, CheckOptions{AgentSocket: filepath.Join(t.TempDir(), "none.sock"), MinAge: time.Second, Watch: time.Second})
+	if !dialed || !errors.Is(err, syscall.EPROTONOSUPPORT) {
+		t.Errorf("Check with no agent: %v (observed locally: %v); want the local observation's netlink error", err, dialed)
 	}
 }

@@ -165,7 +165,7 @@ func (s *State) report(q leakwatch.Query, source string) (rep CheckReport, ok bo
 	}
 	rep = CheckReport{
 		Report: s.w.Evaluate(q), Probes: onOff(s.probes), ProbesError: s.probeErr, LostEvents: s.lost,
-		Scans: s.scans, Devices: devices, Source: source, ObservedSince: s.w.Started().UTC(),
+		Scans: s.scans, Devices: devices, ScanError: s.scanErrorText(), Source: source, ObservedSince: s.w.Started().UTC(),
 	}
 	if q.SkipProbeRules != "" { // the report says what its rules rested on
 		rep.Probes, rep.ProbesError = "off", q.SkipProbeRules

@@ -13,7 +13,8 @@
 // prints an error once, on stderr after "rdmatool: ", and adds the hint
 // that matches its cause: CAP_NET_ADMIN for a netlink request the kernel
 // refused, CAP_BPF and CAP_PERFMON for the probes, ib_core for a kernel
-// without RDMA netlink or with ib_core unloaded.
+// without RDMA netlink or with ib_core unloaded, --no-agent when the agent
+// refused a question.
 package main
 
 import (
@@ -26,6 +27,7 @@ import (
 	"runtime/pprof"
 	"syscall"
 
+	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
@@ -99,7 +101,13 @@ func userMessage(err error) string {
 func hint(err error) string {
 	var nlErr *rdmanl.Error
 	netlinkErr := errors.As(err, &nlErr)
+	var askErr *agent.AskError
+	agentErr := errors.As(err, &askErr)
 	switch {
+	case agentErr && errors.Is(err, os.ErrPermission):
+		return "the agent's socket is root's: run as root, or observe locally with --no-agent"
+	case agentErr:
+		return "observe locally with --no-agent"
 	case errors.Is(err, bpf.ErrNoPrivilege):
 		return "run as root, or grant CAP_BPF and CAP_PERFMON"
 	case errors.Is(err, bpf.ErrNoIBCore):

@@ -25,10 +25,12 @@ what to do. Rules: ` + strings.Join(leakwatch.Rules(), ", ") + `.
 
 When ` + "`rdmatool agent`" + ` runs, qp-leaks asks it on --agent-socket and
 reports over the agent's history, which is longer than any watch: --watch
-and --interval are then ignored. Without an agent (or with --no-agent) it
-observes the host for --watch with the eBPF probes (when they load) and
-netlink scans every --interval. The JSON "source" says which ("agent" or
-"local").
+and --interval are then ignored. Without an agent (no socket, or nobody
+accepting on it) or with --no-agent it observes the host for --watch with
+the eBPF probes (when they load) and netlink scans every --interval. The
+JSON "source" says which ("agent" or "local"). An agent that refuses the
+question (permission on its socket, an error answer, no answer within 10s)
+or cannot read RDMA netlink is an error: --no-agent observes locally.
 
 Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 		Args: cobra.NoArgs,
@@ -142,9 +144,16 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	if rep.Source == "agent" {
 		observed = fmt.Sprintf("observed by the agent for %.0fs", rep.ObservedSeconds)
 	}
-	summary += fmt.Sprintf(" over %d QPs on %s, %s, probes %s", rep.QPs, strings.Join(rep.Devices, ", "), observed, rep.Probes)
+	devices := strings.Join(rep.Devices, ", ")
+	if devices == "" {
+		devices = "no devices"
+	}
+	summary += fmt.Sprintf(" over %d QPs on %s, %s, probes %s", rep.QPs, devices, observed, rep.Probes)
 	if rep.LostEvents > 0 {
 		summary += fmt.Sprintf(", %d probe events lost", rep.LostEvents)
+	}
+	if rep.ScanError != "" {
+		summary += "; scans failed: " + rep.ScanError
 	}
 	if len(rep.SkippedRules) > 0 {
 		var skipped []string

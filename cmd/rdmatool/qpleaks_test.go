@@ -115,7 +115,6 @@ func TestQPLeaksFallback(t *testing.T) {
 		wantLog  string
 	}{
 		{"no socket", []string{"--agent-socket", filepath.Join(dir, "missing.sock")}, false, `level=DEBUG msg="no agent, observing locally"`},
-		{"not an agent", []string{"--agent-socket", bad}, true, `level=WARN msg="the agent did not answer, observing locally"`},
 		{"--no-agent with an agent running", []string{"--agent-socket", live, "--no-agent"}, false, ""},
 	}
 	for _, tt := range tests {
@@ -143,8 +142,14 @@ func TestQPLeaksFallback(t *testing.T) {
 			}
 		})
 	}
+	// Something that is not the agent answers on the socket: an error that
+	// says so, and no local observation behind the user's back.
+	code, stdout, stderr := runCLI(t, "qp-leaks", "-j", "--watch", "1s", "--agent-socket", bad)
+	if code != 2 || stdout != "" || !strings.HasPrefix(stderr, "rdmatool: agent: ask "+bad+": HTTP 418 I'm a teapot (observe locally with --no-agent)") {
+		t.Errorf("qp-leaks with a teapot on the socket: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
 	// Without -v, the missing agent is not mentioned at all.
-	_, _, stderr := runCLI(t, "qp-leaks", "--watch", "1s", "--agent-socket", filepath.Join(dir, "missing.sock"))
+	_, _, stderr = runCLI(t, "qp-leaks", "--watch", "1s", "--agent-socket", filepath.Join(dir, "missing.sock"))
 	if strings.Contains(stderr, "agent") {
 		t.Errorf("a missing agent logged without -v: %s", stderr)
 	}
@@ -189,5 +194,21 @@ func TestRenderLeaksThreads(t *testing.T) {
 	out := b.String()
 	if strings.Count(out, "rxe0  pid 100 (app)") != 1 || !strings.Contains(out, "qpn 18 RC ERR thread 101 for") || strings.Contains(out, "thread 100") {
 		t.Errorf("text report:\n%s\nwant one group for pid 100 and thread 101 named on qpn 18 only", out)
+	}
+}
+
+// A report over no device says so in words, and a failed scan is named.
+func TestRenderLeaksNoDevices(t *testing.T) {
+	t.Parallel()
+	rep := agent.CheckReport{Report: leakwatch.Report{Findings: []leakwatch.Finding{}}, Probes: "off", Source: "agent",
+		ScanError: "rdmanl: dump QPs of rxe0: interrupted"}
+	rep.ObservedSeconds = 15
+	var b strings.Builder
+	if err := renderLeaks(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	want := "0 findings over 0 QPs on no devices, observed by the agent for 15s, probes off; scans failed: rdmanl: dump QPs of rxe0: interrupted\n"
+	if b.String() != want {
+		t.Errorf("renderLeaks:\n got  %q\n want %q", b.String(), want)
 	}
 }
