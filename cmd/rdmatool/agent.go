@@ -32,6 +32,9 @@ SIGINT or SIGTERM stop the agent with exit status 0; it exits 2 when it
 cannot start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkDurations(durationFlag{name: "interval", value: o.Interval, min: time.Second}); err != nil {
+				return err
+			}
 			var err error
 			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {
 				return fmt.Errorf("--max-qp: %w", err)

@@ -35,6 +35,13 @@ or cannot read RDMA netlink is an error: --no-agent observes locally.
 Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkDurations(
+				durationFlag{name: "min-age", value: o.MinAge},
+				durationFlag{name: "watch", value: o.Watch, min: time.Second},
+				durationFlag{name: "interval", value: o.Interval, min: 100 * time.Millisecond, max: max(o.Watch, 100*time.Millisecond)},
+			); err != nil {
+				return err
+			}
 			var err error
 			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {
 				return fmt.Errorf("--max-qp: %w", err)

@@ -212,3 +212,36 @@ func TestRenderLeaksNoDevices(t *testing.T) {
 		t.Errorf("renderLeaks:\n got  %q\n want %q", b.String(), want)
 	}
 }
+
+// Durations that make no sense are refused before netlink or the agent is
+// asked.
+func TestDurationFlags(t *testing.T) {
+	t.Parallel()
+	nowhere := filepath.Join(t.TempDir(), "none.sock")
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"qp-leaks", "--min-age", "-5s"}, "rdmatool: --min-age -5s: want a duration at least 0s\n"},
+		{[]string{"qp-leaks", "--watch", "-1s"}, "rdmatool: --watch -1s: want a duration at least 1s\n"},
+		{[]string{"qp-leaks", "--watch", "0"}, "rdmatool: --watch 0s: want a duration at least 1s\n"},
+		{[]string{"qp-leaks", "--watch", "1ns"}, "rdmatool: --watch 1ns: want a duration at least 1s\n"},
+		{[]string{"qp-leaks", "--interval", "-1s"}, "rdmatool: --interval -1s: want a duration from 100ms to 10s\n"},
+		{[]string{"qp-leaks", "--interval", "1ns"}, "rdmatool: --interval 1ns: want a duration from 100ms to 10s\n"},
+		{[]string{"qp-leaks", "--watch", "2s", "--interval", "5s"}, "rdmatool: --interval 5s: want a duration from 100ms to 2s\n"},
+		{[]string{"agent", "--interval", "-1s"}, "rdmatool: --interval -1s: want a duration at least 1s\n"},
+		{[]string{"agent", "--interval", "1ns"}, "rdmatool: --interval 1ns: want a duration at least 1s\n"},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.args), func(t *testing.T) {
+			args := append(tt.args, "--socket", nowhere)
+			if tt.args[0] == "qp-leaks" {
+				args = append(tt.args, "--agent-socket", nowhere)
+			}
+			code, stdout, stderr := runCLI(t, args...)
+			if code != 2 || stdout != "" || stderr != tt.want {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout, stderr, tt.want)
+			}
+		})
+	}
+}
