@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 
+	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
 )
 
@@ -40,6 +42,14 @@ func newLinkCmd(g *globals) *cobra.Command {
 			if args[2] != "rxe" && args[2] != "siw" {
 				return fmt.Errorf("link type %q: only rxe and siw devices can be added", args[2])
 			}
+			// The kernel numbers a name with one %d in it (rxe%d); it is
+			// checked as the name it becomes.
+			if err := rename.ValidateName(strings.Replace(args[0], "%d", "0", 1)); err != nil {
+				return fmt.Errorf("link add %q: %w", args[0], err)
+			}
+			if err := checkNetdevName(args[4]); err != nil {
+				return err
+			}
 			c, err := g.dial()
 			if err != nil {
 				return err
@@ -66,6 +76,18 @@ func newLinkCmd(g *globals) *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+// checkNetdevName refuses what the kernel's dev_valid_name refuses: an
+// empty name, one of 16 bytes or more, "." and "..", '/', ':' and
+// whitespace.
+func checkNetdevName(name string) error {
+	switch {
+	case name == "", len(name) >= 16, name == ".", name == "..",
+		strings.ContainsAny(name, "/:"), strings.IndexFunc(name, unicode.IsSpace) >= 0:
+		return fmt.Errorf("netdev %q: not a network interface name", name)
+	}
+	return nil
 }
 
 // parseLink splits "DEV[/PORT]".

@@ -239,3 +239,32 @@ func TestRunDocsManUnwritable(t *testing.T) {
 		t.Errorf("rdmatool docs man into a file: exit %d, stderr %q, want 2 and one line \"rdmatool: docs: create ...\"", code, stderr)
 	}
 }
+
+// What the user typed is checked before netlink is opened: on this host,
+// which has no RDMA netlink, the argument's error shows, not netlink's.
+func TestArgsCheckedFirst(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"res", "qp", "lqpn", "x-y"}, `rdmatool: filter lqpn: "x-y" is not a number or range`},
+		{[]string{"res", "bogus"}, `rdmatool: unknown resource "bogus" (want summary, qp, cq, mr, pd, ctx, srq or cm_id)`},
+		{[]string{"res", "qp", "link", "/1"}, `rdmatool: link "/1": no device name`},
+		{[]string{"res", "qp", "link", "rxe0/x"}, `rdmatool: link "rxe0/x": port must be a number from 1`},
+		{[]string{"res", "summary", "dev", "rxe0"}, `rdmatool: res summary takes no filters`},
+		{[]string{"res", "qp", "nosuch", "1"}, `rdmatool: unknown filter "nosuch"`},
+		{[]string{"link", "add", "a/b", "type", "rxe", "netdev", "eth0"}, `rdmatool: link add "a/b": invalid name "a/b": contains '/'`},
+		{[]string{"link", "add", "rxe1", "type", "rxe", "netdev", "eth0/1"}, `rdmatool: netdev "eth0/1": not a network interface name`},
+		{[]string{"link", "add", "rxe1", "type", "rxe", "netdev", "averyveryverylongname"}, `rdmatool: netdev "averyveryverylongname": not a network interface name`},
+		{[]string{"link", "show", "rxe0/0"}, `rdmatool: link "rxe0/0": port must be a number from 1`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tt.args...)
+			if code != 2 || stdout != "" || !strings.HasPrefix(stderr, tt.want) || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 and one line starting %q", code, stdout, stderr, tt.want)
+			}
+		})
+	}
+}

@@ -35,6 +35,9 @@ or cannot read RDMA netlink is an error: --no-agent observes locally.
 Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("interval") && o.Interval > o.Watch {
+				o.Interval = o.Watch // a short --watch scans at least at its end
+			}
 			if err := checkDurations(
 				durationFlag{name: "min-age", value: o.MinAge},
 				durationFlag{name: "watch", value: o.Watch, min: time.Second},

@@ -46,13 +46,65 @@ func newResCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// resTarget is what the link/dev filters select.
-type resTarget struct {
-	devs []rdmanl.Device
-	opts rdmanl.DumpOptions
+// resRequest is a parsed `res` command line: the resource type, its
+// filter, and the device (and port) the link or dev filter selects.
+type resRequest struct {
+	object string
+	flt    filter
+	dev    string // "" for every device
+	port   uint32 // 0 for every port
+}
+
+// resObjects are the resource types with the row their filters name and
+// the selectors each takes (qp and cm_id rows have a port: link first).
+var resObjects = map[string]struct {
+	row       any
+	selectors []string
+}{
+	"qp":    {qpRow{}, []string{"link", "dev"}},
+	"cq":    {cqRow{}, []string{"dev", "link"}},
+	"mr":    {mrRow{}, []string{"dev", "link"}},
+	"pd":    {pdRow{}, []string{"dev", "link"}},
+	"ctx":   {ctxRow{}, []string{"dev", "link"}},
+	"srq":   {srqRow{}, []string{"dev", "link"}},
+	"cm_id": {cmIDRow{}, []string{"link", "dev"}},
+}
+
+// parseRes checks everything the user typed, before netlink is opened.
+func parseRes(object string, args []string) (resRequest, error) {
+	r := resRequest{object: object}
+	if object == "summary" {
+		if len(args) > 0 {
+			return r, fmt.Errorf("res summary takes no filters")
+		}
+		return r, nil
+	}
+	o, ok := resObjects[object]
+	if !ok {
+		return r, fmt.Errorf("unknown resource %q (want summary, qp, cq, mr, pd, ctx, srq or cm_id)", object)
+	}
+	flt, extras, err := parseFilter(o.row, args, o.selectors...)
+	if err != nil {
+		return r, err
+	}
+	r.flt = flt
+	sel := extras["link"]
+	if sel == "" {
+		sel = extras["dev"]
+	}
+	if sel != "" {
+		if r.dev, r.port, err = parseLink(sel); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
 }
 
 func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string, args []string, opts rdmanl.DumpOptions) error {
+	req, err := parseRes(object, args)
+	if err != nil {
+		return err
+	}
 	c, err := g.dial()
 	if err != nil {
 		return err
@@ -60,36 +112,14 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 	defer c.Close()
 	procs, _ := owner.NewResolver("/proc") // without /proc, comm stays empty
 	lw := newListWriter(cmd.OutOrStdout(), g)
-	devs, err := selectDevices(ctx, c, "")
+	devs, err := selectDevices(ctx, c, req.dev)
 	if err != nil {
 		return err
 	}
-	target := func(extras map[string]string) (resTarget, error) {
-		t := resTarget{devs: devs, opts: opts}
-		sel := extras["link"]
-		if sel == "" {
-			sel = extras["dev"]
-		}
-		if sel == "" {
-			return t, nil
-		}
-		name, port, err := parseLink(sel)
-		if err != nil {
-			return t, err
-		}
-		d, err := rdmanl.FindDevice(devs, name)
-		if err != nil {
-			return t, err
-		}
-		t.devs, t.opts.Port = []rdmanl.Device{d}, port
-		return t, nil
-	}
+	opts.Port = req.port
 	log := g.logger()
 	switch object {
 	case "summary":
-		if len(args) > 0 {
-			return fmt.Errorf("res summary takes no filters")
-		}
 		sums, err := c.Summaries(ctx)
 		if err != nil {
 			return err
@@ -100,21 +130,19 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 			}
 		}
 	case "qp":
-		err = listRes(ctx, args, []string{"link", "dev"}, target, c.QPs, func(v rdmanl.QP) qpRow { return qpRowOf(v, procs) }, lw, log)
+		err = listRes(ctx, req.flt, devs, opts, c.QPs, func(v rdmanl.QP) qpRow { return qpRowOf(v, procs) }, lw, log)
 	case "cq":
-		err = listRes(ctx, args, []string{"dev", "link"}, target, c.CQs, func(v rdmanl.CQ) cqRow { return cqRowOf(v, procs) }, lw, log)
+		err = listRes(ctx, req.flt, devs, opts, c.CQs, func(v rdmanl.CQ) cqRow { return cqRowOf(v, procs) }, lw, log)
 	case "mr":
-		err = listRes(ctx, args, []string{"dev", "link"}, target, c.MRs, func(v rdmanl.MR) mrRow { return mrRowOf(v, procs) }, lw, log)
+		err = listRes(ctx, req.flt, devs, opts, c.MRs, func(v rdmanl.MR) mrRow { return mrRowOf(v, procs) }, lw, log)
 	case "pd":
-		err = listRes(ctx, args, []string{"dev", "link"}, target, c.PDs, func(v rdmanl.PD) pdRow { return pdRowOf(v, procs) }, lw, log)
+		err = listRes(ctx, req.flt, devs, opts, c.PDs, func(v rdmanl.PD) pdRow { return pdRowOf(v, procs) }, lw, log)
 	case "ctx":
-		err = listRes(ctx, args, []string{"dev", "link"}, target, c.Contexts, func(v rdmanl.Context) ctxRow { return ctxRowOf(v, procs) }, lw, log)
+		err = listRes(ctx, req.flt, devs, opts, c.Contexts, func(v rdmanl.Context) ctxRow { return ctxRowOf(v, procs) }, lw, log)
 	case "srq":
-		err = listRes(ctx, args, []string{"dev", "link"}, target, c.SRQs, func(v rdmanl.SRQ) srqRow { return srqRowOf(v, procs) }, lw, log)
+		err = listRes(ctx, req.flt, devs, opts, c.SRQs, func(v rdmanl.SRQ) srqRow { return srqRowOf(v, procs) }, lw, log)
 	case "cm_id":
-		err = listRes(ctx, args, []string{"link", "dev"}, target, c.CMIDs, func(v rdmanl.CMID) cmIDRow { return cmIDRowOf(v, procs) }, lw, log)
-	default:
-		return fmt.Errorf("unknown resource %q (want summary, qp, cq, mr, pd, ctx, srq or cm_id)", object)
+		err = listRes(ctx, req.flt, devs, opts, c.CMIDs, func(v rdmanl.CMID) cmIDRow { return cmIDRowOf(v, procs) }, lw, log)
 	}
 	if err != nil {
 		return err
@@ -124,22 +152,13 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 
 type dumpFunc[T any] func(context.Context, rdmanl.Device, rdmanl.DumpOptions) iter.Seq2[T, error]
 
-// listRes streams one resource type of the selected devices through the
-// filter into the listing. Malformed entries the kernel sent are skipped
-// with a warning that counts them.
-func listRes[T, R any](ctx context.Context, args, extra []string, target func(map[string]string) (resTarget, error),
+// listRes streams one resource type of devs through the filter into the
+// listing. Malformed entries the kernel sent are skipped with a warning
+// that counts them.
+func listRes[T, R any](ctx context.Context, flt filter, devs []rdmanl.Device, opts rdmanl.DumpOptions,
 	dump dumpFunc[T], conv func(T) R, lw *listWriter, log interface{ Warn(string, ...any) }) error {
-	var proto R
-	flt, extras, err := parseFilter(proto, args, extra...)
-	if err != nil {
-		return err
-	}
-	t, err := target(extras)
-	if err != nil {
-		return err
-	}
-	for _, d := range t.devs {
-		for v, err := range dump(ctx, d, t.opts) {
+	for _, d := range devs {
+		for v, err := range dump(ctx, d, opts) {
 			if err != nil {
 				var pe *rdmanl.PartialError
 				if errors.As(err, &pe) {
