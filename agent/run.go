@@ -20,6 +20,9 @@ import (
 // DefaultSocket is where the agent listens and the CLI asks.
 const DefaultSocket = "/run/rdmatool/agent.sock"
 
+// idleTimeout is how long the agent keeps an idle client connection open.
+const idleTimeout = 30 * time.Second
+
 // RunOptions configure the agent.
 type RunOptions struct {
 	// Socket is the unix socket the agent serves (DefaultSocket when "").
@@ -86,8 +89,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		}
 		return err
 	}
-	srv := &http.Server{Handler: NewHandler(st), ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := newServer(NewHandler(st), log, idleTimeout)
 	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds())
 
 	g, gctx := errgroup.WithContext(ctx)

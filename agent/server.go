@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,39 +24,80 @@ import (
 //
 // Both answer a JSON object. /v1/qp-leaks returns the CheckReport that
 // `rdmatool qp-leaks -j` prints, with "source":"agent"; every parameter is
-// optional (min_age defaults to 5s, like the CLI). A bad query is a 400 and
-// a device the agent does not see a 404, each with {"error":"..."}.
+// optional (min_age defaults to 5s, like the CLI). Errors are one JSON
+// object, {"error":"..."}: 400 for a bad or malformed query, 404 for a
+// device the agent does not see or a path it does not serve (paths are
+// taken as they come, never cleaned or redirected), 405 with Allow: GET,
+// HEAD for another method. Values quoted back in an error are cut at
+// maxQuoted bytes.
 
 // defaultMinAge is min_age when a query leaves it out.
 const defaultMinAge = 5 * time.Second
 
+// maxQuoted bounds what an error answer quotes of the request.
+const maxQuoted = 64
+
+// quote is s for an error message, cut at maxQuoted bytes.
+func quote(s string) string {
+	if len(s) > maxQuoted {
+		return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf(" (%d bytes)", len(s))
+	}
+	return strconv.Quote(s)
+}
+
 // NewHandler serves the agent's API from st.
 func NewHandler(st *State) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/qp-leaks", func(w http.ResponseWriter, r *http.Request) {
-		q, err := parseQuery(r.URL.Query())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		endpoint := r.URL.Path
+		if endpoint != "/v1/qp-leaks" && endpoint != "/v1/status" {
+			writeError(w, http.StatusNotFound, fmt.Errorf("agent: no such endpoint %s %s (try GET /v1/qp-leaks or GET /v1/status)", r.Method, quote(endpoint)))
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("agent: %s takes GET, not %s", endpoint, quote(r.Method)))
+			return
+		}
+		v, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("agent: malformed query %s", quote(r.URL.RawQuery)))
+			return
+		}
+		if endpoint == "/v1/status" {
+			if len(v) > 0 {
+				writeError(w, http.StatusBadRequest, errors.New("agent: /v1/status takes no parameters"))
+				return
+			}
+			writeJSON(w, http.StatusOK, st.Status())
+			return
+		}
+		q, err := parseQuery(v)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
 		rep, ok := st.Report(q)
 		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Errorf("agent: no RDMA device %q", q.Device))
+			writeError(w, http.StatusNotFound, fmt.Errorf("agent: no RDMA device %s", quote(q.Device)))
 			return
 		}
 		writeJSON(w, http.StatusOK, rep)
 	})
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		if len(r.URL.Query()) > 0 {
-			writeError(w, http.StatusBadRequest, errors.New("agent: /v1/status takes no parameters"))
-			return
-		}
-		writeJSON(w, http.StatusOK, st.Status())
-	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Errorf("agent: no such endpoint %s %s (try GET /v1/qp-leaks or GET /v1/status)", r.Method, r.URL.Path))
-	})
-	return mux
+}
+
+// newServer is the agent's HTTP server for h: it closes connections idle
+// for longer than idle, and gives a client a bounded time to send its
+// request and read the answer.
+func newServer(h http.Handler, log *slog.Logger, idle time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      time.Minute, // a report about tens of thousands of QPs
+		IdleTimeout:       idle,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 // parseQuery reads the parameters of /v1/qp-leaks.
@@ -68,14 +111,14 @@ func parseQuery(v url.Values) (leakwatch.Query, error) {
 			}
 		case "rule", "max_qp":
 		default:
-			return q, fmt.Errorf("agent: unknown parameter %q (valid: dev, min_age, rule, max_qp, no_probes)", name)
+			return q, fmt.Errorf("agent: unknown parameter %s (valid: dev, min_age, rule, max_qp, no_probes)", quote(name))
 		}
 	}
 	q.Device = v.Get("dev")
 	if s := v.Get("min_age"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
-			return q, fmt.Errorf("agent: min_age %q: want a duration such as 5s", s)
+			return q, fmt.Errorf("agent: min_age %s: want a duration such as 5s", quote(s))
 		}
 		q.MinAge = d
 	}
@@ -95,7 +138,7 @@ func parseQuery(v url.Values) (leakwatch.Query, error) {
 	case "1", "true":
 		q.SkipProbeRules = "disabled by --no-probes"
 	default:
-		return q, fmt.Errorf("agent: no_probes %q: want 1 or 0", v.Get("no_probes"))
+		return q, fmt.Errorf("agent: no_probes %s: want 1 or 0", quote(v.Get("no_probes")))
 	}
 	return q, nil
 }

@@ -242,12 +242,18 @@ func TestBadQueries(t *testing.T) {
 		{"/v1/qp-leaks?no_probes=maybe", 400, `agent: no_probes \"maybe\": want 1 or 0`},
 		{"/v1/qp-leaks?dev=mlx5_0", 404, `agent: no RDMA device \"mlx5_0\"`},
 		{"/v1/status?x=1", 400, `agent: /v1/status takes no parameters`},
-		{"/v2/qp-leaks", 404, `agent: no such endpoint GET /v2/qp-leaks`},
+		{"/v2/qp-leaks", 404, `agent: no such endpoint GET \"/v2/qp-leaks\"`},
+		{"//v1/status", 404, `agent: no such endpoint GET \"//v1/status\"`},
+		{"/v1/./status", 404, `agent: no such endpoint GET \"/v1/./status\"`},
+		{"/v1/qp-leaks?dev=rxe0;x", 400, `agent: malformed query \"dev=rxe0;x\"`},
+		{"/v1/qp-leaks?min_age=%zz", 400, `agent: malformed query \"min_age=%zz\"`},
+		{"/v1/status?%", 400, `agent: malformed query \"%\"`},
+		{"/v1/qp-leaks?dev=" + strings.Repeat("x", 100000), 404, `agent: no RDMA device \"` + strings.Repeat("x", 64) + `\" (100000 bytes)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			body := rawGet(t, sock, tt.path, tt.code)
-			if !strings.HasPrefix(body, `{"error":"`+tt.want) || strings.Count(body, "\n") != 1 || !strings.HasSuffix(body, "}\n") {
+			if !strings.HasPrefix(body, `{"error":"`+tt.want) || strings.Count(body, "\n") != 1 || !strings.HasSuffix(body, "}\n") || len(body) > 1024 {
 				t.Errorf("body %q, want one line {\"error\":%q...}", body, tt.want)
 			}
 		})
@@ -574,5 +580,75 @@ func TestCheckReportsTheAgentsRefusal(t *testing.T) {
 	_, err = Check(t.Context(), d, CheckOptions{AgentSocket: filepath.Join(t.TempDir(), "none.sock"), MinAge: time.Second, Watch: time.Second})
 	if !dialed || !errors.Is(err, syscall.EPROTONOSUPPORT) {
 		t.Errorf("Check with no agent: %v (observed locally: %v); want the local observation's netlink error", err, dialed)
+	}
+}
+
+// Methods other than GET and HEAD get 405 with Allow, as HTTP says.
+func TestMethods(t *testing.T) {
+	st, _ := history(t)
+	sock := serve(t, st)
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	for _, method := range []string{http.MethodPost, http.MethodDelete, "BREW"} {
+		for _, path := range []string{"/v1/qp-leaks", "/v1/status"} {
+			req, err := http.NewRequestWithContext(t.Context(), method, "http://agent"+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" || !strings.HasPrefix(string(body), `{"error":"agent: `+path+` takes GET`) {
+				t.Errorf("%s %s: %s, Allow %q, body %s", method, path, resp.Status, resp.Header.Get("Allow"), body)
+			}
+		}
+	}
+	resp, err := c.Head("http://agent/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("HEAD /v1/status: %s", resp.Status)
+	}
+}
+
+// The agent's server closes a keep-alive connection left idle.
+func TestIdleConnectionsClosed(t *testing.T) {
+	st, _ := history(t)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(NewHandler(st), slog.New(slog.DiscardHandler), 50*time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "GET /v1/status HTTP/1.1\r\nHost: agent\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	// The answer, then EOF once the connection sat idle: a connection the
+	// server kept open would run into the read deadline instead.
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("reading until the server closed the idle connection: %v (read %q)", err, b)
+	}
+	if !strings.HasPrefix(string(b), "HTTP/1.1 200 OK") {
+		t.Errorf("answer %q", b)
 	}
 }
