@@ -8,9 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
