@@ -16,6 +16,7 @@ type Netlink interface {
 	Devices(ctx context.Context) ([]rdmanl.Device, error)
 	Summaries(ctx context.Context) ([]rdmanl.Summary, error)
 	QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error]
+	CMIDs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error]
 	Close() error
 }
 

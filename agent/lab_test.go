@@ -251,6 +251,22 @@ func TestLabHealthyChurn(t *testing.T) {
 	})
 }
 
+// iWARP providers move a connected QP to RTS inside their own CM code, not
+// through _ib_modify_qp, so the probes see it stop at INIT or RTR: a held,
+// healthy iWARP connection must still not look never connected.
+func TestLabIWARPConnectionHeld(t *testing.T) {
+	vmtest.Require(t, vmtest.SIW)
+	withProbes(t, func(t *testing.T, probes bool, args []string) {
+		done := qpLeaks(t, args...)
+		w := vmtest.StartWorkload(t, "--dev", "siw0", "--pairs", "--qps", "2", "--connect", "cm", "--addr", vmtest.SIWAddr, "--hold", "stdin")
+		w.WaitFor("ready", 30*time.Second)
+		rep := done()
+		check(t, rep, nil)
+		checkSkipped(t, rep, probes)
+		w.Release(30 * time.Second)
+	})
+}
+
 // Its rule needs the probes: without them, the destroyed QPs leave nothing
 // that netlink can see.
 func TestLabSRQDestroyedFromRTS(t *testing.T) {

@@ -25,9 +25,10 @@ type fakeHost struct {
 	mu      sync.Mutex
 	devs    []rdmanl.Device
 	qps     map[uint32][]rdmanl.QP // by device index
-	dumps   map[string]int         // QP dumps per device name
-	open    int                    // clients not closed
-	blockOn string                 // a device whose QP dump blocks until its ctx ends
+	cmIDs   map[uint32][]rdmanl.CMID
+	dumps   map[string]int // QP dumps per device name
+	open    int            // clients not closed
+	blockOn string         // a device whose QP dump blocks until its ctx ends
 }
 
 func newFakeHost(devs ...rdmanl.Device) *fakeHost {
@@ -94,6 +95,19 @@ func (c *fakeClient) QPs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOp
 		for _, q := range qps {
 			q.DevIndex, q.DevName = dev.Index, dev.Name
 			if !yield(q, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (c *fakeClient) CMIDs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error] {
+	return func(yield func(rdmanl.CMID, error) bool) {
+		c.h.mu.Lock()
+		ids := slices.Clone(c.h.cmIDs[dev.Index])
+		c.h.mu.Unlock()
+		for _, id := range ids {
+			if !yield(id, nil) {
 				return
 			}
 		}
@@ -253,5 +267,30 @@ func TestCheckOnceProbeStreamFails(t *testing.T) {
 	}
 	if rep.Probes != "off" || rep.ProbesError != "probe stream failed: bpf: read ring buffer: bad" {
 		t.Errorf("probes %s (%s), want off because the stream failed", rep.Probes, rep.ProbesError)
+	}
+}
+
+// Where the provider reports no QP state, a scan reads the rdma_cm IDs to
+// say which QPs are connected; elsewhere it does not dump them.
+func TestScanReadsCMIDsOnlyForUnreportedStates(t *testing.T) {
+	host := newFakeHost(rxe, siw)
+	unfilled := qp(1, rdmanl.QPStateReset, 42) // qp() gives it port 1
+	host.qps[siw.Index] = []rdmanl.QP{unfilled, qp(2, rdmanl.QPStateReset, 42)}
+	host.qps[rxe.Index] = []rdmanl.QP{qp(17, rdmanl.QPStateRTS, 42)}
+	host.cmIDs = map[uint32][]rdmanl.CMID{
+		siw.Index: {{LQPN: 1, State: rdmanl.CMStateConnect}, {LQPN: 2, State: 8 /* LISTEN */}, {LQPN: 0, State: rdmanl.CMStateConnect}},
+		rxe.Index: {{LQPN: 17, State: rdmanl.CMStateConnect}},
+	}
+	nl, _ := host.dial()
+	defer nl.Close()
+	sc, err := scanner{nl: nl, now: time.Now}.scan(t.Context(), []rdmanl.Device{rxe, siw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sc.Devices[0].CMConnected; got != nil {
+		t.Errorf("rxe0 reports its QP states, yet its rdma_cm IDs were read: %v", got)
+	}
+	if diff := cmp.Diff(map[uint32]bool{1: true}, sc.Devices[1].CMConnected); diff != "" {
+		t.Errorf("siw0's connected QPs (-want +got):\n%s", diff)
 	}
 }

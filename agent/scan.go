@@ -56,6 +56,7 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sums []rdman
 			}
 		}
 	}
+	unfilled := false // a QP in RESET with a port: the provider reports no state
 	for qp, err := range s.nl.QPs(ctx, dev, rdmanl.DumpOptions{}) {
 		if err != nil {
 			var pe *rdmanl.PartialError
@@ -68,11 +69,29 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sums []rdman
 			return ds, err
 		}
 		ds.QPs = append(ds.QPs, qp)
+		unfilled = unfilled || (qp.State == rdmanl.QPStateReset && qp.Port != 0)
 		if pid := qp.Owner.PID; pid != 0 {
 			if _, done := ds.Owners[pid]; !done {
 				if p, ok := procs.Lookup(pid); ok {
 					ds.Owners[pid] = leakwatch.Process{TGID: p.PID, Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID}
 				}
+			}
+		}
+	}
+	if unfilled {
+		// Where the provider does not report QP states (siw before
+		// 6.2), a connected rdma_cm ID says its QP is connected.
+		ds.CMConnected = map[uint32]bool{}
+		for id, err := range s.nl.CMIDs(ctx, dev, rdmanl.DumpOptions{}) {
+			if err != nil {
+				var pe *rdmanl.PartialError
+				if errors.As(err, &pe) {
+					continue
+				}
+				return ds, err
+			}
+			if id.LQPN != 0 && id.State == rdmanl.CMStateConnect {
+				ds.CMConnected[id.LQPN] = true
 			}
 		}
 	}

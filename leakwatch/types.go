@@ -94,6 +94,10 @@ type DeviceScan struct {
 	// Owners maps a QP owner PID (the thread id the kernel recorded) to
 	// what /proc says about it; absent owners have exited.
 	Owners map[uint32]Process
+	// CMConnected holds the QPNs whose rdma_cm ID is in CONNECT (connecting
+	// or connected). Scans fill it where the provider reports no QP state
+	// (RESET with a port), and only there is it read.
+	CMConnected map[uint32]bool
 }
 
 // Scan is a netlink snapshot of every device.

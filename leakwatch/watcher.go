@@ -11,11 +11,13 @@ import (
 // maxEvidence bounds the observations kept per QP.
 const maxEvidence = 12
 
-// lostDestroyMargin is how long before a scan began a probe must have seen
-// a QP created for the scan's not listing it to mean that the QP is gone:
-// probe times are monotonic clock readings converted to wall time once, so
-// they drift from the scans' wall clock when it is stepped.
-const lostDestroyMargin = 2 * time.Second
+// probeMargin is how long before a scan began a probe must have seen
+// something for the scan to contradict it: for the scan's not listing a
+// QP to mean that the QP is gone, for another state in the scan to mean a
+// transition the probes cannot see. Probe times are monotonic clock
+// readings converted to wall time once, so they drift from the scans' wall
+// clock when it is stepped.
+const probeMargin = 2 * time.Second
 
 // maxSamples bounds the QP count samples kept per device for growth.
 const maxSamples = 256
@@ -179,17 +181,29 @@ func (w *Watcher) Scan(s Scan) {
 				h.TGID, h.Comm, h.Cgroup, h.ContainerID = p.TGID, p.Comm, p.Cgroup, p.ContainerID
 			}
 			h.inScan = true
-			// Probes are authoritative; a scan only fills in what they
-			// have not seen. A QP in RESET has no port: one that reports
-			// RESET with a port comes from a provider that does not fill
-			// in the state (siw on 6.1).
-			if h.StateSource == "probe" {
+			// A QP in RESET has no port: one that reports RESET with a
+			// port comes from a provider that does not fill in the state
+			// (siw on 6.1). Its rdma_cm ID, when connected, says it is.
+			unfilled := qp.State == rdmanl.QPStateReset && qp.Port != 0
+			if unfilled && ds.CMConnected[qp.LQPN] && (!h.StateKnown || h.State == rdmanl.QPStateInit || h.State == rdmanl.QPStateRTR) {
+				h.setState(rdmanl.QPStateRTS, s.Time, "scan")
+				h.note(s.Time, "scan", "rdma_cm ID connected; the provider reports no QP state")
 				continue
 			}
-			if qp.State == rdmanl.QPStateReset && qp.Port != 0 {
+			if unfilled {
 				if !h.StateKnown {
 					h.StateSource = "scan"
 				}
+				continue
+			}
+			// The probes see every transition made through
+			// _ib_modify_qp, not those a provider makes itself (an
+			// iWARP provider moves a connected QP to RTS in its own CM
+			// code, hardware moves a QP to ERR): a dump that began well
+			// after the probes' last transition and shows another state
+			// reports such a change. Otherwise the probes are
+			// authoritative.
+			if h.StateSource == "probe" && (qp.State == h.State || s.Started.IsZero() || !h.StateSince.Before(s.Started.Add(-probeMargin))) {
 				continue
 			}
 			h.setState(qp.State, s.Time, "scan")
@@ -203,7 +217,7 @@ func (w *Watcher) Scan(s Scan) {
 		// created before this dump began: its destroy event was lost
 		// (a full ring buffer), and keeping it would leak memory and
 		// report its last state forever.
-		if h.inScan || h.StateSource == "scan" || (!s.Started.IsZero() && h.FirstSeen.Before(s.Started.Add(-lostDestroyMargin))) {
+		if h.inScan || h.StateSource == "scan" || (!s.Started.IsZero() && h.FirstSeen.Before(s.Started.Add(-probeMargin))) {
 			h.Destroyed, h.DestroyedAt = true, s.Time
 			h.note(s.Time, "scan", "gone from the QP dump")
 		}

@@ -34,6 +34,13 @@ func scan(t time.Time, dev rdmanl.Device, qps ...rdmanl.QP) Scan {
 	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]Process{42: {Comm: "app"}, 43: {Comm: "other"}}}}}
 }
 
+// dump is a scan whose dump began at t.
+func dump(t time.Time, dev rdmanl.Device, qps ...rdmanl.QP) Scan {
+	s := scan(t, dev, qps...)
+	s.Started = t
+	return s
+}
+
 func ev(t time.Time, kind EventKind, dev rdmanl.Device, qpn uint32) Event {
 	return Event{Kind: kind, Time: t, DevIndex: dev.Index, DevName: dev.Name, QPN: qpn, QPType: rdmanl.QPTypeRC, PID: 42, TID: 42, Comm: "app"}
 }
@@ -110,6 +117,46 @@ func TestRules(t *testing.T) {
 			w.Scan(scan(c.at(time.Second), siw, q))
 			c.at(10 * time.Second)
 		}, []found{{RuleStaleErrorQP, "siw0", 1, 42}}},
+		{"iWARP: the probes saw RTR, a later dump RTS (the provider's own move)", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), siw, 1, false))
+			w.Event(modify(c.at(time.Millisecond), siw, 1, rdmanl.QPStateRTR))
+			w.Scan(dump(c.at(5*time.Second), siw, qp(1, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42)))
+			c.at(time.Minute)
+		}, nil},
+		{"iWARP: without that dump the QP looks never connected", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), siw, 1, false))
+			w.Event(modify(c.at(time.Millisecond), siw, 1, rdmanl.QPStateRTR))
+			c.at(time.Minute)
+		}, []found{{RuleNeverConnectedQP, "siw0", 1, 42}}},
+		{"a dump right after a probed transition does not undo it", func(w *Watcher, c *clock) {
+			w.Event(modify(c.at(10*time.Second), rxe, 17, rdmanl.QPStateErr))
+			w.Scan(dump(c.at(10*time.Second+500*time.Millisecond), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42)))
+			c.at(time.Minute)
+		}, []found{{RuleStaleErrorQP, "rxe0", 17, 42}}},
+		{"hardware moved the QP to ERR: the dump says so", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), rxe, 17, false))
+			w.Event(modify(c.at(time.Millisecond), rxe, 17, rdmanl.QPStateRTS))
+			w.Scan(dump(c.at(10*time.Second), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+			c.at(time.Minute)
+		}, []found{{RuleStaleErrorQP, "rxe0", 17, 42}}},
+		{"siw on 6.1: a connected rdma_cm ID stands for the unreported RTS", func(w *Watcher, c *clock) {
+			q := qp(1, rdmanl.QPTypeRC, rdmanl.QPStateReset, 42)
+			q.Port = 1
+			w.Event(create(c.at(0), siw, 1, false))
+			w.Event(modify(c.at(time.Millisecond), siw, 1, rdmanl.QPStateRTR))
+			sc := dump(c.at(time.Second), siw, q)
+			sc.Devices[0].CMConnected = map[uint32]bool{1: true}
+			w.Scan(sc)
+			c.at(time.Minute)
+		}, nil},
+		{"siw on 6.1: an unreported state and no connected rdma_cm ID", func(w *Watcher, c *clock) {
+			q := qp(1, rdmanl.QPTypeRC, rdmanl.QPStateReset, 42)
+			q.Port = 1
+			w.Event(create(c.at(0), siw, 1, false))
+			w.Event(modify(c.at(time.Millisecond), siw, 1, rdmanl.QPStateRTR))
+			w.Scan(dump(c.at(time.Second), siw, q))
+			c.at(time.Minute)
+		}, []found{{RuleNeverConnectedQP, "siw0", 1, 42}}},
 		{"SRQ QP destroyed straight from RTS", func(w *Watcher, c *clock) {
 			w.Event(create(c.at(0), rxe, 30, true))
 			w.Event(modify(c.at(time.Millisecond), rxe, 30, rdmanl.QPStateRTS))

@@ -183,6 +183,10 @@ func (p PollCtx) MarshalText() ([]byte, error) { return []byte(p.String()), nil 
 // CMState is an rdma_cm ID's state (enum rdma_cm_state).
 type CMState uint8
 
+// CMStateConnect is RDMA_CM_CONNECT: connecting, or connected (rdma_cm
+// keeps the state once the connection is established).
+const CMStateConnect CMState = 5
+
 var cmStateNames = []string{"IDLE", "ADDR_QUERY", "ADDR_RESOLVED", "ROUTE_QUERY", "ROUTE_RESOLVED",
 	"CONNECT", "DISCONNECT", "ADDR_BOUND", "LISTEN", "DEVICE_REMOVAL", "DESTROYING"}
 
