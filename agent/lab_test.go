@@ -252,18 +252,29 @@ func TestLabHealthyChurn(t *testing.T) {
 }
 
 // iWARP providers move a connected QP to RTS inside their own CM code, not
-// through _ib_modify_qp, so the probes see it stop at INIT or RTR: a held,
-// healthy iWARP connection must still not look never connected.
+// through _ib_modify_qp, so the probes see it stop at RTR: a held, healthy
+// iWARP connection must still not look never connected, while QPs that
+// really never connected, next to it, do.
 func TestLabIWARPConnectionHeld(t *testing.T) {
 	vmtest.Require(t, vmtest.SIW)
 	withProbes(t, func(t *testing.T, probes bool, args []string) {
 		done := qpLeaks(t, args...)
 		w := vmtest.StartWorkload(t, "--dev", "siw0", "--pairs", "--qps", "2", "--connect", "cm", "--addr", vmtest.SIWAddr, "--hold", "stdin")
+		idle := vmtest.StartWorkload(t, "--dev", "siw0", "--qps", "2", "--to", "INIT", "--hold", "stdin")
 		w.WaitFor("ready", 30*time.Second)
+		idle.WaitFor("ready", 30*time.Second)
 		rep := done()
-		check(t, rep, nil)
+		// The QPs left in INIT are never connected, where rdmatool can
+		// know their state: from the probes, or from netlink where siw
+		// reports it.
+		var want []leak
+		if probes || vmtest.Fact(t, "netlink shows siw QP state") {
+			want = expect("never-connected-qp", idle, "siw0")
+		}
+		check(t, rep, want)
 		checkSkipped(t, rep, probes)
 		w.Release(30 * time.Second)
+		idle.Release(30 * time.Second)
 	})
 }
 

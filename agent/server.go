@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
 )
@@ -50,7 +51,7 @@ func NewHandler(st *State) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		endpoint := r.URL.Path
 		if endpoint != "/v1/qp-leaks" && endpoint != "/v1/status" {
-			writeError(w, http.StatusNotFound, fmt.Errorf("agent: no such endpoint %s %s (try GET /v1/qp-leaks or GET /v1/status)", r.Method, quote(endpoint)))
+			writeError(w, http.StatusNotFound, fmt.Errorf("agent: no such endpoint %s %s (try GET /v1/qp-leaks or GET /v1/status)", quote(r.Method), quote(endpoint)))
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -148,8 +149,20 @@ type apiError struct {
 	Error string `json:"error"`
 }
 
+// maxErrorText bounds an error answer's text: errors of other packages
+// quote what they refuse in full.
+const maxErrorText = 512
+
 func writeError(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, apiError{Error: err.Error()})
+	msg := err.Error()
+	if len(msg) > maxErrorText {
+		cut := maxErrorText
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + fmt.Sprintf("... (%d bytes cut)", len(msg)-cut)
+	}
+	writeJSON(w, code, apiError{Error: msg})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -54,3 +54,19 @@ func TestCheckRules(t *testing.T) {
 		t.Errorf("error %q, want %q", err, want)
 	}
 }
+
+func FuzzParseMaxQP(f *testing.F) {
+	for _, s := range []string{"rxe0=100", "=5", "rxe0=0", "a=b=c", "rxe0=18446744073709551615", "rxe0=18446744073709551616"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := ParseMaxQP([]string{s})
+		if err == nil {
+			for dev, n := range m {
+				if dev == "" || n == 0 {
+					t.Errorf("ParseMaxQP(%q) = %v", s, m)
+				}
+			}
+		}
+	})
+}

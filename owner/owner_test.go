@@ -158,3 +158,21 @@ func TestNilResolver(t *testing.T) {
 		t.Errorf("nil Resolver resolved %+v", p)
 	}
 }
+
+// FuzzCgroupPath: any /proc/PID/cgroup content gives a path (or "") and a
+// container id that is 64 hex digits or "".
+func FuzzCgroupPath(f *testing.F) {
+	f.Add([]byte("0::/system.slice/docker-" + id1 + ".scope\n"))
+	f.Add([]byte("12:pids:/kubepods/burstable/pod1/" + id2 + "\n1:name=systemd:/user.slice\n"))
+	f.Add([]byte("0::/\n"))
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := cgroupPath(b)
+		if p != "" && p[0] != '/' {
+			t.Errorf("cgroupPath = %q", p)
+		}
+		if id := ContainerID(p); id != "" && !isContainerID(id) {
+			t.Errorf("ContainerID(%q) = %q", p, id)
+		}
+	})
+}

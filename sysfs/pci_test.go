@@ -176,3 +176,17 @@ func TestReadPCILocation(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParsePCIAddr: a link target in /sys parses to an address that
+// prints back as it was read, or is refused.
+func FuzzParsePCIAddr(f *testing.F) {
+	for _, s := range []string{"0000:3b:00.0", "0002:00:0c.4", "0000:d8:01.2", "pci0000:00", "0000:3b:00", "ffff:ff:1f.7", "0000:3b:00.99"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		fn, ok := parsePCIAddr(s)
+		if ok && fn.addr != s {
+			t.Errorf("parsePCIAddr(%q).addr = %q", s, fn.addr)
+		}
+	})
+}
