@@ -141,13 +141,13 @@ func runProbes(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.L
 		if err == nil {
 			st.SetProbes(true, "")
 			log.Info("probes attached")
-			err = followProbes(ctx, src, st, "", 0, o.Interval)
-			src.Close()
-			if err == nil { // ctx ended
-				return
+			// Until ctx ends (nil) or the stream fails: then the
+			// history says so before the probes close.
+			if err := followProbes(ctx, src, st, "", 0, o.Interval); err != nil {
+				log.Warn("probe stream failed, netlink only from here", "err", err)
+				st.SetProbes(false, "probe stream failed: "+err.Error())
 			}
-			log.Warn("probe stream failed, netlink only from here", "err", err)
-			st.SetProbes(false, "probe stream failed: "+err.Error())
+			src.Close()
 			return
 		}
 		waiting := errors.Is(err, bpf.ErrNoIBCore)
