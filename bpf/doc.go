@@ -60,6 +60,12 @@
 // few in 10,000 events. Kprobe programs run with preemption off and do not
 // miss this way: Options.Kprobes trades overhead for them.
 //
+// # JSON
+//
+// Event.JSON returns an event as EventJSON, the object `rdmatool trace -j`
+// prints per line; its json tags are that schema. Event.AppendJSON writes
+// the same bytes as encoding/json without reflection or allocation.
+//
 // # Privileges
 //
 // Loading needs CAP_BPF and CAP_PERFMON (or root) and kernel BTF for
@@ -67,7 +73,11 @@
 // that says which is missing, wrapping ErrNoPrivilege, ErrNoBTF or
 // ErrNoIBCore, and callers fall back to netlink only. fentry on a module
 // also needs CAP_SYS_ADMIN to open the module's BTF object; without it the
-// probes fall back to kprobes (logged at Warn).
+// probes fall back to kprobes (logged at Warn). Open raises RLIMIT_MEMLOCK
+// to infinity, which kernels before 5.11 charge BPF memory to; without
+// CAP_SYS_RESOURCE that may fail, and only such kernels then refuse (an
+// EPERM whose error names the limit). Linking the package makes no bpf()
+// call: the first one is Open's.
 //
 // # Module references
 //

@@ -38,6 +38,17 @@ func (k Kind) String() string {
 // MarshalText implements encoding.TextMarshaler.
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
+// HasQP reports whether events of kind k are about one QP (creates,
+// modifies, destroys, async QP events and drains): their QPN, QPType, OnSRQ
+// and SRQN are set. Options.QPNs keeps only these kinds.
+func (k Kind) HasQP() bool {
+	switch k {
+	case KindQPCreate, KindQPModify, KindQPDestroy, KindQPEvent, KindDrainStart, KindDrainEnd:
+		return true
+	}
+	return false
+}
+
 // IBEvent is an async event type (enum ib_event_type).
 type IBEvent uint32
 

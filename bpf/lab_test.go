@@ -32,26 +32,7 @@ import (
 
 // traceLine is one line of `rdmatool trace -j`: an event, or the summary.
 type traceLine struct {
-	Kind            string  `json:"kind"`
-	Time            string  `json:"time"`
-	Device          string  `json:"device"`
-	DevIndex        uint32  `json:"dev_index"`
-	QPN             uint32  `json:"qpn"`
-	QPType          string  `json:"qp_type"`
-	SRQ             bool    `json:"srq"`
-	SRQN            uint32  `json:"srqn"`
-	NewState        string  `json:"new_state"`
-	Result          int32   `json:"result"`
-	PID             uint32  `json:"pid"`
-	TID             uint32  `json:"tid"`
-	Comm            string  `json:"comm"`
-	KernOwner       string  `json:"kern_owner"`
-	Event           string  `json:"event"`
-	EventCode       uint32  `json:"event_code"`
-	Port            uint32  `json:"port"`
-	NewName         string  `json:"new_name"`
-	Probe           string  `json:"probe"`
-	DurationSeconds float64 `json:"duration_seconds"`
+	EventJSON
 	// The summary's counts.
 	Events uint64 `json:"events"`
 	Lost   uint64 `json:"lost"`
@@ -60,6 +41,17 @@ type traceLine struct {
 }
 
 func (l traceLine) String() string { return l.raw }
+
+// parseTraceLine decodes one line of output; a line that is not JSON gets
+// the kind "unparsed".
+func parseTraceLine(line string) traceLine {
+	l := traceLine{raw: line}
+	if err := json.Unmarshal([]byte(line), &l); err != nil {
+		l.Kind = "unparsed"
+	}
+	l.at, _ = time.Parse(time.RFC3339Nano, l.Time)
+	return l
+}
 
 // traceRun is a running `rdmatool trace -j`.
 type traceRun struct {
@@ -94,11 +86,7 @@ func startTrace(t *testing.T, args ...string) *traceRun {
 		defer wg.Done()
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			l := traceLine{raw: sc.Text()}
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				l.Kind = "unparsed"
-			}
-			l.at, _ = time.Parse(time.RFC3339Nano, l.Time)
+			l := parseTraceLine(sc.Text())
 			r.mu.Lock()
 			r.lines = append(r.lines, l)
 			r.mu.Unlock()
@@ -451,10 +439,7 @@ func TestLabTraceDuration(t *testing.T) {
 		t.Fatalf("rdmatool trace -j --duration 1s: %v", err)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		l := traceLine{raw: line}
-		json.Unmarshal([]byte(line), &l)
-		l.at, _ = time.Parse(time.RFC3339Nano, l.Time)
-		r.lines = append(r.lines, l)
+		r.lines = append(r.lines, parseTraceLine(line))
 	}
 	r.events(t)
 }

@@ -43,21 +43,12 @@ func (o Options) bufferBytes() (int, error) {
 	return n, nil
 }
 
-// hasQP reports whether events of kind k are about one QP.
-func (k Kind) hasQP() bool {
-	switch k {
-	case KindQPCreate, KindQPModify, KindQPDestroy, KindQPEvent, KindDrainStart, KindDrainEnd:
-		return true
-	}
-	return false
-}
-
 // match reports whether ev passes the filters.
 func (o *Options) match(ev *Event) bool {
 	if o.Device != "" && ev.DevName != o.Device && (ev.Kind != KindDeviceRename || ev.NewName != o.Device) {
 		return false
 	}
-	if len(o.QPNs) > 0 && (!ev.Kind.hasQP() || !slices.Contains(o.QPNs, ev.QPN)) {
+	if len(o.QPNs) > 0 && (!ev.Kind.HasQP() || !slices.Contains(o.QPNs, ev.QPN)) {
 		return false
 	}
 	if len(o.PIDs) > 0 && !slices.Contains(o.PIDs, ev.PID) {

@@ -23,7 +23,6 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,6 +40,8 @@ type Tracer struct {
 	progs  []program
 	links  []link.Link
 	probes []Probe
+	// memlock is why RLIMIT_MEMLOCK could not be raised, or nil.
+	memlock error
 
 	malformed    atomic.Uint64
 	lastReported atomic.Uint64 // lost total last logged
@@ -59,7 +60,9 @@ type program struct {
 // fentry/fexit where the kernel allows it, kprobe/kretprobe otherwise (or
 // always, with Options.Kprobes). Functions a kernel lacks are skipped and
 // reported by Probes. Without privileges or BTF it returns an error wrapping
-// ErrNoPrivilege, ErrNoBTF or ErrNoIBCore. Close detaches everything.
+// ErrNoPrivilege, ErrNoBTF or ErrNoIBCore. Before loading it raises
+// RLIMIT_MEMLOCK to infinity for kernels before 5.11 (see raiseMemlock).
+// Close detaches everything.
 func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 	size, err := opts.bufferBytes()
 	if err != nil {
@@ -71,16 +74,14 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 	if err := checkBTF(); err != nil {
 		return nil, fmt.Errorf("bpf: open probes: %w", err)
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("bpf: open probes: remove memlock limit: %w", mapPermission(err))
-	}
+	memlock := raiseMemlock(log)
 	spec, err := loadQp()
 	if err != nil {
 		return nil, fmt.Errorf("bpf: open probes: %w", err)
 	}
 	spec.Maps["events"].MaxEntries = uint32(size)
 
-	t := &Tracer{log: log, opts: opts}
+	t := &Tracer{log: log, opts: opts, memlock: memlock}
 	ok := false
 	defer func() {
 		if !ok {
@@ -100,7 +101,7 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 		}
 		m, err := ebpf.NewMap(ms)
 		if err != nil {
-			return nil, fmt.Errorf("bpf: open probes: create map %s: %w", name, mapPermission(err))
+			return nil, fmt.Errorf("bpf: open probes: create map %s: %w", name, mapPermission(err, memlock))
 		}
 		t.maps[name] = m
 	}
@@ -222,7 +223,7 @@ func (t *Tracer) attach(l *loader, ps probeSpec) (Mode, string, error) {
 	case errors.Is(err, os.ErrNotExist):
 		return ModeNone, "", fmt.Errorf("bpf: attach %s: %w: %w", ps.function, ErrNoIBCore, err)
 	}
-	return ModeNone, "", fmt.Errorf("bpf: attach %s: %w", ps.function, mapPermission(err))
+	return ModeNone, "", fmt.Errorf("bpf: attach %s: %w", ps.function, mapPermission(err, t.memlock))
 }
 
 // attachFentry loads and attaches a probe's fentry and fexit programs, entry
@@ -554,12 +555,4 @@ func checkBTF() error {
 		return fmt.Errorf("%w: module ib_core: %w", ErrNoBTF, err)
 	}
 	return nil
-}
-
-// mapPermission adds ErrNoPrivilege to an EPERM from the kernel.
-func mapPermission(err error) error {
-	if errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission) {
-		return fmt.Errorf("%w: %w", ErrNoPrivilege, err)
-	}
-	return err
 }

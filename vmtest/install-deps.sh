@@ -12,6 +12,7 @@ pkgs=(
 	gcc make libc6-dev libelf-dev bc flex bison # out-of-tree siw.ko
 	libibverbs-dev librdmacm-dev # the C workloads
 	clang llvm libbpf-dev # eBPF programs (bpf2go)
+	strace # cmd/rdmatool's test that commands which do not trace make no bpf() call
 	git ca-certificates
 )
 missing=()

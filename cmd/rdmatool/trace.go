@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +17,15 @@ import (
 	"github.com/spf13/cobra"
 )
 
-const traceLong = `Trace the queue pair lifecycle and device events on ib_core with eBPF: QP
+// traceLong is the trace command's help. The JSON field list is read from
+// the json tags of bpf.EventJSON, the type that defines a -j line.
+func traceLong() string {
+	fields := "JSON fields, always present: " + strings.Join(jsonFieldNames(reflect.TypeFor[bpf.EventJSON]()), ", ") +
+		`. time is RFC 3339 UTC. qp_type is "" on device events, new_state "" when a modify did ` +
+		`not change the state, event "" unless kind is qp_event or device_event; pid 0 and comm "" on ` +
+		`async events, which run in no particular task. kern_owner is the module that created a ` +
+		`kernel QP, "" for user QPs.`
+	return `Trace the queue pair lifecycle and device events on ib_core with eBPF: QP
 create, modify and destroy, async QP events (LAST_WQE_REACHED among them),
 device events, register, unregister and rename, and drains. One line per
 event (one JSON object per line with -j) until interrupted or --duration.
@@ -27,17 +36,44 @@ as a last JSON line {"kind":"summary",...} with -j. With -d, the time each
 program spent in the kernel follows on stderr (counted while sysctl
 kernel.bpf_stats_enabled is 1).
 
-JSON fields, always present: kind, time (RFC 3339 UTC), device, dev_index,
-qpn, qp_type, srq, srqn, new_state, result, pid, tid, comm, kern_owner,
-event, event_code, port, new_name, probe, duration_seconds. qp_type is ""
-on device events, new_state "" when a modify did not change the state,
-event "" unless kind is qp_event or device_event; pid 0 and comm "" on async
-events, which run in no particular task. kern_owner is the module that
-created a kernel QP, "" for user QPs.
+` + wrapWords(fields, 76) + `
 
 Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF. fentry probes
 pin ib_core while attached (modprobe -r fails with "in use"); --kprobes
 avoids that.`
+}
+
+// jsonFieldNames lists the JSON names of a struct type's fields, in order.
+func jsonFieldNames(rt reflect.Type) []string {
+	var names []string
+	for i := range rt.NumField() {
+		if name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// wrapWords breaks s into lines of at most width characters, at spaces (a
+// longer word gets a line of its own).
+func wrapWords(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for _, w := range strings.Fields(s) {
+		switch {
+		case n == 0:
+		case n+1+len(w) > width:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
+}
 
 func newTraceCmd(g *globals) *cobra.Command {
 	var (
@@ -50,7 +86,7 @@ func newTraceCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "trace [--dev DEV] [--qpn N]... [--pid P]... [--duration D]",
 		Short: "Trace the QP lifecycle and device events on ib_core (eBPF)",
-		Long:  traceLong,
+		Long:  traceLong(),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -116,7 +152,7 @@ func runTrace(ctx context.Context, g *globals, stdout io.Writer, o bpf.Options, 
 		}
 		events++
 		if g.json {
-			line = appendTraceJSON(line[:0], ev)
+			line = append(ev.AppendJSON(line[:0]), '\n')
 		} else {
 			line = appendTraceText(line[:0], ev, g.details)
 		}
@@ -185,189 +221,10 @@ func attachedLine(probes []bpf.Probe, mode bpf.Mode) string {
 	return line
 }
 
-// traceRow is the JSON API of `rdmatool trace -j`: one object per event.
-type traceRow struct {
-	Kind            string  `json:"kind"`
-	Time            string  `json:"time"`
-	Device          string  `json:"device"`
-	DevIndex        uint32  `json:"dev_index"`
-	QPN             uint32  `json:"qpn"`
-	QPType          string  `json:"qp_type"`
-	SRQ             bool    `json:"srq"`
-	SRQN            uint32  `json:"srqn"`
-	NewState        string  `json:"new_state"`
-	Result          int32   `json:"result"`
-	PID             uint32  `json:"pid"`
-	TID             uint32  `json:"tid"`
-	Comm            string  `json:"comm"`
-	KernOwner       string  `json:"kern_owner"`
-	Event           string  `json:"event"`
-	EventCode       uint32  `json:"event_code"`
-	Port            uint32  `json:"port"`
-	NewName         string  `json:"new_name"`
-	Probe           string  `json:"probe"`
-	DurationSeconds float64 `json:"duration_seconds"`
-}
-
-func traceRowOf(ev bpf.Event) traceRow {
-	f := traceFieldsOf(ev)
-	return traceRow{
-		Kind: ev.Kind.String(), Time: ev.Time.UTC().Format(time.RFC3339Nano), Device: ev.DevName, DevIndex: ev.DevIndex,
-		QPN: ev.QPN, QPType: f.qpType, SRQ: ev.OnSRQ, SRQN: ev.SRQN, NewState: f.newState, Result: ev.Result,
-		PID: ev.PID, TID: ev.TID, Comm: ev.Comm, KernOwner: ev.KernOwner, Event: f.event, EventCode: f.eventCode,
-		Port: ev.Port, NewName: ev.NewName, Probe: ev.Probe, DurationSeconds: ev.Duration.Seconds(),
-	}
-}
-
-// traceFields are the row fields that depend on the event's kind.
-type traceFields struct {
-	qpType, newState, event string
-	eventCode               uint32
-}
-
-func traceFieldsOf(ev bpf.Event) traceFields {
-	var f traceFields
-	if traceHasQP(ev.Kind) {
-		f.qpType = ev.QPType.String()
-	}
-	if ev.HasState {
-		f.newState = ev.NewState.String()
-	}
-	if ev.Kind == bpf.KindQPEvent || ev.Kind == bpf.KindDeviceEvent {
-		f.event, f.eventCode = ev.IBEvent.String(), uint32(ev.IBEvent)
-	}
-	return f
-}
-
-func traceHasQP(k bpf.Kind) bool {
-	switch k {
-	case bpf.KindQPCreate, bpf.KindQPModify, bpf.KindQPDestroy, bpf.KindQPEvent, bpf.KindDrainStart, bpf.KindDrainEnd:
-		return true
-	}
-	return false
-}
-
-// appendTraceJSON appends ev as one JSON object and a newline: the
-// traceRow fields in order, written by hand because a trace under churn
-// prints thousands of lines a second (TestAppendTraceJSON holds it to
-// encoding/json's output).
-func appendTraceJSON(b []byte, ev bpf.Event) []byte {
-	f := traceFieldsOf(ev)
-	b = append(b, `{"kind":`...)
-	b = appendJSONString(b, ev.Kind.String())
-	b = append(b, `,"time":"`...)
-	b = appendTime(b, ev.Time)
-	b = append(b, `","device":`...)
-	b = appendJSONString(b, ev.DevName)
-	b = append(b, `,"dev_index":`...)
-	b = strconv.AppendUint(b, uint64(ev.DevIndex), 10)
-	b = append(b, `,"qpn":`...)
-	b = strconv.AppendUint(b, uint64(ev.QPN), 10)
-	b = append(b, `,"qp_type":`...)
-	b = appendJSONString(b, f.qpType)
-	b = append(b, `,"srq":`...)
-	b = strconv.AppendBool(b, ev.OnSRQ)
-	b = append(b, `,"srqn":`...)
-	b = strconv.AppendUint(b, uint64(ev.SRQN), 10)
-	b = append(b, `,"new_state":`...)
-	b = appendJSONString(b, f.newState)
-	b = append(b, `,"result":`...)
-	b = strconv.AppendInt(b, int64(ev.Result), 10)
-	b = append(b, `,"pid":`...)
-	b = strconv.AppendUint(b, uint64(ev.PID), 10)
-	b = append(b, `,"tid":`...)
-	b = strconv.AppendUint(b, uint64(ev.TID), 10)
-	b = append(b, `,"comm":`...)
-	b = appendJSONString(b, ev.Comm)
-	b = append(b, `,"kern_owner":`...)
-	b = appendJSONString(b, ev.KernOwner)
-	b = append(b, `,"event":`...)
-	b = appendJSONString(b, f.event)
-	b = append(b, `,"event_code":`...)
-	b = strconv.AppendUint(b, uint64(f.eventCode), 10)
-	b = append(b, `,"port":`...)
-	b = strconv.AppendUint(b, uint64(ev.Port), 10)
-	b = append(b, `,"new_name":`...)
-	b = appendJSONString(b, ev.NewName)
-	b = append(b, `,"probe":`...)
-	b = appendJSONString(b, ev.Probe)
-	b = append(b, `,"duration_seconds":`...)
-	b = appendJSONFloat(b, ev.Duration.Seconds())
-	return append(b, "}\n"...)
-}
-
-// appendTime appends t in UTC as time.RFC3339Nano does, without its
-// general-purpose layout parsing: events come thousands a second.
-func appendTime(b []byte, t time.Time) []byte {
-	t = t.UTC()
-	year, month, day := t.Date()
-	hour, minute, sec := t.Clock()
-	if year < 0 || year > 9999 {
-		return t.AppendFormat(b, time.RFC3339Nano)
-	}
-	b = appendDigits(b, year, 4)
-	b = append(b, '-')
-	b = appendDigits(b, int(month), 2)
-	b = append(b, '-')
-	b = appendDigits(b, day, 2)
-	b = append(b, 'T')
-	b = appendDigits(b, hour, 2)
-	b = append(b, ':')
-	b = appendDigits(b, minute, 2)
-	b = append(b, ':')
-	b = appendDigits(b, sec, 2)
-	if ns := t.Nanosecond(); ns != 0 {
-		digits := 9
-		for ns%10 == 0 {
-			ns /= 10
-			digits--
-		}
-		b = append(b, '.')
-		b = appendDigits(b, ns, digits)
-	}
-	return append(b, 'Z')
-}
-
-// appendDigits appends v, 0 <= v < 10^width, zero-padded to width digits.
-func appendDigits(b []byte, v, width int) []byte {
-	var d [9]byte
-	for i := width - 1; i >= 0; i-- {
-		d[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return append(b, d[:width]...)
-}
-
-// appendJSONString appends s as a JSON string. Names from the kernel are
-// plain ASCII; anything else goes through encoding/json, which escapes it
-// the same way.
-func appendJSONString(b []byte, s string) []byte {
-	for i := range len(s) {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always marshals
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// appendJSONFloat appends f as encoding/json does: plain decimals, and
-// exponents only for very small or large values (left to encoding/json).
-func appendJSONFloat(b []byte, f float64) []byte {
-	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
-		q, _ := json.Marshal(f) // finite: durations are never NaN
-		return append(b, q...)
-	}
-	return strconv.AppendFloat(b, f, 'f', -1, 64)
-}
-
 // appendTraceText appends ev as one text line: the JSON words with hyphens,
 // leaving out what does not apply to the event's kind.
 func appendTraceText(b []byte, ev bpf.Event, details bool) []byte {
-	f := traceFieldsOf(ev)
-	b = appendTime(b, ev.Time)
+	b = ev.AppendTime(b)
 	b = append(b, ' ')
 	b = append(b, ev.Kind.String()...)
 	b = append(b, ' ')
@@ -387,19 +244,19 @@ func appendTraceText(b []byte, ev bpf.Event, details bool) []byte {
 	if details {
 		num("dev-index", int64(ev.DevIndex))
 	}
-	if f.qpType != "" {
+	if ev.Kind.HasQP() {
 		num("qpn", int64(ev.QPN))
-		word("qp-type", f.qpType)
+		word("qp-type", ev.QPType.String())
 		if ev.OnSRQ {
 			num("srqn", int64(ev.SRQN))
 		}
 	}
-	if f.newState != "" {
-		word("new-state", f.newState)
+	if ev.HasState {
+		word("new-state", ev.NewState.String())
 	}
-	if f.event != "" {
-		word("event", f.event)
-		num("event-code", int64(f.eventCode))
+	if ev.Kind.HasIBEvent() {
+		word("event", ev.IBEvent.String())
+		num("event-code", int64(ev.IBEvent))
 	}
 	if ev.Port != 0 {
 		num("port", int64(ev.Port))

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
@@ -33,66 +32,45 @@ var traceEvents = []bpf.Event{
 	{Kind: bpf.KindDrainEnd, Time: t0, DevName: "rxe0", QPN: 20, QPType: rdmanl.QPTypeRC, OnSRQ: true,
 		Duration: 60*time.Second + 1500*time.Microsecond, PID: 5, TID: 5, Comm: "kworker/0:1", KernOwner: "nvme_rdma",
 		Probe: "ib_drain_qp"},
-	{Kind: bpf.KindDrainEnd, Time: t0, Duration: 300 * time.Nanosecond, Probe: "ib_drain_rq"},
-	{Kind: bpf.KindDeviceRegister, Time: t0, DevIndex: 3, DevName: `odd "name"\<&>`, Comm: "tab\there", Probe: "ib_register_device"},
-	{Kind: bpf.KindQPModify, Time: t0, DevName: "rxe0", QPN: 5, QPType: 200, NewState: 9, HasState: true, Comm: "bad\xffutf8",
-		Probe: "_ib_modify_qp"},
-	{Kind: 42, Time: time.Unix(0, 0)},
 }
 
-// TestAppendTraceJSON holds the hand-written encoder to encoding/json's
-// rendering of traceRow, the documented shape of a -j line.
-func TestAppendTraceJSON(t *testing.T) {
+// TestTraceHelp: the help lists the fields of bpf.EventJSON, the -j
+// line, in order, and its lines fit a terminal.
+func TestTraceHelp(t *testing.T) {
 	t.Parallel()
-	for i, ev := range traceEvents {
-		t.Run(fmt.Sprintf("%d_%s", i, ev.Kind), func(t *testing.T) {
-			want, err := json.Marshal(traceRowOf(ev))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := appendTraceJSON(nil, ev)
-			if string(got) != string(want)+"\n" {
-				t.Errorf("appendTraceJSON:\n got %s want %s", got, want)
+	help := traceLong()
+	want := "JSON fields, always present: kind, time, device, dev_index, qpn, qp_type, srq, srqn, new_state, result, " +
+		"pid, tid, comm, kern_owner, event, event_code, port, new_name, probe, duration_seconds. "
+	if got := strings.Join(strings.Fields(help), " "); !strings.Contains(got, want) {
+		t.Errorf("help does not list the JSON fields %q:\n%s", want, help)
+	}
+	for line := range strings.Lines(help) {
+		if len(strings.TrimSuffix(line, "\n")) > 80 {
+			t.Errorf("help line longer than 80 characters: %q", line)
+		}
+	}
+}
+
+func TestWrapWords(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		s     string
+		width int
+		want  string
+	}{
+		{"fits", "a b c", 5, "a b c"},
+		{"breaks at spaces", "aa bb cc", 5, "aa bb\ncc"},
+		{"folds white space", " aa \n bb\tcc ", 80, "aa bb cc"},
+		{"a long word alone", "a bbbbbbb c", 3, "a\nbbbbbbb\nc"},
+		{"empty", "", 10, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, wrapWords(tt.s, tt.width)); diff != "" {
+				t.Errorf("wrapWords(%q, %d) (-want +got):\n%s", tt.s, tt.width, diff)
 			}
 		})
-	}
-}
-
-func TestTraceJSONFields(t *testing.T) {
-	t.Parallel()
-	var m map[string]any
-	if err := json.Unmarshal(appendTraceJSON(nil, traceEvents[1]), &m); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]any{
-		"kind": "qp_modify", "time": "2026-01-02T03:04:05.124456789Z", "device": "rxe0", "dev_index": 0.0, "qpn": 17.0,
-		"qp_type": "RC", "srq": true, "srqn": 3.0, "new_state": "ERR", "result": 0.0, "pid": 272.0, "tid": 273.0,
-		"comm": "qpwork", "kern_owner": "", "event": "", "event_code": 0.0, "port": 0.0, "new_name": "", "probe": "_ib_modify_qp",
-		"duration_seconds": 0.0,
-	}
-	for k, v := range want {
-		if m[k] != v {
-			t.Errorf("%s = %#v, want %#v", k, m[k], v)
-		}
-	}
-	if len(m) != len(want) {
-		t.Errorf("%d fields, want %d: %v", len(m), len(want), m)
-	}
-}
-
-func TestAppendTime(t *testing.T) {
-	t.Parallel()
-	rng := rand.New(rand.NewPCG(1, 2))
-	times := []time.Time{t0, t0.Truncate(time.Second), t0.Truncate(time.Millisecond), time.Unix(0, 0),
-		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
-		t0.In(time.FixedZone("CET", 3600))}
-	for range 1000 {
-		times = append(times, time.Unix(rng.Int64N(1<<34), rng.Int64N(1e9)))
-	}
-	for _, tm := range times {
-		if got, want := string(appendTime(nil, tm)), tm.UTC().Format(time.RFC3339Nano); got != want {
-			t.Errorf("appendTime(%v) = %s, want %s", tm, got, want)
-		}
 	}
 }
 

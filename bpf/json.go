@@ -1,0 +1,189 @@
+package bpf
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"time"
+)
+
+// EventJSON is an Event as one JSON object, the line `rdmatool trace -j`
+// prints for it. Its json tags are the schema: every field is always
+// present, in this order. Fields that do not apply to the event's kind hold
+// their zero value: QPType is "" unless Kind.HasQP, NewState "" unless the
+// modify changed the state (Event.HasState), Event and EventCode are ""
+// and 0 unless Kind.HasIBEvent.
+type EventJSON struct {
+	Kind            string  `json:"kind"`
+	Time            string  `json:"time"` // RFC 3339 UTC, with nanoseconds (time.RFC3339Nano)
+	Device          string  `json:"device"`
+	DevIndex        uint32  `json:"dev_index"`
+	QPN             uint32  `json:"qpn"`
+	QPType          string  `json:"qp_type"`
+	SRQ             bool    `json:"srq"`
+	SRQN            uint32  `json:"srqn"`
+	NewState        string  `json:"new_state"`
+	Result          int32   `json:"result"`
+	PID             uint32  `json:"pid"`
+	TID             uint32  `json:"tid"`
+	Comm            string  `json:"comm"`
+	KernOwner       string  `json:"kern_owner"`
+	Event           string  `json:"event"`
+	EventCode       uint32  `json:"event_code"`
+	Port            uint32  `json:"port"`
+	NewName         string  `json:"new_name"`
+	Probe           string  `json:"probe"`
+	DurationSeconds float64 `json:"duration_seconds"`
+}
+
+// HasIBEvent reports whether events of kind k carry an async event type
+// (Event.IBEvent): QP events and device events.
+func (k Kind) HasIBEvent() bool { return k == KindQPEvent || k == KindDeviceEvent }
+
+// JSON returns ev as its JSON object.
+func (ev Event) JSON() EventJSON {
+	f := ev.kindFields()
+	return EventJSON{
+		Kind: ev.Kind.String(), Time: ev.Time.UTC().Format(time.RFC3339Nano), Device: ev.DevName, DevIndex: ev.DevIndex,
+		QPN: ev.QPN, QPType: f.qpType, SRQ: ev.OnSRQ, SRQN: ev.SRQN, NewState: f.newState, Result: ev.Result,
+		PID: ev.PID, TID: ev.TID, Comm: ev.Comm, KernOwner: ev.KernOwner, Event: f.event, EventCode: f.eventCode,
+		Port: ev.Port, NewName: ev.NewName, Probe: ev.Probe, DurationSeconds: ev.Duration.Seconds(),
+	}
+}
+
+// kindFields are the EventJSON fields that hold their zero value on some
+// kinds.
+type kindFields struct {
+	qpType, newState, event string
+	eventCode               uint32
+}
+
+func (ev Event) kindFields() kindFields {
+	var f kindFields
+	if ev.Kind.HasQP() {
+		f.qpType = ev.QPType.String()
+	}
+	if ev.HasState {
+		f.newState = ev.NewState.String()
+	}
+	if ev.Kind.HasIBEvent() {
+		f.event, f.eventCode = ev.IBEvent.String(), uint32(ev.IBEvent)
+	}
+	return f
+}
+
+// AppendJSON appends ev as encoding/json marshals ev.JSON(), byte for byte,
+// without reflection or allocation (a trace under churn prints thousands of
+// events a second).
+func (ev Event) AppendJSON(b []byte) []byte {
+	f := ev.kindFields()
+	b = append(b, `{"kind":`...)
+	b = appendJSONString(b, ev.Kind.String())
+	b = append(b, `,"time":"`...)
+	b = ev.AppendTime(b)
+	b = append(b, `","device":`...)
+	b = appendJSONString(b, ev.DevName)
+	b = append(b, `,"dev_index":`...)
+	b = strconv.AppendUint(b, uint64(ev.DevIndex), 10)
+	b = append(b, `,"qpn":`...)
+	b = strconv.AppendUint(b, uint64(ev.QPN), 10)
+	b = append(b, `,"qp_type":`...)
+	b = appendJSONString(b, f.qpType)
+	b = append(b, `,"srq":`...)
+	b = strconv.AppendBool(b, ev.OnSRQ)
+	b = append(b, `,"srqn":`...)
+	b = strconv.AppendUint(b, uint64(ev.SRQN), 10)
+	b = append(b, `,"new_state":`...)
+	b = appendJSONString(b, f.newState)
+	b = append(b, `,"result":`...)
+	b = strconv.AppendInt(b, int64(ev.Result), 10)
+	b = append(b, `,"pid":`...)
+	b = strconv.AppendUint(b, uint64(ev.PID), 10)
+	b = append(b, `,"tid":`...)
+	b = strconv.AppendUint(b, uint64(ev.TID), 10)
+	b = append(b, `,"comm":`...)
+	b = appendJSONString(b, ev.Comm)
+	b = append(b, `,"kern_owner":`...)
+	b = appendJSONString(b, ev.KernOwner)
+	b = append(b, `,"event":`...)
+	b = appendJSONString(b, f.event)
+	b = append(b, `,"event_code":`...)
+	b = strconv.AppendUint(b, uint64(f.eventCode), 10)
+	b = append(b, `,"port":`...)
+	b = strconv.AppendUint(b, uint64(ev.Port), 10)
+	b = append(b, `,"new_name":`...)
+	b = appendJSONString(b, ev.NewName)
+	b = append(b, `,"probe":`...)
+	b = appendJSONString(b, ev.Probe)
+	b = append(b, `,"duration_seconds":`...)
+	b = appendJSONFloat(b, ev.Duration.Seconds())
+	return append(b, '}')
+}
+
+// AppendTime appends ev.Time in UTC as time.RFC3339Nano formats it (the
+// JSON's time field), without the general layout parsing of
+// time.AppendFormat.
+func (ev Event) AppendTime(b []byte) []byte {
+	t := ev.Time.UTC()
+	year, month, day := t.Date()
+	hour, minute, sec := t.Clock()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, time.RFC3339Nano)
+	}
+	b = appendDigits(b, year, 4)
+	b = append(b, '-')
+	b = appendDigits(b, int(month), 2)
+	b = append(b, '-')
+	b = appendDigits(b, day, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, hour, 2)
+	b = append(b, ':')
+	b = appendDigits(b, minute, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sec, 2)
+	if ns := t.Nanosecond(); ns != 0 {
+		digits := 9
+		for ns%10 == 0 {
+			ns /= 10
+			digits--
+		}
+		b = append(b, '.')
+		b = appendDigits(b, ns, digits)
+	}
+	return append(b, 'Z')
+}
+
+// appendDigits appends v, 0 <= v < 10^width, zero-padded to width digits.
+func appendDigits(b []byte, v, width int) []byte {
+	var d [9]byte
+	for i := width - 1; i >= 0; i-- {
+		d[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return append(b, d[:width]...)
+}
+
+// appendJSONString appends s as a JSON string. Names from the kernel are
+// plain ASCII; anything else goes through encoding/json, which escapes it
+// the same way.
+func appendJSONString(b []byte, s string) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendJSONFloat appends f as encoding/json does: plain decimals, and
+// exponents only for very small or large values (left to encoding/json).
+func appendJSONFloat(b []byte, f float64) []byte {
+	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
+		q, _ := json.Marshal(f) // finite: durations are never NaN
+		return append(b, q...)
+	}
+	return strconv.AppendFloat(b, f, 'f', -1, 64)
+}
