@@ -231,11 +231,16 @@ func TestDurationFlags(t *testing.T) {
 		{[]string{"qp-leaks", "--watch", "2s", "--interval", "5s"}, "rdmatool: --interval 5s: want a duration from 100ms to 2s\n"},
 		{[]string{"agent", "--interval", "-1s"}, "rdmatool: --interval -1s: want a duration at least 1s\n"},
 		{[]string{"agent", "--interval", "1ns"}, "rdmatool: --interval 1ns: want a duration at least 1s\n"},
+		{[]string{"trace", "--duration", "-1s"}, "rdmatool: --duration -1s: want a duration at least 100ms\n"},
+		{[]string{"trace", "--duration", "1ns"}, "rdmatool: --duration 1ns: want a duration at least 100ms\n"},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.args), func(t *testing.T) {
-			args := append(tt.args, "--socket", nowhere)
-			if tt.args[0] == "qp-leaks" {
+			args := tt.args
+			switch tt.args[0] {
+			case "agent":
+				args = append(tt.args, "--socket", nowhere)
+			case "qp-leaks":
 				args = append(tt.args, "--agent-socket", nowhere)
 			}
 			code, stdout, stderr := runCLI(t, args...)

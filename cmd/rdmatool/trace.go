@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -89,6 +88,11 @@ func newTraceCmd(g *globals) *cobra.Command {
 		Long:  traceLong(),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if duration != 0 { // 0: until interrupted
+				if err := checkDurations(durationFlag{name: "duration", value: duration, min: 100 * time.Millisecond}); err != nil {
+					return err
+				}
+			}
 			var err error
 			if o.QPNs, err = uint32s("--qpn", qpns); err != nil {
 				return err
@@ -130,7 +134,7 @@ func uint32s(flag string, vs []uint) ([]uint32, error) {
 func runTrace(ctx context.Context, g *globals, stdout io.Writer, o bpf.Options, duration time.Duration) error {
 	tr, err := bpf.Open(g.logger(), o)
 	if err != nil {
-		return traceOpenError(err)
+		return err // main adds the hint its cause calls for
 	}
 	defer tr.Close()
 	fmt.Fprintln(g.stderr, "rdmatool trace: "+attachedLine(tr.Probes(), tr.Mode()))
@@ -183,17 +187,6 @@ func runTrace(ctx context.Context, g *globals, stdout io.Writer, o bpf.Options, 
 		return err
 	}
 	return ctx.Err() // nil after --duration; canceled when interrupted
-}
-
-// traceOpenError adds what the user can do about a missing privilege.
-func traceOpenError(err error) error {
-	switch {
-	case errors.Is(err, bpf.ErrNoPrivilege):
-		return fmt.Errorf("%w (run as root, or grant CAP_BPF and CAP_PERFMON)", err)
-	case errors.Is(err, bpf.ErrNoIBCore):
-		return fmt.Errorf("%w (modprobe ib_core, or load an RDMA driver)", err)
-	}
-	return err
 }
 
 // attachedLine says which probes are attached, how, and which are not.
