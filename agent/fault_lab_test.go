@@ -1,0 +1,273 @@
+package agent_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/vmtest"
+	"golang.org/x/sys/unix"
+)
+
+// The fault suite: what goes wrong on real hosts, done to rdmatool in the
+// lab guest. Each test fails when the behaviour it names regresses.
+
+// tracingPrograms counts the BPF programs loaded in the guest that trace
+// kernel functions (fentry/fexit and kprobes): nothing else in the guest
+// loads any, so they are rdmatool's.
+func tracingPrograms(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for id := ebpf.ProgramID(0); ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return n
+		}
+		if err != nil {
+			t.Fatalf("list BPF programs: %v", err)
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if info, err := p.Info(); err == nil && (info.Type == ebpf.Tracing || info.Type == ebpf.Kprobe) {
+			n++
+		}
+		p.Close()
+	}
+}
+
+// spawnAgent starts `rdmatool agent` on sock with a 1s interval, its
+// stderr in logs, without waiting for it.
+func spawnAgent(t *testing.T, sock string, logs *strings.Builder) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "agent", "--socket", sock, "--interval", "1s")
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// waitUntil polls cond every 50 ms for up to timeout.
+func waitUntil(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
+}
+
+// An agent killed with SIGKILL leaves no BPF program behind (nothing is
+// pinned: the kernel drops them with the process), and the next agent
+// replaces its stale socket and answers.
+func TestLabAgentKilled(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	before := tracingPrograms(t)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	var logs strings.Builder
+	cmd := spawnAgent(t, sock, &logs)
+	if !waitUntil(60*time.Second, func() bool {
+		st, err := agent.AskStatus(t.Context(), sock)
+		return err == nil && st.Probes == "on"
+	}) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("agent not ready: %s", logs.String())
+	}
+	attached := tracingPrograms(t)
+	if attached <= before {
+		t.Fatalf("%d tracing programs with the agent running, %d before", attached, before)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if !waitUntil(10*time.Second, func() bool { return tracingPrograms(t) == before }) {
+		t.Errorf("%d tracing programs after SIGKILL, %d before the agent", tracingPrograms(t), before)
+	}
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("the killed agent's socket: %v", err)
+	}
+	stop := startAgent(t, sock, "--interval", "1s")
+	if _, err := agent.AskStatus(t.Context(), sock); err != nil {
+		t.Errorf("the new agent on the stale socket: %v", err)
+	}
+	stop()
+	t.Logf("tracing programs: %d before, %d with the agent, %d after SIGKILL", before, attached, tracingPrograms(t))
+}
+
+// QP churn during dumps and during the agent's life: listings have no
+// duplicate rows, the agent reports nothing false, and once the churn ends
+// its history holds no QP that is gone.
+func TestLabChurn(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	stop := startAgent(t, sock, "--interval", "1s")
+	churn := vmtest.StartWorkload(t, "--dev", "rxe0", "--churn-seconds", "12", "--quiet")
+	dumps := 0
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); dumps++ {
+		out, err := exec.Command(vmtest.Bin(t, "rdmatool"), "res", "qp", "-j").Output()
+		if err != nil {
+			t.Fatalf("res qp during churn: %v", err)
+		}
+		var qps []struct {
+			IfIndex uint32 `json:"ifindex"`
+			LQPN    uint32 `json:"lqpn"`
+		}
+		if err := json.Unmarshal(out, &qps); err != nil {
+			t.Fatalf("res qp -j during churn: %v: %q", err, out)
+		}
+		seen := map[[2]uint32]bool{}
+		for _, q := range qps {
+			k := [2]uint32{q.IfIndex, q.LQPN}
+			if seen[k] {
+				t.Errorf("QP %d of device %d listed twice in one dump", q.LQPN, q.IfIndex)
+			}
+			seen[k] = true
+		}
+	}
+	churn.Wait(120 * time.Second)
+	// Once the churn is over, the agent tracks what netlink lists, after
+	// at most a couple of scans.
+	listed := func() int {
+		out, err := exec.Command(vmtest.Bin(t, "rdmatool"), "res", "qp", "-j").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var qps []json.RawMessage
+		if err := json.Unmarshal(out, &qps); err != nil {
+			t.Fatal(err)
+		}
+		return len(qps)
+	}
+	var st agent.Status
+	if !waitUntil(10*time.Second, func() bool {
+		var err error
+		st, err = agent.AskStatus(t.Context(), sock)
+		return err == nil && st.QPs == listed()
+	}) {
+		t.Errorf("after the churn the agent tracks %d live QPs, netlink lists %d", st.QPs, listed())
+	}
+	rep, code, stderr := runQPLeaks(t, "--agent-socket", sock, "--min-age", "2s")
+	if code != 0 || len(rep.Findings) != 0 || stderr != "" {
+		t.Errorf("qp-leaks after the churn: exit %d, findings %v, stderr %q", code, leaks(rep), stderr)
+	}
+	t.Logf("%d dumps during the churn; the agent saw %d scans, %d lost events", dumps, st.Scans, st.LostEvents)
+	stop()
+}
+
+// Without ib_core's BTF the probes cannot load: qp-leaks and the agent run
+// on netlink only, say why once, and list the rules they skipped.
+func TestLabNoModuleBTF(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	const btf = "/sys/kernel/btf/ib_core"
+	if err := unix.Mount("/dev/null", btf, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("hide %s: %v", btf, err)
+	}
+	t.Cleanup(func() { unix.Unmount(btf, 0) })
+	rep, code, stderr := runQPLeaks(t, "--no-agent", "--watch", "1s")
+	if code == 2 || rep.Probes != "off" || !strings.Contains(rep.ProbesError, "BTF") {
+		t.Errorf("qp-leaks without ib_core's BTF: exit %d, probes %s (%s)", code, rep.Probes, rep.ProbesError)
+	}
+	for _, sk := range rep.SkippedRules {
+		if sk.Rule != "qp-exhaustion" && !strings.Contains(sk.Reason, "needs the eBPF probes: bpf: open probes: no BTF: module ib_core") {
+			t.Errorf("%s skipped because %q, want the missing BTF", sk.Rule, sk.Reason)
+		}
+	}
+	if len(rep.SkippedRules) < 3 {
+		t.Errorf("skipped rules %v, want the three that need the probes", rep.SkippedRules)
+	}
+	if n := strings.Count(stderr, "probes unavailable"); n != 1 || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("qp-leaks said why %d times, in:\n%s", n, stderr)
+	}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	var logs strings.Builder
+	cmd := spawnAgent(t, sock, &logs)
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if n := strings.Count(logs.String(), "probes unavailable"); n != 1 {
+			t.Errorf("the agent said %d times that the probes are unavailable:\n%s", n, logs.String())
+		}
+	}()
+	if !waitUntil(30*time.Second, func() bool {
+		st, err := agent.AskStatus(t.Context(), sock)
+		return err == nil && st.Scans > 2 && st.Probes == "off" && strings.Contains(st.ProbesError, "BTF")
+	}) {
+		t.Errorf("agent without ib_core's BTF: %s", logs.String())
+	}
+}
+
+// An unprivileged user gets what needs no privilege and, for the rest,
+// one clear line with the privilege to grant; never a panic.
+func TestLabUnprivileged(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	// A copy the user can run, outside the shared repository (t.TempDir's
+	// parents are 0700).
+	dir, err := os.MkdirTemp("", "unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "rdmatool")
+	data, err := os.ReadFile(vmtest.Bin(t, "rdmatool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args     []string
+		wantCode int
+		wantErr  string // the one line on stderr; "" for none
+	}{
+		{[]string{"dev", "-j"}, 0, ""},
+		{[]string{"link", "-j"}, 0, ""},
+		{[]string{"res", "qp", "-j"}, 0, ""},
+		{[]string{"trace", "--duration", "1s"}, 2, "(run as root, or grant CAP_BPF and CAP_PERFMON)"},
+		{[]string{"link", "add", "rxe9", "type", "rxe", "netdev", "dummy0"}, 2, "operation not permitted (run as root or grant CAP_NET_ADMIN)"},
+		{[]string{"link", "delete", "rxe0"}, 2, "operation not permitted (run as root or grant CAP_NET_ADMIN)"},
+		{[]string{"agent", "--socket", "/run/rdmatool/unpriv.sock"}, 2, "permission denied"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			cmd := exec.Command(bin, tt.args...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			var ee *exec.ExitError
+			if err := cmd.Run(); err != nil && !errors.As(err, &ee) {
+				t.Fatalf("run as nobody: %v", err)
+			}
+			code := cmd.ProcessState.ExitCode()
+			if code != tt.wantCode || strings.Contains(stderr.String(), "panic") ||
+				(tt.wantErr == "" && stderr.String() != "") ||
+				(tt.wantErr != "" && (!strings.Contains(stderr.String(), tt.wantErr) || strings.Count(stderr.String(), "\n") != 1)) {
+				t.Errorf("as nobody: exit %d, stderr %q; want exit %d and %q", code, stderr.String(), tt.wantCode, tt.wantErr)
+			}
+		})
+	}
+	// qp-leaks runs on netlink only, and says why.
+	cmd := exec.Command(bin, "qp-leaks", "-j", "--no-agent", "--watch", "1s")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, _ := cmd.Output()
+	var rep agent.CheckReport
+	if err := json.Unmarshal(out, &rep); err != nil || rep.Probes != "off" || !strings.Contains(rep.ProbesError, "CAP_BPF") {
+		t.Errorf("qp-leaks as nobody: %v, probes %s (%s)", err, rep.Probes, rep.ProbesError)
+	}
+}
