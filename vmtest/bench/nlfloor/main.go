@@ -24,16 +24,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// From include/uapi/rdma/rdma_netlink.h and include/uapi/linux/netlink.h.
+// From include/uapi/rdma/rdma_netlink.h.
 const (
-	netlinkRDMA       = 20 // NETLINK_RDMA
 	clientNLDev       = 5  // RDMA_NL_NLDEV
 	cmdGet            = 1  // RDMA_NLDEV_CMD_GET
 	cmdResQPGet       = 10 // RDMA_NLDEV_CMD_RES_QP_GET
 	attrDevIndex      = 1  // RDMA_NLDEV_ATTR_DEV_INDEX, u32
 	attrDriverDetails = 97 // RDMA_NLDEV_ATTR_DRIVER_DETAILS, u8
-	nlmsgHdrLen       = 16 // sizeof(struct nlmsghdr)
-	nlaHdrLen         = 4  // sizeof(struct nlattr)
+)
+
+const (
+	nlmsgHdrLen = unix.NLMSG_HDRLEN
+	nlaHdrLen   = unix.SizeofNlAttr
 )
 
 // counts is what -v reports.
@@ -50,7 +52,7 @@ func main() {
 }
 
 func run(bufSize int, verbose bool) error {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, netlinkRDMA)
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_RDMA)
 	if err != nil {
 		return fmt.Errorf("open netlink socket: %w", err)
 	}
