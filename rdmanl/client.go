@@ -293,27 +293,28 @@ func resDump[T any](ctx context.Context, c *Client, dev Device, opts DumpOptions
 		skipped := 0
 		var firstErr error
 		stopped := false
-		// entry decodes one table entry; it reports false when the
-		// consumer stopped.
+		// entry decodes one table entry into v, one allocation for the
+		// whole dump rather than one per entry (the codec's functions take
+		// a pointer); it reports false when the consumer stopped.
+		v := new(T)
 		entry := func(b []byte, devIndex uint32, devName string) bool {
 			ead, err := netlink.NewAttributeDecoder(b)
-			var v T
 			if err == nil {
-				v, err = codec.decode(ead)
+				*v, err = codec.decode(ead)
 			}
 			if err != nil { // a malformed entry is skipped, not the table
 				skipped++
 				firstErr = cmpErr(firstErr, err)
 				return true
 			}
-			if !seen.add(codec.key(&v)) {
+			if !seen.add(codec.key(v)) {
 				return true
 			}
-			codec.setDev(&v, devIndex, devName)
+			codec.setDev(v, devIndex, devName)
 			if finish != nil {
-				finish(&v)
+				finish(v)
 			}
-			return yield(v, nil)
+			return yield(*v, nil)
 		}
 		for attempt := 0; ; attempt++ {
 			interrupted, err := c.dump(ctx, op, attrs, func(m netlink.Message) bool {
