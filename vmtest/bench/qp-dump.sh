@@ -37,6 +37,17 @@ hold() {
 sock=/tmp/rdmatool-agent.sock
 $bin/rdmatool agent --socket "$sock" --interval 5s 2>/tmp/agent.err &
 agent=$!
+# Its start (BTF, loading and verifying the probes) keeps the guest busy
+# for seconds: nothing is timed before it answers.
+i=0
+until $bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s 2>/dev/null | grep -q '"source":"agent"'; do
+	if ! kill -0 "$agent" 2>/dev/null || [ $i -gt 600 ]; then
+		cat /tmp/agent.err
+		exit 1
+	fi
+	i=$((i + 1))
+	sleep 0.5
+done
 
 for n in $sizes; do
 	while [ $held -lt "$n" ]; do
