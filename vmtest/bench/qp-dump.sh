@@ -37,17 +37,22 @@ hold() {
 sock=/tmp/rdmatool-agent.sock
 $bin/rdmatool agent --socket "$sock" --interval 5s 2>/tmp/agent.err &
 agent=$!
+# agent_names N: wait until the agent answers, naming at least N QPs.
+agent_names() {
+	i=0
+	until a=$($bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s 2>/dev/null)
+		echo "$a" | grep -q '"source":"agent"' && [ "$(echo "$a" | grep -o '"qpn"' | wc -l)" -ge "$1" ]; do
+		if ! kill -0 "$agent" 2>/dev/null || [ $i -gt 600 ]; then
+			cat /tmp/agent.err
+			exit 1
+		fi
+		i=$((i + 1))
+		sleep 1
+	done
+}
 # Its start (BTF, loading and verifying the probes) keeps the guest busy
 # for seconds: nothing is timed before it answers.
-i=0
-until $bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s 2>/dev/null | grep -q '"source":"agent"'; do
-	if ! kill -0 "$agent" 2>/dev/null || [ $i -gt 600 ]; then
-		cat /tmp/agent.err
-		exit 1
-	fi
-	i=$((i + 1))
-	sleep 0.5
-done
+agent_names 0
 
 for n in $sizes; do
 	while [ $held -lt "$n" ]; do
@@ -78,15 +83,7 @@ for n in $sizes; do
 	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-probes $n" -- $bin/rdmatool qp-leaks -j --no-agent --watch 2s --min-age 1s
 	kill -CONT "$agent"
 	# The agent has scanned them all once its answer names at least n QPs.
-	i=0
-	until [ "$($bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s 2>/dev/null | grep -o '"qpn"' | wc -l)" -ge "$n" ]; do
-		if ! kill -0 "$agent" 2>/dev/null || [ $i -gt 600 ]; then
-			cat /tmp/agent.err
-			exit 1
-		fi
-		i=$((i + 1))
-		sleep 1
-	done
+	agent_names "$n"
 	echo "agent $n $(grep -E '^(VmRSS|VmHWM)' /proc/$agent/status | tr -s ' \t\n' ' ')"
 	$bin/labtime -n $runs -ok 0,1 -label "qp-leaks-agent $n" -- $bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s
 	echo "size qp-leaks-agent $n $($bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s | wc -c)"
