@@ -66,7 +66,9 @@ test-lab: lab lab-bins
 	done; \
 	if [ -n "$$failed" ]; then echo "lab tests failed on kernel(s):$$failed"; exit 1; fi
 
-demo: lab lab-bins
+# Only the kernel the demo boots is built.
+demo: deps lab-bins
+	$(BIN)/vmlab build -kernel $(KERNEL)
 	$(BIN)/vmlab run -kernel $(KERNEL) -- sh vmtest/demo.sh
 
 # One command in the guest: make lab-shell CMD='rdma res show qp' KERNEL=6.1
@@ -74,18 +76,34 @@ CMD ?= rdma dev; rdma link
 lab-shell: lab lab-bins
 	$(BIN)/vmlab run -kernel $(KERNEL) -- sh -c '$(CMD)'
 
-# Benchmarks: Go benchmarks on the host, then rdmatool against iproute2 on
-# BENCH_QPS QPs in one guest run per kernel.
-BENCH_QPS ?= 10000
+# Benchmarks: Go benchmarks on the host, then in one guest run per kernel
+# the QP dump of rdmatool, iproute2 and the floor (vmtest/bench/nlfloor) and
+# qp-leaks at each of BENCH_SIZES QPs, then the probe overhead
+# (BENCH_TRACE=no skips it). vmtest/bench/report prints one table per kernel,
+# writes $(BENCH_DIR)/bench-DATE.json and .md, and draws BENCH_PLOT.
+BENCH_SIZES ?= 1000 10000 30000 60000
+BENCH_TRACE ?= yes
+BENCH_DIR   := $(LAB)/bench
+BENCH_DATE  := $(shell date -u +%Y-%m-%d)
+BENCH_PLOT  ?= vmtest/bench/qp-dump.png
 # The probe overhead is measured in instruction-counted guest time (QEMU
 # -icount shift=N): plain TCG wall time varies too much on a shared host.
 BENCH_ICOUNT ?= 2
 bench: lab lab-bins
-	$(GO) test -run '^$$' -bench . -benchmem ./...
-	@for k in $(KERNELS); do \
-		$(BIN)/vmlab run -kernel $$k -memory 4G -timeout 30m -- sh vmtest/bench/res-qp.sh $(BENCH_QPS) || exit 1; \
-		VMTEST_ICOUNT=$(BENCH_ICOUNT) $(BIN)/vmlab run -kernel $$k -timeout 40m -- sh vmtest/bench/trace-overhead.sh || exit 1; \
+	@command -v gnuplot >/dev/null || apt-get install -y -q gnuplot-nox
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/nlfloor ./vmtest/bench/nlfloor
+	@mkdir -p $(BENCH_DIR)
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem ./... | tee $(BENCH_DIR)/gobench.txt
+	@set -o pipefail; for k in $(KERNELS); do \
+		$(BIN)/vmlab run -kernel $$k -memory 10G -timeout 120m -- sh vmtest/bench/qp-dump.sh $(BENCH_SIZES) \
+			| tee $(BENCH_DIR)/qp-dump-$$k.log || exit 1; \
 	done
+	$(GO) run ./vmtest/bench/report -date $(BENCH_DATE) -commit $(VERSION) \
+		-json $(BENCH_DIR)/bench-$(BENCH_DATE).json -plot $(BENCH_PLOT) -gobench $(BENCH_DIR)/gobench.txt \
+		$(foreach k,$(KERNELS),$(BENCH_DIR)/qp-dump-$(k).log) | tee $(BENCH_DIR)/bench-$(BENCH_DATE).md
+	@if [ "$(BENCH_TRACE)" = yes ]; then for k in $(KERNELS); do \
+		VMTEST_ICOUNT=$(BENCH_ICOUNT) $(BIN)/vmlab run -kernel $$k -timeout 40m -- sh vmtest/bench/trace-overhead.sh || exit 1; \
+	done; fi
 
 clean:
 	rm -rf $(BIN) $(LAB)/runs

@@ -1,7 +1,9 @@
 package rdmanl
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
@@ -26,8 +28,17 @@ type Client struct {
 	stale  bool
 }
 
+// recvBufferSize is the recvmsg buffer every read uses. The kernel sizes
+// each dump reply from the largest buffer the socket has been given, capped
+// at 32 KiB (netlink_recvmsg and netlink_dump in net/netlink/af_netlink.c),
+// and a resource dump restarts from its first entry for every reply, so a
+// dump read with 32 KiB takes about an eighth of the restarts it takes when
+// read with the 4 KiB replies netlink's default peek-then-read leaves it at.
+// No reply on this socket is larger than the cap.
+const recvBufferSize = 32 << 10
+
 func dialConn() (*netlink.Conn, error) {
-	return netlink.Dial(familyRDMA, &netlink.Config{Strict: true})
+	return netlink.Dial(familyRDMA, &netlink.Config{Strict: true, MessageBufferSize: recvBufferSize})
 }
 
 // Dial opens a NETLINK_RDMA socket.
@@ -284,65 +295,66 @@ func resDump[T any](ctx context.Context, c *Client, dev Device, opts DumpOptions
 			// by default; older kernels ignore the attribute.
 			ae.Uint8(attrDriverDetails, 1)
 		})
-		seen := map[uint32]bool{}
+		var seen keySet
 		skipped := 0
 		var firstErr error
 		stopped := false
+		// entry decodes one table entry into v, one allocation for the
+		// whole dump rather than one per entry (the codec's functions take
+		// a pointer); it reports false when the consumer stopped.
+		v := new(T)
+		entry := func(b []byte, devIndex uint32, devName string) bool {
+			ead, err := netlink.NewAttributeDecoder(b)
+			if err == nil {
+				*v, err = codec.decode(ead)
+			}
+			if err != nil { // a malformed entry is skipped, not the table
+				skipped++
+				firstErr = cmpErr(firstErr, err)
+				return true
+			}
+			if !seen.add(codec.key(v)) {
+				return true
+			}
+			codec.setDev(v, devIndex, devName)
+			if finish != nil {
+				finish(v)
+			}
+			return yield(*v, nil)
+		}
 		for attempt := 0; ; attempt++ {
 			interrupted, err := c.dump(ctx, op, attrs, func(m netlink.Message) bool {
-				ad, err := netlink.NewAttributeDecoder(m.Data)
-				if err != nil {
-					skipped++
-					firstErr = cmpErr(firstErr, err)
-					return true
-				}
+				// The message and its table are walked in place: an
+				// AttributeDecoder would copy the whole table, then each
+				// entry, before the entry's own decoder copies its fields.
 				var devIndex uint32
 				var devName string
-				for ad.Next() && !stopped {
-					switch ad.Type() {
+				err := walkAttrs(m.Data, func(typ uint16, b []byte) bool {
+					switch typ {
 					case attrDevIndex:
-						devIndex = ad.Uint32()
+						if len(b) != 4 {
+							skipped++
+							firstErr = cmpErr(firstErr, errMalformedAttr)
+							return true
+						}
+						devIndex = binary.NativeEndian.Uint32(b)
 					case attrDevName:
-						devName = ad.String()
+						devName = string(bytes.TrimRight(b, "\x00"))
 					case codec.table:
-						ad.Nested(func(tad *netlink.AttributeDecoder) error {
-							for tad.Next() && !stopped {
-								if tad.Type() != codec.entry {
-									continue
-								}
-								// Do, not Nested: a malformed entry must not stop the
-								// table's decoder, so its error stays here.
-								tad.Do(func(b []byte) error {
-									ead, err := netlink.NewAttributeDecoder(b)
-									var v T
-									if err == nil {
-										v, err = codec.decode(ead)
-									}
-									if err != nil {
-										skipped++
-										firstErr = cmpErr(firstErr, err)
-										return nil
-									}
-									key := codec.key(&v)
-									if seen[key] {
-										return nil
-									}
-									seen[key] = true
-									codec.setDev(&v, devIndex, devName)
-									if finish != nil {
-										finish(&v)
-									}
-									if !yield(v, nil) {
-										stopped = true
-									}
-									return nil
-								})
+						err := walkAttrs(b, func(typ uint16, b []byte) bool {
+							if typ == codec.entry && !entry(b, devIndex, devName) {
+								stopped = true
 							}
-							return nil
+							return !stopped
 						})
+						if err != nil {
+							skipped++
+							firstErr = cmpErr(firstErr, err)
+						}
 					}
-				}
-				if err := ad.Err(); err != nil {
+					return !stopped
+				})
+				if err != nil {
 					skipped++
 					firstErr = cmpErr(firstErr, err)
 				}
@@ -370,6 +382,48 @@ func resDump[T any](ctx context.Context, c *Client, dev Device, opts DumpOptions
 			yield(zero, &PartialError{Op: what, Skipped: skipped, First: firstErr})
 		}
 	}
+}
+
+// keySet holds the keys a dump has yielded, sorted. The kernel walks a
+// device's resources in ID order, so keys come ascending and are appended;
+// only a repeat or a restarted dump needs the binary search.
+type keySet []uint32
+
+// add reports whether k is new, and adds it.
+func (s *keySet) add(k uint32) bool {
+	if n := len(*s); n == 0 || k > (*s)[n-1] {
+		*s = append(*s, k)
+		return true
+	}
+	i, found := slices.BinarySearch(*s, k)
+	if found {
+		return false
+	}
+	*s = slices.Insert(*s, i, k)
+	return true
+}
+
+var errMalformedAttr = errors.New("malformed netlink attribute")
+
+// walkAttrs calls fn with the type (flag bits masked, as
+// AttributeDecoder.Type does) and payload of each attribute in b, until fn
+// returns false. Payloads are slices of b, not copies.
+func walkAttrs(b []byte, fn func(typ uint16, payload []byte) bool) error {
+	const hdrLen, typeMask = 4, 0x3fff // sizeof(struct nlattr); ~(NLA_F_NESTED|NLA_F_NET_BYTEORDER)
+	for len(b) > 0 {
+		if len(b) < hdrLen {
+			return errMalformedAttr
+		}
+		l := int(binary.NativeEndian.Uint16(b))
+		if l < hdrLen || l > len(b) {
+			return errMalformedAttr
+		}
+		if !fn(binary.NativeEndian.Uint16(b[2:])&typeMask, b[hdrLen:l]) {
+			return nil
+		}
+		b = b[min(len(b), (l+3)&^3):]
+	}
+	return nil
 }
 
 func cmpErr(first, err error) error {

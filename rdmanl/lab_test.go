@@ -326,8 +326,8 @@ func TestLabRecord(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
 	c := labClient(t)
 	startLabWorkloads(t)
-	// A QP dump that spans several messages: 300 QPs on one SRQ.
-	big := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "300", "--srq", "--to", "INIT", "--batch", "--quiet", "--hold", "stdin")
+	// A QP dump that spans several 32 KiB messages: 1000 QPs on one SRQ.
+	big := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "1000", "--srq", "--to", "INIT", "--batch", "--quiet", "--hold", "stdin")
 	big.WaitFor("ready", 120*time.Second)
 	defer big.Release(60 * time.Second)
 

@@ -1,0 +1,95 @@
+#!/bin/sh
+# make bench: inside the lab guest, grow the QPs held on rxe0 through each
+# size given (default 1000 10000 30000 60000) and at each size time the QP
+# listing of the floor (nlfloor), rdmatool and iproute2, then qp-leaks
+# (netlink only, with probes, answered by a running agent). QPs are held by
+# several qpwork processes of at most 20000 QPs each, so no process nears
+# vm.max_map_count. Every measurement is a labtime line labelled
+# "<what> <QPs>"; "size", "agent" and "held" lines carry the rest. The host
+# side (vmtest/bench/report) turns the log into tables, JSON and a plot.
+set -eu
+bin=.lab/bin
+sizes=${*:-1000 10000 30000 60000}
+echo 262144 >/proc/sys/vm/max_map_count
+echo "== kernel $VMTEST_KERNEL ($VMTEST_RELEASE)"
+
+held=0
+procs=0
+# hold N: start one qpwork holding N more QPs, wait for its ready line.
+hold() {
+	procs=$((procs + 1))
+	mkfifo /tmp/hold$procs
+	$bin/qpwork --dev rxe0 --qps "$1" --to INIT --batch --quiet --hold stdin </tmp/hold$procs >/tmp/qpwork$procs.out &
+	# fd 3+k keeps the hold open until the script exits
+	eval "exec $((procs + 2))>/tmp/hold$procs"
+	i=0
+	until grep -q '"event":"ready"' /tmp/qpwork$procs.out; do
+		if grep -q '"event":"error"' /tmp/qpwork$procs.out || [ $i -gt 12000 ]; then
+			cat /tmp/qpwork$procs.out
+			exit 1
+		fi
+		i=$((i + 1))
+		sleep 0.1
+	done
+	held=$((held + $1))
+}
+
+sock=/tmp/rdmatool-agent.sock
+$bin/rdmatool agent --socket "$sock" --interval 5s 2>/tmp/agent.err &
+agent=$!
+# agent_names N: wait until the agent answers, naming at least N QPs.
+agent_names() {
+	i=0
+	until a=$($bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s 2>/dev/null)
+		echo "$a" | grep -q '"source":"agent"' && [ "$(echo "$a" | grep -o '"qpn"' | wc -l)" -ge "$1" ]; do
+		if ! kill -0 "$agent" 2>/dev/null || [ $i -gt 600 ]; then
+			cat /tmp/agent.err
+			exit 1
+		fi
+		i=$((i + 1))
+		sleep 1
+	done
+}
+# Its start (BTF, loading and verifying the probes) keeps the guest busy
+# for seconds: nothing is timed before it answers.
+agent_names 0
+
+for n in $sizes; do
+	while [ $held -lt "$n" ]; do
+		more=$((n - held))
+		[ $more -gt 20000 ] && more=20000
+		hold $more
+	done
+	# The agent's scans would compete for the guest's CPUs: it sleeps
+	# while anything else is timed.
+	kill -STOP "$agent"
+	# Few runs where one run takes long (TCG): the spread is small there.
+	runs=5
+	[ "$n" -gt 10000 ] && runs=3
+	listed="rdmatool lists $($bin/rdmatool res qp -j | grep -o '"lqpn"' | wc -l)"
+	[ "$n" -le 10000 ] && listed="$listed, iproute2 $(rdma -j res show qp | grep -o '"lqpn"' | wc -l)"
+	echo "held $n QPs in $procs processes; $listed"
+	$bin/nlfloor -v
+	$bin/labtime -n $runs -label "floor $n" -- $bin/nlfloor
+	$bin/labtime -n $runs -label "rdmatool $n" -- $bin/rdmatool res qp -j
+	$bin/labtime -n $runs -label "rdmatool-text $n" -- $bin/rdmatool res qp
+	iruns=$runs
+	[ "$n" -gt 30000 ] && iruns=1
+	$bin/labtime -n $iruns -label "iproute2 $n" -- rdma -j res show qp
+	RDMATOOL_CPUPROFILE=.lab/bench/res-qp-$VMTEST_KERNEL-$n.pprof $bin/rdmatool res qp -j >/dev/null
+
+	# qp-leaks: every QP is held in INIT, so every one is a finding (exit 1).
+	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-netlink $n" -- $bin/rdmatool qp-leaks -j --no-agent --no-probes --watch 2s --min-age 1s
+	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-probes $n" -- $bin/rdmatool qp-leaks -j --no-agent --watch 2s --min-age 1s
+	kill -CONT "$agent"
+	# The agent has scanned them all once its answer names at least n QPs.
+	agent_names "$n"
+	echo "agent $n $(grep -E '^(VmRSS|VmHWM)' /proc/$agent/status | tr -s ' \t\n' ' ')"
+	$bin/labtime -n $runs -ok 0,1 -label "qp-leaks-agent $n" -- $bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s
+	echo "size qp-leaks-agent $n $($bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s | wc -c)"
+	kill -STOP "$agent"
+	echo "size qp-leaks-netlink $n $($bin/rdmatool qp-leaks -j --no-agent --no-probes --watch 2s --min-age 1s | wc -c)"
+done
+kill -CONT "$agent"
+kill -INT "$agent"
+wait "$agent" || true

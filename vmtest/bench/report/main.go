@@ -1,0 +1,313 @@
+// Command report turns make bench's logs into one table per kernel, a JSON
+// file for comparison across commits, and a PNG plot of QP dump time against
+// the number of QPs (drawn by gnuplot).
+//
+//	report [-json FILE] [-plot FILE] [-gobench FILE] [-date D] [-commit C] LOG...
+//
+// Each LOG is the output of one guest run of vmtest/bench/qp-dump.sh;
+// -gobench is the output of go test -bench -benchmem.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Report is the JSON file's content.
+type Report struct {
+	Date         string      `json:"date"`
+	Commit       string      `json:"commit"`
+	Kernels      []KernelRun `json:"kernels"`
+	GoBenchmarks []GoBench   `json:"go_benchmarks"`
+}
+
+// KernelRun is one guest run.
+type KernelRun struct {
+	Kernel  string `json:"kernel"`
+	Release string `json:"release"`
+	Sizes   []Size `json:"sizes"`
+}
+
+// Size holds what was measured with one number of QPs held.
+type Size struct {
+	QPs int `json:"qps"`
+	// Timings by label: floor, rdmatool, rdmatool-text, iproute2,
+	// qp-leaks-netlink, qp-leaks-probes, qp-leaks-agent.
+	Timings        map[string]Timing `json:"timings"`
+	FloorDatagrams int               `json:"floor_datagrams"`
+	FloorBytes     int               `json:"floor_bytes"`
+	AnswerBytes    map[string]int    `json:"answer_bytes"`
+	AgentRSSKiB    int               `json:"agent_rss_kib"`
+	AgentHWMKiB    int               `json:"agent_hwm_kib"`
+}
+
+// Timing is one labtime line.
+type Timing struct {
+	Runs          int     `json:"runs"`
+	MinSeconds    float64 `json:"min_seconds"`
+	MedianSeconds float64 `json:"median_seconds"`
+	MaxSeconds    float64 `json:"max_seconds"`
+	MaxRSSKiB     int     `json:"max_rss_kib"`
+}
+
+// GoBench is one go test -bench result line.
+type GoBench struct {
+	Name        string  `json:"name"`
+	NsPerOp     float64 `json:"ns_per_op"`
+	NsPerQP     float64 `json:"ns_per_qp"`
+	BytesPerOp  int     `json:"bytes_per_op"`
+	AllocsPerOp int     `json:"allocs_per_op"`
+}
+
+var (
+	kernelLine  = regexp.MustCompile(`^== kernel (\S+) \((\S+)\)`)
+	labtimeLine = regexp.MustCompile(`^(\S+) (\d+)\s+runs (\d+)\s+wall min ([0-9.]+)s median ([0-9.]+)s max ([0-9.]+)s\s+maxrss (\d+) KiB`)
+	floorLine   = regexp.MustCompile(`^nlfloor: \d+ devices, (\d+) datagrams, \d+ messages, (\d+) bytes`)
+	heldLine    = regexp.MustCompile(`^held (\d+) QPs`)
+	sizeLine    = regexp.MustCompile(`^size (\S+) (\d+) (\d+)`)
+	agentLine   = regexp.MustCompile(`^agent (\d+) .*VmHWM: (\d+) kB.*VmRSS: (\d+) kB`)
+	goBenchLine = regexp.MustCompile(`^(Benchmark\S+)\s+\d+\s+([0-9.]+) ns/op(?:\s+([0-9.]+) ns/qp)?\s+(\d+) B/op\s+(\d+) allocs/op`)
+)
+
+func main() {
+	jsonOut := flag.String("json", "", "write the report as JSON to this file")
+	plotOut := flag.String("plot", "", "draw the QP dump plot (PNG) to this file with gnuplot")
+	goBench := flag.String("gobench", "", "go test -bench output to include")
+	date := flag.String("date", time.Now().UTC().Format("2006-01-02"), "date of the run")
+	commit := flag.String("commit", "", "commit measured")
+	flag.Parse()
+	rep := Report{Date: *date, Commit: *commit, GoBenchmarks: []GoBench{}}
+	for _, path := range flag.Args() {
+		k, err := parseLog(path)
+		if err != nil {
+			fail(err)
+		}
+		rep.Kernels = append(rep.Kernels, k)
+	}
+	if *goBench != "" {
+		b, err := os.ReadFile(*goBench)
+		if err != nil {
+			fail(err)
+		}
+		rep.GoBenchmarks = parseGoBench(b)
+	}
+	printTables(os.Stdout, rep)
+	if *jsonOut != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			fail(err)
+		}
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			fail(err)
+		}
+	}
+	if *plotOut != "" {
+		if err := plot(rep, *plotOut); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "report:", err)
+	os.Exit(1)
+}
+
+func atoi(s string) int     { n, _ := strconv.Atoi(s); return n }
+func atof(s string) float64 { f, _ := strconv.ParseFloat(s, 64); return f }
+
+func parseLog(path string) (KernelRun, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return KernelRun{}, err
+	}
+	defer f.Close()
+	var k KernelRun
+	size := func(n int) *Size {
+		for i := range k.Sizes {
+			if k.Sizes[i].QPs == n {
+				return &k.Sizes[i]
+			}
+		}
+		k.Sizes = append(k.Sizes, Size{QPs: n, Timings: map[string]Timing{}, AnswerBytes: map[string]int{}})
+		return &k.Sizes[len(k.Sizes)-1]
+	}
+	held := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := kernelLine.FindStringSubmatch(line); m != nil {
+			k.Kernel, k.Release = m[1], m[2]
+		} else if m := heldLine.FindStringSubmatch(line); m != nil {
+			held = atoi(m[1])
+		} else if m := floorLine.FindStringSubmatch(line); m != nil && held > 0 {
+			s := size(held)
+			s.FloorDatagrams, s.FloorBytes = atoi(m[1]), atoi(m[2])
+		} else if m := labtimeLine.FindStringSubmatch(line); m != nil {
+			size(atoi(m[2])).Timings[m[1]] = Timing{
+				Runs: atoi(m[3]), MinSeconds: atof(m[4]), MedianSeconds: atof(m[5]), MaxSeconds: atof(m[6]), MaxRSSKiB: atoi(m[7]),
+			}
+		} else if m := sizeLine.FindStringSubmatch(line); m != nil {
+			size(atoi(m[2])).AnswerBytes[m[1]] = atoi(m[3])
+		} else if m := agentLine.FindStringSubmatch(line); m != nil {
+			s := size(atoi(m[1]))
+			s.AgentHWMKiB, s.AgentRSSKiB = atoi(m[2]), atoi(m[3])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return k, err
+	}
+	if k.Kernel == "" {
+		return k, fmt.Errorf("%s: no kernel line; did the guest run fail?", path)
+	}
+	return k, nil
+}
+
+func parseGoBench(b []byte) []GoBench {
+	out := []GoBench{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if m := goBenchLine.FindStringSubmatch(line); m != nil {
+			out = append(out, GoBench{Name: m[1], NsPerOp: atof(m[2]), NsPerQP: atof(m[3]), BytesPerOp: atoi(m[4]), AllocsPerOp: atoi(m[5])})
+		}
+	}
+	return out
+}
+
+// median seconds of a label, or NaN when it was not measured.
+func (s Size) median(label string) float64 {
+	t, ok := s.Timings[label]
+	if !ok {
+		return math.NaN()
+	}
+	return t.MedianSeconds
+}
+
+func secs(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", v)
+}
+
+func ratio(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+func mib(kib int) string {
+	if kib == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", float64(kib)/1024)
+}
+
+func printTables(w io.Writer, rep Report) {
+	for _, k := range rep.Kernels {
+		fmt.Fprintf(w, "\n### kernel %s (%s), %s, commit %s\n\n", k.Kernel, k.Release, rep.Date, rep.Commit)
+		fmt.Fprintln(w, "QP dump, median wall seconds (peak RSS MiB):")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| QPs | floor | rdmatool -j | rdmatool text | iproute2 -j | rdmatool/floor | rdmatool/iproute2 | floor replies |")
+		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for _, s := range k.Sizes {
+			cell := func(label string) string {
+				return fmt.Sprintf("%s (%s)", secs(s.median(label)), mib(s.Timings[label].MaxRSSKiB))
+			}
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %d |\n", s.QPs,
+				cell("floor"), cell("rdmatool"), cell("rdmatool-text"), cell("iproute2"),
+				ratio(s.median("rdmatool"), s.median("floor")), ratio(s.median("rdmatool"), s.median("iproute2")), s.FloorDatagrams)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprint(w, "Growth exponent t ~ N^e between the two largest sizes (1 linear, 2 quadratic):")
+		for _, label := range []string{"floor", "rdmatool", "iproute2"} {
+			fmt.Fprintf(w, " %s %s", label, growth(k.Sizes, label))
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "qp-leaks, median wall seconds; answer bytes; agent RSS MiB:")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| QPs | netlink (2s watch) | probes (2s watch) | answered by agent | answer bytes (local) | answer bytes (agent) | agent RSS (peak) |")
+		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
+		for _, s := range k.Sizes {
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %d | %d | %s (%s) |\n", s.QPs,
+				secs(s.median("qp-leaks-netlink")), secs(s.median("qp-leaks-probes")), secs(s.median("qp-leaks-agent")),
+				s.AnswerBytes["qp-leaks-netlink"], s.AnswerBytes["qp-leaks-agent"], mib(s.AgentRSSKiB), mib(s.AgentHWMKiB))
+		}
+	}
+	if len(rep.GoBenchmarks) > 0 {
+		fmt.Fprintln(w, "\nGo benchmarks (host):")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| benchmark | ns/op | ns/QP | B/op | allocs/op |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+		for _, b := range rep.GoBenchmarks {
+			perQP := "–"
+			if b.NsPerQP > 0 {
+				perQP = fmt.Sprintf("%.0f", b.NsPerQP)
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %s | %d | %d |\n", b.Name, b.NsPerOp, perQP, b.BytesPerOp, b.AllocsPerOp)
+		}
+	}
+}
+
+// growth is the exponent e in t ~ N^e between the two largest sizes
+// measured for label.
+func growth(sizes []Size, label string) string {
+	var pts []Size
+	for _, s := range sizes {
+		if !math.IsNaN(s.median(label)) {
+			pts = append(pts, s)
+		}
+	}
+	if len(pts) < 2 {
+		return "–"
+	}
+	a, b := pts[len(pts)-2], pts[len(pts)-1]
+	return fmt.Sprintf("%.2f", math.Log(b.median(label)/a.median(label))/math.Log(float64(b.QPs)/float64(a.QPs)))
+}
+
+// plot draws one panel per kernel: median QP dump time against QPs for
+// rdmatool, iproute2 and the floor.
+func plot(rep Report, out string) error {
+	var script bytes.Buffer
+	fmt.Fprintf(&script, "set terminal pngcairo size %d,440 font ',10'\n", max(960, 80+420*len(rep.Kernels)))
+	fmt.Fprintf(&script, "set output %q\n", out)
+	fmt.Fprintf(&script, "set multiplot layout 1,%d title %q\n", len(rep.Kernels),
+		fmt.Sprintf("QP dump on rxe0: median wall time, lab guest under TCG (%s, commit %s)", rep.Date, rep.Commit))
+	script.WriteString("set key top left\nset grid\nset xlabel 'QPs held (thousands)'\nset ylabel 'seconds'\n")
+	for _, k := range rep.Kernels {
+		fmt.Fprintf(&script, "set title %q\n", "kernel "+k.Kernel+" ("+k.Release+")")
+		var data strings.Builder
+		for _, label := range []string{"rdmatool", "iproute2", "floor"} {
+			for _, s := range k.Sizes {
+				if v := s.median(label); !math.IsNaN(v) {
+					fmt.Fprintf(&data, "%g %g\n", float64(s.QPs)/1000, v)
+				}
+			}
+			data.WriteString("e\n")
+		}
+		script.WriteString("plot '-' using 1:2 with linespoints lw 2 title 'rdmatool res qp -j', " +
+			"'-' using 1:2 with linespoints lw 2 title 'rdma -j res show qp (iproute2)', " +
+			"'-' using 1:2 with linespoints lw 2 title 'floor (nlfloor: 32 KiB reads, discarded)'\n")
+		script.WriteString(data.String())
+	}
+	script.WriteString("unset multiplot\n")
+	cmd := exec.Command("gnuplot")
+	cmd.Stdin = &script
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("gnuplot: %w", err)
+	}
+	return nil
+}
