@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -242,11 +243,15 @@ func TestLabUnprivileged(t *testing.T) {
 		{[]string{"trace", "--duration", "1s"}, 2, "(run as root, or grant CAP_BPF and CAP_PERFMON)"},
 		{[]string{"link", "add", "rxe9", "type", "rxe", "netdev", "dummy0"}, 2, "operation not permitted (run as root or grant CAP_NET_ADMIN)"},
 		{[]string{"link", "delete", "rxe0"}, 2, "operation not permitted (run as root or grant CAP_NET_ADMIN)"},
-		{[]string{"agent", "--socket", "/run/rdmatool/unpriv.sock"}, 2, "permission denied"},
+		// The agent itself runs unprivileged (netlink only); a socket where
+		// the user cannot write is refused at start.
+		{[]string{"agent", "--socket", "/root/rdmatool/agent.sock"}, 2, "permission denied"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			cmd := exec.Command(bin, tt.args...)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, tt.args...)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 			var stderr strings.Builder
 			cmd.Stderr = &stderr

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -109,7 +110,7 @@ func resLink(dev string, port uint32) string {
 	if port == 0 {
 		return "link " + dev + "/-"
 	}
-	return fmt.Sprintf("link %s/%d", dev, port)
+	return "link " + dev + "/" + strconv.FormatUint(uint64(port), 10) // per QP row: no Sprintf
 }
 
 func qpRowOf(q rdmanl.QP, procs *owner.Resolver) qpRow {
