@@ -46,8 +46,11 @@
 // comment at the start of a line or after whitespace; blank lines are
 // ignored. A GUID or a name may appear once; a zero GUID, a malformed GUID,
 // an invalid name or a line of other than two fields is an error that names
-// the file and line (*MapError lists them all). A missing default file is
-// no error: the map policy then names nothing.
+// the file and line (*MapError lists them all). A UTF-8 byte order mark at
+// the start of the file is skipped. The file must be a regular file (or a
+// symbolic link to one); a named pipe, device or directory is refused
+// without reading it. A missing default file is no error: the map policy
+// then names nothing.
 //
 // # Renaming
 //

@@ -3,15 +3,21 @@ package rename
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
 // DefaultMapFile is the map policy's file when none is given.
 const DefaultMapFile = "/etc/rdmatool/names.conf"
+
+// byteOrderMark is U+FEFF in UTF-8, which some editors write at the start
+// of a file.
+const byteOrderMark = "\ufeff"
 
 // maxMapSize bounds a map file; a real one is a few lines per HCA.
 const maxMapSize = 1 << 20
@@ -75,18 +81,47 @@ func (e *MapError) Unwrap() []error {
 	return errs
 }
 
-// LoadMap reads and checks a map file.
+// LoadMap reads and checks a map file. It must be a regular file (or a
+// symbolic link to one): a named pipe, a device or a directory is refused
+// without reading from it, so a pipe with no writer does not block.
 func LoadMap(path string) (*Map, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: opening a named pipe waits for a writer otherwise. It
+	// changes nothing for a regular file.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("rename: read map: %w", err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("rename: read map: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("rename: read map %s: not a regular file (%s)", path, fileKind(fi.Mode()))
+	}
 	return ParseMap(f, path)
 }
 
+// fileKind names the type of a file that is not a regular one.
+func fileKind(m fs.FileMode) string {
+	switch m.Type() {
+	case fs.ModeDir:
+		return "a directory"
+	case fs.ModeNamedPipe:
+		return "a named pipe"
+	case fs.ModeSocket:
+		return "a socket"
+	case fs.ModeDevice:
+		return "a block device"
+	case fs.ModeDevice | fs.ModeCharDevice:
+		return "a character device"
+	}
+	return "mode " + m.String()
+}
+
 // ParseMap reads a map file's content; file names it in errors. Every line
-// is checked: the error is a *MapError listing each bad one.
+// is checked: the error is a *MapError listing each bad one. A UTF-8 byte
+// order mark at the start is skipped.
 func ParseMap(r io.Reader, file string) (*Map, error) {
 	raw, err := io.ReadAll(io.LimitReader(r, maxMapSize+1))
 	if err != nil {
@@ -97,7 +132,8 @@ func ParseMap(r io.Reader, file string) (*Map, error) {
 	}
 	m := &Map{File: file}
 	var bad []LineError
-	for i, line := range strings.Split(string(raw), "\n") {
+	content := strings.TrimPrefix(string(raw), byteOrderMark)
+	for i, line := range strings.Split(content, "\n") {
 		n := i + 1
 		fields := strings.Fields(stripComment(line))
 		if len(fields) == 0 {
