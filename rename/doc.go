@@ -3,10 +3,11 @@
 // the PCI address (NAME_PCI), and applies them through rdmanl, checking the
 // kernel's answer and never leaving a device under a temporary name.
 //
-// Choosing names is separate from applying them: Run lists the devices,
-// asks the policies for names, plans the renames (pure logic, see Step) and
-// applies the plan through a Renamer, which *rdmanl.Client is and tests
-// fake. It does not watch for devices: udev runs "rdmatool rename udev
+// Choosing names is separate from applying them: Prepare checks the
+// options and reads the map file without a kernel call, then Job.Run lists
+// the devices, asks the policies for names, plans the renames (pure logic,
+// see Step) and applies the plan through a Renamer, which *rdmanl.Client is
+// and tests fake. Run does both. It does not watch for devices: udev runs "rdmatool rename udev
 // KERNEL_NAME" for each new one (packaging/udev), and re-applying names
 // after a reset is the agent's job.
 //
