@@ -7,9 +7,10 @@
 // options and reads the map file without a kernel call, then Job.Run lists
 // the devices, asks the policies for names, plans the renames (pure logic,
 // see Step) and applies the plan through a Renamer, which *rdmanl.Client is
-// and tests fake. Run does both. It does not watch for devices: udev runs "rdmatool rename udev
-// KERNEL_NAME" for each new one (packaging/udev), and re-applying names
-// after a reset is the agent's job.
+// and tests fake. Run does both. The package does not watch for devices:
+// udev runs "rdmatool rename udev -- KERNEL_NAME" for each new one
+// (packaging/udev), and re-applying names after a reset is the agent's
+// job.
 //
 // # Policies
 //
