@@ -85,8 +85,13 @@ func (e *MapError) Unwrap() []error {
 // symbolic link to one): a named pipe, a device or a directory is refused
 // without reading from it, so a pipe with no writer does not block.
 func LoadMap(path string) (*Map, error) {
-	// O_NONBLOCK: opening a named pipe waits for a writer otherwise. It
-	// changes nothing for a regular file.
+	// Stat first, so that a device is not even opened. Then open with
+	// O_NONBLOCK, so that a named pipe put in the file's place meanwhile
+	// does not block the open (a regular file reads as without it), and
+	// check what was opened.
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, notRegular(path, fi.Mode())
+	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("rename: read map: %w", err)
@@ -97,26 +102,27 @@ func LoadMap(path string) (*Map, error) {
 		return nil, fmt.Errorf("rename: read map: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("rename: read map %s: not a regular file (%s)", path, fileKind(fi.Mode()))
+		return nil, notRegular(path, fi.Mode())
 	}
 	return ParseMap(f, path)
 }
 
-// fileKind names the type of a file that is not a regular one.
-func fileKind(m fs.FileMode) string {
+// notRegular is LoadMap's error for a file that is not a regular one.
+func notRegular(path string, m fs.FileMode) error {
+	kind := "mode " + m.String()
 	switch m.Type() {
 	case fs.ModeDir:
-		return "a directory"
+		kind = "a directory"
 	case fs.ModeNamedPipe:
-		return "a named pipe"
+		kind = "a named pipe"
 	case fs.ModeSocket:
-		return "a socket"
+		kind = "a socket"
 	case fs.ModeDevice:
-		return "a block device"
+		kind = "a block device"
 	case fs.ModeDevice | fs.ModeCharDevice:
-		return "a character device"
+		kind = "a character device"
 	}
-	return "mode " + m.String()
+	return fmt.Errorf("rename: read map %s: not a regular file (%s)", path, kind)
 }
 
 // ParseMap reads a map file's content; file names it in errors. Every line

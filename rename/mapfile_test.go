@@ -3,6 +3,7 @@ package rename
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,11 +52,18 @@ func TestLoadMapNotRegular(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	sock := filepath.Join(dir, "names.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
 	tests := []struct {
 		name string
 		path string
 		want string
 	}{
+		{"socket", sock, "rename: read map " + sock + ": not a regular file (a socket)"},
 		{"named pipe", fifo, "rename: read map " + fifo + ": not a regular file (a named pipe)"},
 		{"directory", dir, "rename: read map " + dir + ": not a regular file (a directory)"},
 		{"character device", "/dev/null", "rename: read map /dev/null: not a regular file (a character device)"},
