@@ -3,12 +3,14 @@
 // the PCI address (NAME_PCI), and applies them through rdmanl, checking the
 // kernel's answer and never leaving a device under a temporary name.
 //
-// Choosing names is separate from applying them: Run lists the devices,
-// asks the policies for names, plans the renames (pure logic, see Step) and
-// applies the plan through a Renamer, which *rdmanl.Client is and tests
-// fake. It does not watch for devices: udev runs "rdmatool rename udev
-// KERNEL_NAME" for each new one (packaging/udev), and re-applying names
-// after a reset is the agent's job.
+// Choosing names is separate from applying them: Prepare checks the
+// options and reads the map file without a kernel call, then Job.Run lists
+// the devices, asks the policies for names, plans the renames (pure logic,
+// see Step) and applies the plan through a Renamer, which *rdmanl.Client is
+// and tests fake. Run does both. The package does not watch for devices:
+// udev runs "rdmatool rename udev -- KERNEL_NAME" for each new one
+// (packaging/udev), and re-applying names after a reset is the agent's
+// job.
 //
 // # Policies
 //
@@ -46,8 +48,11 @@
 // comment at the start of a line or after whitespace; blank lines are
 // ignored. A GUID or a name may appear once; a zero GUID, a malformed GUID,
 // an invalid name or a line of other than two fields is an error that names
-// the file and line (*MapError lists them all). A missing default file is
-// no error: the map policy then names nothing.
+// the file and line (*MapError lists them all). A UTF-8 byte order mark at
+// the start of the file is skipped. The file must be a regular file (or a
+// symbolic link to one); a named pipe, device or directory is refused
+// without reading it. A missing default file is no error: the map policy
+// then names nothing.
 //
 // # Renaming
 //

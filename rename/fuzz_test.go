@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -24,6 +26,8 @@ func FuzzParseMap(f *testing.F) {
 	}
 	f.Add("0002:c903:00a1:b2c3 a#b # c\r\n")
 	f.Add("0x0002c90300a1b2c3\tname\n\n#\n")
+	f.Add("\ufeff0002:c903:00a1:b2c3 a\n\ufeff")
+	f.Add("0002:c903:00a1:b2c3 a\u202eb\n")
 	f.Fuzz(func(t *testing.T, content string) {
 		m, err := ParseMap(strings.NewReader(content), "f.conf")
 		if err != nil {
@@ -70,7 +74,7 @@ func FuzzParseMap(f *testing.F) {
 // FuzzValidateName checks ValidateName against the kernel's rules.
 func FuzzValidateName(f *testing.F) {
 	for _, s := range []string{"", "fab0-hca0", "rocex525400fffec0ffee", ".", "..", "a/b", "ib%d", "a b", "a\x00",
-		"näme", "\xff", strings.Repeat("x", 63), strings.Repeat("x", 64), "lab#1"} {
+		"näme", "\xff", strings.Repeat("x", 63), strings.Repeat("x", 64), "lab#1", "-labdash", "a\u202eb", "\u200b", "\ufeffa"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
@@ -83,10 +87,110 @@ func FuzzValidateName(f *testing.F) {
 			if f := strings.Fields(name); len(f) != 1 || f[0] != name {
 				t.Fatalf("ValidateName(%q) accepted a name that does not fit a map file line", name)
 			}
+			for _, r := range name {
+				if unicode.Is(unicode.Cf, r) {
+					t.Fatalf("ValidateName(%q) accepted the invisible format character %U", name, r)
+				}
+			}
 			return
 		}
 		if !errors.Is(err, ErrInvalidName) || !strings.HasPrefix(err.Error(), "invalid name ") {
 			t.Fatalf("ValidateName(%q) = %v", name, err)
+		}
+	})
+}
+
+// seedLines returns the lines of a testdata file that are not comments.
+func seedLines(f *testing.F, path string) []string {
+	f.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// FuzzParsePolicies checks the --policy list parser: it never panics, what
+// it accepts is a list of known policies without repeats, one per
+// comma-separated field, and the list written out again parses the same.
+func FuzzParsePolicies(f *testing.F) {
+	for _, l := range seedLines(f, "testdata/policies.txt") {
+		f.Add(l)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParsePolicies(s)
+		if err != nil {
+			if got != nil || !strings.HasPrefix(err.Error(), "rename: ") {
+				t.Fatalf("ParsePolicies(%q) = %v, %v", s, got, err)
+			}
+			return
+		}
+		fields := strings.Split(s, ",")
+		if len(got) != len(fields) {
+			t.Fatalf("ParsePolicies(%q) = %v: %d policies from %d fields", s, got, len(got), len(fields))
+		}
+		seen := map[Policy]bool{}
+		var names []string
+		for i, p := range got {
+			switch p {
+			case PolicyMap, PolicyGUID, PolicyPCI, PolicyKeep:
+			default:
+				t.Fatalf("ParsePolicies(%q) accepted unknown policy %q", s, p)
+			}
+			if seen[p] {
+				t.Fatalf("ParsePolicies(%q) accepted %s twice", s, p)
+			}
+			if strings.TrimSpace(fields[i]) != string(p) {
+				t.Fatalf("ParsePolicies(%q): field %q read as %s", s, fields[i], p)
+			}
+			seen[p] = true
+			names = append(names, string(p))
+		}
+		again, err := ParsePolicies(strings.Join(names, ","))
+		if err != nil || !slices.Equal(again, got) {
+			t.Fatalf("ParsePolicies(%q) = %v, but its list %q parses as %v, %v", s, got, strings.Join(names, ","), again, err)
+		}
+	})
+}
+
+// FuzzParseGUID checks the GUID parser of map files: it never panics, an
+// accepted GUID has 16 hex digits in one of the three forms, and each form
+// it prints parses back to the same GUID.
+func FuzzParseGUID(f *testing.F) {
+	seeds, _ := filepath.Glob("testdata/*.conf")
+	for _, p := range seeds {
+		for _, l := range seedLines(f, p) {
+			if fields := strings.Fields(l); len(fields) > 0 {
+				f.Add(fields[0])
+			}
+		}
+	}
+	for _, s := range []string{"0x0002c90300a1b2c3", "0X0002C90300A1B2C3", "0002c90300a1b2c3", "0002:c903:00a1:b2c3",
+		"0x", "0x+002c90300a1b2c3", "0002:c903:00a1:b2c", "::::", "ffff:ffff:ffff:ffff", "0002:c903:00a1:b2c3:"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		g, err := ParseGUID(s)
+		if err != nil {
+			if g != 0 || !strings.HasPrefix(err.Error(), "invalid GUID ") {
+				t.Fatalf("ParseGUID(%q) = %v, %v", s, g, err)
+			}
+			return
+		}
+		digits := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X"), ":", "")
+		if len(digits) != 16 || strings.Trim(digits, "0123456789abcdefABCDEF") != "" || len(s) > 19 {
+			t.Fatalf("ParseGUID(%q) = %v: not 16 hex digits in a known form", s, g)
+		}
+		for _, form := range []string{g.String(), fmt.Sprintf("0x%016x", uint64(g)), fmt.Sprintf("%016X", uint64(g))} {
+			if again, err := ParseGUID(form); err != nil || again != g {
+				t.Fatalf("ParseGUID(%q) = %v, but %q parses as %v, %v", s, g, form, again, err)
+			}
 		}
 	})
 }

@@ -272,6 +272,17 @@ func installRule(t *testing.T, path, content string) {
 	run(t, "udevadm", "control", "--reload")
 }
 
+// forceRule returns the packaged rule with --force added, as the udev
+// README shows for software devices.
+func forceRule(t *testing.T, packaged string) string {
+	t.Helper()
+	const run = "rename udev -- '%k'"
+	if !strings.Contains(packaged, run) {
+		t.Fatalf("%s does not run %q", packagedRule, run)
+	}
+	return strings.Replace(packaged, run, "rename udev --force -- '%k'", 1)
+}
+
 // TestLabUdevRule runs the packaged rule in a real systemd-udevd: a new
 // device gets its name from the map or from its node GUID, and the same
 // name again when it comes back with a new index.
@@ -291,10 +302,7 @@ func TestLabUdevRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	packaged := string(raw)
-	forced := strings.Replace(packaged, "rename udev %k", "rename udev --force %k", 1)
-	if forced == packaged {
-		t.Fatalf("%s does not run \"rename udev %%k\"", packagedRule)
-	}
+	forced := forceRule(t, packaged)
 
 	devs := []struct {
 		name     string
@@ -567,7 +575,7 @@ func TestLabRenameCLI(t *testing.T) {
 			t.Errorf("nothing to do: exit %d, stdout %q, stderr %q; want 0 and silence", code, out, stderr)
 		}
 		out, stderr, code = rdmatool(t, bin, "rename", "udev", "labnosuch0")
-		if code != 2 || out != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "rename: find device labnosuch0: no such RDMA device") {
+		if code != 2 || out != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "rdmanl: find device labnosuch0: no such RDMA device") {
 			t.Errorf("missing device: exit %d, stdout %q, stderr %q; want 2 and one line", code, out, stderr)
 		}
 	})
@@ -645,4 +653,133 @@ func TestLabRenameTiming(t *testing.T) {
 		t.Logf("kernel %s: %s: median %v, min %v, max %v over %d runs",
 			vmtest.Kernel(), tool.name, ts[len(ts)/2].Round(10*time.Microsecond), ts[0].Round(10*time.Microsecond), ts[len(ts)-1].Round(10*time.Microsecond), len(ts))
 	}
+}
+
+// TestLabNamesLikeFlags renames devices whose names start with '-' or hold
+// a space. The kernel takes both: rdma link add refuses only an empty name
+// or one with '%' (nldev_newlink), a rename only an empty one
+// (nldev_set_doit, ib_device_rename); only rdmatool's own choices must pass
+// ValidateName, which allows a leading '-' and refuses whitespace. After
+// "--" rdmatool reads them as device names.
+func TestLabNamesLikeFlags(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	c := labClient(t)
+	defer checkLabDevices(t, c)
+	bin := copyBin(t, filepath.Join(t.TempDir(), "rdmatool"))
+	n := nic(9)
+	addNetdev(t, n)
+	if err := c.LinkAdd(t.Context(), "-labdash", "rxe", n.netdev); err != nil {
+		t.Fatalf("rdma link add -labdash: the kernel refused a name that starts with '-': %v", err)
+	}
+	t.Cleanup(func() { deleteLink(t, c, n) })
+	guidName := "rocex000000fffe000a09"
+	m := filepath.Join(t.TempDir(), "names.conf")
+	if err := os.WriteFile(m, []byte(fmt.Sprintf("%s -labdash2\n", n.guid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		rename     string // the kernel's name before, set with rdmanl when not the current one
+		args       []string
+		wantStdout string
+		wantName   string
+	}{
+		{"to a name with a leading dash", "-labdash", []string{"--policy", "map", "--map", m, "--force", "--", "-labdash"},
+			"-labdash -> -labdash2 (map " + m + ":1)\n", "-labdash2"},
+		{"dry run from it", "", []string{"--policy", "guid", "--force", "--dry-run", "--", "-labdash2"},
+			"-labdash2 -> " + guidName + " (guid " + n.guid.String() + "; dry run)\n", "-labdash2"},
+		{"from it", "", []string{"--policy", "guid", "--force", "--", "-labdash2"},
+			"-labdash2 -> " + guidName + " (guid " + n.guid.String() + ")\n", guidName},
+		{"from a name with a leading dash and a space", "-lab space", []string{"--policy", "guid", "--force", "--", "-lab space"},
+			"-lab space -> " + guidName + " (guid " + n.guid.String() + ")\n", guidName},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, _ := byGUID(t, c, n.guid)
+			if tt.rename != "" && d.Name != tt.rename {
+				if err := c.Rename(t.Context(), d, tt.rename); err != nil {
+					t.Fatalf("rename %s to %q: the kernel refused it: %v", d.Name, tt.rename, err)
+				}
+			}
+			out, stderr, code := rdmatool(t, bin, append([]string{"rename"}, tt.args...)...)
+			if code != 0 || out != tt.wantStdout || stderr != "" {
+				t.Errorf("rdmatool rename %q: exit %d, stdout %q, stderr %q; want 0, %q", tt.args, code, out, stderr, tt.wantStdout)
+			}
+			if d, _ := byGUID(t, c, n.guid); d.Name != tt.wantName {
+				t.Errorf("the device is %q, want %q", d.Name, tt.wantName)
+			}
+		})
+	}
+}
+
+// TestLabUdevRuleNamesLikeFlags runs the packaged rule in systemd-udevd for
+// devices made with names that start with '-' or hold a space: udev passes
+// them to rdmatool whole, as device names. A name with a ' in it reaches
+// rdmatool without the quote, as another device's name; rdmatool sees
+// that DEVPATH names another device and leaves both alone.
+func TestLabUdevRuleNamesLikeFlags(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	c := labClient(t)
+	u := startUdevd(t, "")
+	defer checkLabDevices(t, c)
+	raw, err := os.ReadFile(packagedRule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packaged := string(raw)
+	n := nic(10)
+	const guidName = "rocex000000fffe000a0a"
+	addNetdev(t, n)
+	for _, rule := range []struct {
+		name, content string
+		force         bool
+	}{
+		{"packaged rule", packaged, false},
+		{"rule with --force", forceRule(t, packaged), true},
+	} {
+		t.Run(rule.name, func(t *testing.T) {
+			installRule(t, ruleFile, rule.content)
+			for _, kernelName := range []string{"-labdash", "-lab space", "--force"} {
+				t.Run(kernelName, func(t *testing.T) {
+					mark := u.mark()
+					addLink(t, c, n, kernelName, "rxe")
+					run(t, "udevadm", "settle", "--timeout=60")
+					want := guidName
+					if d, _ := byGUID(t, c, n.guid); d.HasNameAssign && d.NameAssignType == rdmanl.NameAssignUser && !rule.force {
+						want = kernelName // user-assigned at rdma link add (6.11+)
+					}
+					waitForName(t, c, n, want)
+					if log := u.logSince(mark, "rdmatool"); strings.Contains(log, "failed with exit code") {
+						t.Errorf("rdmatool failed under udev:\n%s", log)
+					}
+					deleteLink(t, c, n)
+					run(t, "udevadm", "settle", "--timeout=60")
+				})
+			}
+		})
+	}
+
+	t.Run("a name with a quote", func(t *testing.T) {
+		installRule(t, ruleFile, forceRule(t, packaged))
+		other := nic(11)
+		addNetdev(t, other)
+		addLink(t, c, other, "labq", "rxe")
+		run(t, "udevadm", "settle", "--timeout=60")
+		d, _ := byGUID(t, c, other.guid)
+		if err := c.Rename(t.Context(), d, "labq"); err != nil { // the rule renamed it
+			t.Fatal(err)
+		}
+		mark := u.mark()
+		addLink(t, c, n, "lab'q", "rxe")
+		run(t, "udevadm", "settle", "--timeout=60")
+		if d, _ := byGUID(t, c, other.guid); d.Name != "labq" {
+			t.Errorf("the device labq is now %q: rdmatool renamed the wrong device", d.Name)
+		}
+		if d, _ := byGUID(t, c, n.guid); d.Name != "lab'q" {
+			t.Errorf("the device lab'q is now %q", d.Name)
+		}
+		if log := u.logSince(mark, "rdmatool"); !strings.Contains(log, "the udev event is for device") {
+			t.Errorf("rdmatool did not refuse the name udev passed for lab'q:\n%s", log)
+		}
+	})
 }

@@ -3,10 +3,14 @@ package rename
 import (
 	"errors"
 	"io/fs"
+	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -37,6 +41,72 @@ func TestLoadMapMissing(t *testing.T) {
 	_, err := LoadMap(filepath.Join(t.TempDir(), "names.conf"))
 	if !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "rename: read map: open ") {
 		t.Fatalf("LoadMap(missing) = %v, want a rename: read map error matching fs.ErrNotExist", err)
+	}
+}
+
+// TestLoadMapNotRegular checks that a map file that is not a regular file
+// is refused at once: a named pipe with no writer must not block.
+func TestLoadMapNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "names.conf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "names.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	tests := []struct {
+		name string
+		path string
+		want string
+	}{
+		{"socket", sock, "rename: read map " + sock + ": not a regular file (a socket)"},
+		{"named pipe", fifo, "rename: read map " + fifo + ": not a regular file (a named pipe)"},
+		{"directory", dir, "rename: read map " + dir + ": not a regular file (a directory)"},
+		{"character device", "/dev/null", "rename: read map /dev/null: not a regular file (a character device)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := LoadMap(tt.path)
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Errorf("LoadMap(%s) still blocks after 10s", tt.path)
+				// Open the pipe's other end so that LoadMap returns.
+				if w, werr := os.OpenFile(tt.path, os.O_WRONLY, 0); werr == nil {
+					w.Close()
+				}
+				err = <-done
+			}
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("LoadMap(%s) = %v, want %q", tt.path, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestLoadMapSymlink checks that a symbolic link to a map file is read
+// (only what it points to must be a regular file).
+func TestLoadMapSymlink(t *testing.T) {
+	target, err := filepath.Abs("testdata/names.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "names.conf")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	m, err := LoadMap(link)
+	if err != nil || len(m.Entries) != 4 {
+		t.Fatalf("LoadMap(symlink to names.conf) = %+v, %v, want its 4 entries", m, err)
 	}
 }
 
@@ -97,6 +167,14 @@ func TestParseMap(t *testing.T) {
 		{"name first", "fab0 0002:c903:00a1:b2c3", nil,
 			`rename: f.conf:1: invalid GUID "fab0": want 0002:c903:00a1:b2c3, 0x0002c90300a1b2c3 or 0002c90300a1b2c3`},
 		{"too large", strings.Repeat("#\n", maxMapSize), nil, "rename: read map f.conf: larger than 1048576 bytes"},
+		{"byte order mark", "\ufeff0002:c903:00a1:b2c3 a\n", []MapEntry{{GUID: 0x0002c90300a1b2c3, Name: "a", Line: 1}}, ""},
+		{"byte order mark before a comment", "\ufeff# names\n0002:c903:00a1:b2c3 a\n", []MapEntry{{GUID: 0x0002c90300a1b2c3, Name: "a", Line: 2}}, ""},
+		{"byte order mark on the second line", "# names\n\ufeff0002:c903:00a1:b2c3 a\n", nil,
+			`rename: f.conf:2: invalid GUID "\ufeff0002:c903:00a1:b2c3": want 0002:c903:00a1:b2c3, 0x0002c90300a1b2c3 or 0002c90300a1b2c3`},
+		{"right-to-left override in a name", "0002:c903:00a1:b2c3 fab0\u202e0akh\n", nil,
+			`rename: f.conf:1: invalid name "fab0\u202e0akh": contains the invisible format character U+202E`},
+		{"zero-width space in a name", "0002:c903:00a1:b2c3 fab0-hca0\u200b\n", nil,
+			`rename: f.conf:1: invalid name "fab0-hca0\u200b": contains the invisible format character U+200B`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -33,9 +33,12 @@ func (e *NameError) Is(target error) bool { return target == ErrInvalidName }
 // allocation pattern, and makes the name a sysfs directory, so '/', "." and
 // ".." are out. Whitespace, control characters and invalid UTF-8 are
 // accepted by the kernel but break udev rules, shell scripts and logs, so
-// they are refused too.
+// they are refused too, and so are invisible format characters (Unicode
+// category Cf: U+200B zero width space, U+202E right-to-left override,
+// U+FEFF, ...), which make a name look like another.
 func ValidateName(name string) error {
 	reason := ""
+	format := strings.IndexFunc(name, isFormat)
 	switch {
 	case name == "":
 		reason = "empty"
@@ -53,11 +56,18 @@ func ValidateName(name string) error {
 		reason = "contains whitespace"
 	case strings.IndexFunc(name, unicode.IsControl) >= 0:
 		reason = "contains a control character"
+	case format >= 0:
+		r, _ := utf8.DecodeRuneInString(name[format:])
+		reason = fmt.Sprintf("contains the invisible format character %U", r)
 	default:
 		return nil
 	}
 	return &NameError{Name: name, Reason: reason}
 }
+
+// isFormat reports whether r is an invisible format character (Unicode
+// category Cf).
+func isFormat(r rune) bool { return unicode.Is(unicode.Cf, r) }
 
 // namePrefix is rdma_rename's prefix for a device: the protocol the kernel
 // reports (RDMA_NLDEV_ATTR_DEV_PROTOCOL: "ib", "roce", "iw", "opa",

@@ -33,6 +33,12 @@ func TestValidateName(t *testing.T) {
 		{"control", "a\x01b", "contains a control character"},
 		{"nul", "a\x00b", "contains a control character"},
 		{"invalid utf-8", "a\xffb", "not valid UTF-8"},
+		{"right-to-left override", "fab0\u202ehca", "contains the invisible format character U+202E"},
+		{"zero-width space", "fab0\u200b", "contains the invisible format character U+200B"},
+		{"byte order mark", "\ufefffab0", "contains the invisible format character U+FEFF"},
+		{"soft hyphen", "fab\u00ad0", "contains the invisible format character U+00AD"},
+		{"tag character", "fab0\U000E0041", "contains the invisible format character U+E0041"},
+		{"leading dash", "-fab0", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

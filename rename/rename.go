@@ -90,44 +90,87 @@ type Report struct {
 	DryRun   bool     `json:"dry_run"`
 }
 
-// Run chooses names for the devices o selects, plans the renames and,
-// unless o.DryRun, applies them. The report covers every selected device,
-// also when an error is returned: an error means at least one rename
-// failed (the report says which) or nothing could be planned. No device is
-// ever left under a temporary name: a failed step rolls back the renames
-// its group made.
-func Run(ctx context.Context, r Renamer, o Options) (Report, error) {
-	rep := Report{Renames: []Result{}, Steps: []Step{}, Policies: o.Policies, DryRun: o.DryRun}
-	if len(rep.Policies) == 0 {
-		rep.Policies, _ = ParsePolicies(DefaultPolicies)
+// Job is a checked rename request, its map file read: what Prepare returns
+// and Job.Run carries out.
+type Job struct {
+	o        Options
+	policies []Policy
+	mapFile  string // "" when the map policy is not used
+	n        *namer
+}
+
+// Prepare checks o and reads the map file, without any kernel call, so
+// that a caller can report bad input before it opens netlink. The map file
+// is read once, here; Job.Run uses what was read.
+func Prepare(o Options) (*Job, error) {
+	j, err := prepare(o)
+	if err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// prepare is Prepare, but also returns the job when o is bad, for its
+// report.
+func prepare(o Options) (*Job, error) {
+	j := &Job{o: o, policies: o.Policies}
+	if len(j.policies) == 0 {
+		j.policies, _ = ParsePolicies(DefaultPolicies)
 	}
 	if !o.All && len(o.Devices) == 0 {
-		return rep, errors.New("rename: no device given")
+		return j, errors.New("rename: no device given")
 	}
-	n := &namer{policies: rep.Policies, pci: func(dev string) (sysfs.PCILocation, error) {
+	if slices.Contains(o.Devices, "") {
+		return j, errors.New("rename: empty device name")
+	}
+	j.n = &namer{policies: j.policies, pci: func(dev string) (sysfs.PCILocation, error) {
 		root := o.SysRoot
 		if root == "" {
 			root = "/sys"
 		}
 		return sysfs.ReadPCILocation(root, dev)
 	}}
-	if slices.Contains(rep.Policies, PolicyMap) {
-		file := o.MapFile
-		if file == "" {
-			file = DefaultMapFile
+	if slices.Contains(j.policies, PolicyMap) {
+		j.mapFile = o.MapFile
+		if j.mapFile == "" {
+			j.mapFile = DefaultMapFile
 		}
-		rep.MapFile = file
-		m, err := LoadMap(file)
+		m, err := LoadMap(j.mapFile)
 		switch {
 		case err == nil:
-			n.m = m
+			j.n.m = m
 		case !o.MapMustExist && errors.Is(err, fs.ErrNotExist):
-			n.mapNote = "no map file " + file
+			j.n.mapNote = "no map file " + j.mapFile
 		default:
-			return rep, err
+			return j, err
 		}
 	}
+	return j, nil
+}
 
+// Run is Prepare followed by Job.Run. When Prepare fails, the report has
+// no devices.
+func Run(ctx context.Context, r Renamer, o Options) (Report, error) {
+	j, err := prepare(o)
+	if err != nil {
+		return j.report(), err
+	}
+	return j.Run(ctx, r)
+}
+
+// report is an empty report of the job.
+func (j *Job) report() Report {
+	return Report{Renames: []Result{}, Steps: []Step{}, Policies: j.policies, MapFile: j.mapFile, DryRun: j.o.DryRun}
+}
+
+// Run chooses names for the devices the job selects, plans the renames
+// and, unless it is a dry run, applies them. The report covers every
+// selected device, also when an error is returned: an error means at least
+// one rename failed (the report says which) or nothing could be planned.
+// No device is ever left under a temporary name: a failed step rolls back
+// the renames its group made.
+func (j *Job) Run(ctx context.Context, r Renamer) (Report, error) {
+	o, n, rep := j.o, j.n, j.report()
 	devs, err := r.Devices(ctx)
 	if err != nil {
 		return rep, err

@@ -498,3 +498,65 @@ func TestReportJSON(t *testing.T) {
 		t.Errorf("empty report: %s", empty)
 	}
 }
+
+// TestPrepare checks what Prepare refuses; it makes no kernel call, so a
+// caller can report these before it opens netlink.
+func TestPrepare(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.conf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.conf")
+	tests := []struct {
+		name    string
+		opts    Options
+		wantErr string // "" for none
+	}{
+		{"good map", Options{All: true, MapFile: "testdata/names.conf", MapMustExist: true}, ""},
+		{"bad map", Options{All: true, MapFile: "testdata/bad.conf", DryRun: true},
+			`rename: testdata/bad.conf:2: want "GUID NAME", found 1 fields (and 6 more bad lines)`},
+		{"named pipe as the map", Options{All: true, MapFile: fifo}, "rename: read map " + fifo + ": not a regular file (a named pipe)"},
+		{"named map missing", Options{All: true, MapFile: missing, MapMustExist: true},
+			"rename: read map: open " + missing + ": no such file or directory"},
+		{"default map missing", Options{All: true, MapFile: missing}, ""},
+		{"bad map, map policy unused", Options{All: true, MapFile: "testdata/bad.conf", Policies: []Policy{PolicyGUID}}, ""},
+		{"no device", Options{MapFile: missing}, "rename: no device given"},
+		{"empty device name", Options{Devices: []string{"rxe0", ""}, MapFile: missing}, "rename: empty device name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j, err := Prepare(tt.opts)
+			if tt.wantErr == "" {
+				if err != nil || j == nil {
+					t.Fatalf("Prepare() = %v, %v, want a job", j, err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tt.wantErr || j != nil {
+				t.Fatalf("Prepare() = %v, %v, want nil and %q", j, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestJobUsesMapOfPrepare checks that Job.Run names devices from the map
+// file as Prepare read it, not as it is when the job runs.
+func TestJobUsesMapOfPrepare(t *testing.T) {
+	path := writeMap(t, labMap)
+	j, err := Prepare(Options{All: true, MapFile: path, Policies: []Policy{PolicyMap}, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("0002:c903:00a1:b2c3 changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := j.Run(t.Context(), &fakeKernel{devs: []rdmanl.Device{hcaA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []brief{{"mlx5_0", "fab0-hca0", "map", "planned", "map " + path + ":2", ""}}
+	if diff := cmp.Diff(want, briefs(rep.Renames)); diff != "" {
+		t.Errorf("results (-want +got):\n%s", diff)
+	}
+}

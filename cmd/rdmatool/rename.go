@@ -4,12 +4,32 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path"
 	"strings"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
 )
+
+// renameConn is the kernel connection rename uses: *rdmanl.Client, or a
+// fake in tests.
+type renameConn interface {
+	rename.Renamer
+	Close() error
+}
+
+// dialRename opens the RDMA netlink client for rename.
+func dialRename(g *globals) func() (renameConn, error) {
+	return func() (renameConn, error) {
+		c, err := g.dial()
+		if err != nil {
+			return nil, err // not a nil *rdmanl.Client in an interface
+		}
+		return c, nil
+	}
+}
 
 // renameFlags are the flags rename and rename udev share.
 type renameFlags struct {
@@ -28,7 +48,11 @@ func (f *renameFlags) options(cmd *cobra.Command) (rename.Options, error) {
 	return rename.Options{Policies: policies, Force: f.force, MapFile: f.mapFile, MapMustExist: cmd.Flags().Changed("map")}, nil
 }
 
-func newRenameCmd(g *globals) *cobra.Command {
+func newRenameCmd(g *globals) *cobra.Command { return newRenameCmdDial(g, dialRename(g)) }
+
+// newRenameCmdDial is newRenameCmd with the kernel connection it opens,
+// after every argument and the map file have been checked.
+func newRenameCmdDial(g *globals, dial func() (renameConn, error)) *cobra.Command {
 	var f renameFlags
 	var all, dryRun bool
 	cmd := &cobra.Command{
@@ -48,8 +72,12 @@ the renames that waited for it. A name user space assigned is kept unless
 --force: from 6.11 the kernel reports one for rxe and siw devices made by
 "rdma link add NAME".
 
-"rdmatool rename udev KERNEL_NAME" is what the udev rule runs for each new
-device: quiet, exit status 0 when done or nothing to do.`,
+The map file and every argument are checked before the kernel is asked
+anything. A device name that starts with '-' goes after "--":
+"rdmatool rename --dry-run -- -dev0".
+
+"rdmatool rename udev -- KERNEL_NAME" is what the udev rule runs for each
+new device: quiet, exit status 0 when done or nothing to do.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) == 1) {
@@ -60,12 +88,16 @@ device: quiet, exit status 0 when done or nothing to do.`,
 				return err
 			}
 			o.All, o.Devices, o.DryRun = all, args, dryRun
-			c, err := g.dial()
+			job, err := rename.Prepare(o)
+			if err != nil {
+				return err
+			}
+			c, err := dial()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			rep, err := rename.Run(cmd.Context(), c, o)
+			rep, err := job.Run(cmd.Context(), c)
 			if rerr := renderRenames(cmd.OutOrStdout(), g, rep); rerr != nil {
 				return rerr
 			}
@@ -78,29 +110,44 @@ device: quiet, exit status 0 when done or nothing to do.`,
 	pf.BoolVar(&f.force, "force", false, "also rename devices whose name user space assigned")
 	cmd.Flags().BoolVar(&all, "all", false, "rename every device")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the renames without making them")
-	cmd.AddCommand(newRenameUdevCmd(g, &f))
+	cmd.AddCommand(newRenameUdevCmd(&f, dial))
 	return cmd
 }
 
 // newRenameUdevCmd is what packaging/udev's rule runs on a device's add
 // event: it prints nothing, and one line on stderr when it fails.
-func newRenameUdevCmd(g *globals, f *renameFlags) *cobra.Command {
+func newRenameUdevCmd(f *renameFlags, dial func() (renameConn, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "udev KERNEL_NAME",
+		Use:   "udev [flags] -- KERNEL_NAME",
 		Short: "Rename one new device (run by the udev rule)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Rename one new device, as the udev rule does for each device added:
+
+  rdmatool rename udev -- KERNEL_NAME
+
+Flags go before "--", so a device name that starts with '-' is not read as
+one. It prints nothing and exits 0 when it renamed the device or had
+nothing to do; on failure it prints one line and exits 2. Run by udev
+(DEVPATH set), it refuses a KERNEL_NAME other than the event's device.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := f.options(cmd)
 			if err != nil {
 				return err
 			}
+			if err := checkUdevDevice(args[0], os.Getenv("DEVPATH")); err != nil {
+				return err
+			}
 			o.Devices = args
-			c, err := g.dial()
+			job, err := rename.Prepare(o)
+			if err != nil {
+				return err
+			}
+			c, err := dial()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			_, err = rename.Run(cmd.Context(), c, o)
+			_, err = job.Run(cmd.Context(), c)
 			if errors.Is(err, rdmanl.ErrNoDevice) {
 				// Another rule may have renamed it first: rdma-core's
 				// 60-rdma-persistent-naming.rules runs rdma_rename as a
@@ -110,6 +157,25 @@ func newRenameUdevCmd(g *globals, f *renameFlags) *cobra.Command {
 			return err
 		},
 	}
+}
+
+// checkUdevDevice checks that name is the device of the udev event whose
+// DEVPATH (/devices/virtual/infiniband/rxe0) udev put in the environment;
+// devpath is "" outside udev. udev substitutes %k into the RUN command
+// before it splits it, and has no escape for a ' inside '%k': a kernel
+// name with a ' in it would arrive as another name, perhaps another
+// device's.
+func checkUdevDevice(name, devpath string) error {
+	if devpath == "" {
+		return nil
+	}
+	// sysfs writes '/' in a kernel object's name as '!'; udev's %k turns
+	// it back.
+	event := strings.ReplaceAll(path.Base(devpath), "!", "/")
+	if event == name {
+		return nil
+	}
+	return fmt.Errorf("rename: the udev event is for device %q (DEVPATH=%s), not %q (udev drops the quotes of a name with ' in it)", event, devpath, name)
 }
 
 // renderRenames prints a rename report: one JSON object, or a line per
