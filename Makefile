@@ -12,7 +12,7 @@ FUZZTIME ?= 5s
 # Packages with tests that run in the lab guest (they call vmtest.Require).
 LAB_PKGS = $(shell grep -rl --include='*_test.go' 'vmtest\.Require' --exclude-dir=.lab . | xargs -r -n1 dirname | sort -u)
 
-.PHONY: all build deps test test-unit generate-check fuzz-smoke lab lab-bins test-lab demo lab-shell bench clean
+.PHONY: all build deps test test-unit generate-check fuzz-smoke lab lab-bins test-lab demo lab-shell bench soak clean
 
 all: build
 
@@ -104,6 +104,12 @@ bench: lab lab-bins
 	@if [ "$(BENCH_TRACE)" = yes ]; then for k in $(KERNELS); do \
 		VMTEST_ICOUNT=$(BENCH_ICOUNT) $(BIN)/vmlab run -kernel $$k -timeout 40m -- sh vmtest/bench/trace-overhead.sh || exit 1; \
 	done; fi
+
+# The agent for SOAK_SECONDS under QP churn and device add/delete, its RSS
+# sampled every 10 s (one kernel: make soak KERNEL=6.1).
+SOAK_SECONDS ?= 600
+soak: lab lab-bins
+	$(BIN)/vmlab run -kernel $(KERNEL) -timeout 60m -- sh vmtest/bench/soak.sh $(SOAK_SECONDS)
 
 clean:
 	rm -rf $(BIN) $(LAB)/runs
