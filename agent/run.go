@@ -215,9 +215,22 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 				if st.scanSucceeded("") {
 					log.Info("listing devices succeeded again", "devices", len(devs))
 				}
+				// The state learns the device list first, so that a new
+				// device's first scan is not taken for a gone device's.
 				present := map[uint32]bool{}
 				for _, dev := range devs {
 					present[dev.Index] = true
+				}
+				var gone []uint32
+				for index, r := range scanners {
+					if !present[index] {
+						r.stop()
+						delete(scanners, index)
+						gone = append(gone, index)
+					}
+				}
+				st.setDevices(devs, gone, d.Now())
+				for _, dev := range devs {
 					if r, ok := scanners[dev.Index]; ok {
 						r.dev.Store(&dev) // renamed, maybe
 						continue
@@ -233,15 +246,6 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 						scanLoop(sctx, d, o, st, r.dev, log)
 					}()
 				}
-				var gone []uint32
-				for index, r := range scanners {
-					if !present[index] {
-						r.stop()
-						delete(scanners, index)
-						gone = append(gone, index)
-					}
-				}
-				st.setDevices(devs, gone, d.Now())
 			}
 		}
 		wait := tick.C
