@@ -258,7 +258,10 @@ func TestLabHealthyChurn(t *testing.T) {
 func TestLabIWARPConnectionHeld(t *testing.T) {
 	vmtest.Require(t, vmtest.SIW)
 	withProbes(t, func(t *testing.T, probes bool, args []string) {
-		done := qpLeaks(t, args...)
+		// Two workloads start on a slow TCG guest (6.1 takes seconds to
+		// connect siw pairs): watch long enough for the idle QPs to reach
+		// --min-age before the end.
+		done := qpLeaks(t, append(args, "--watch", "16s")...)
 		w := vmtest.StartWorkload(t, "--dev", "siw0", "--pairs", "--qps", "2", "--connect", "cm", "--addr", vmtest.SIWAddr, "--hold", "stdin")
 		idle := vmtest.StartWorkload(t, "--dev", "siw0", "--qps", "2", "--to", "INIT", "--hold", "stdin")
 		w.WaitFor("ready", 30*time.Second)
