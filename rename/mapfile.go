@@ -141,7 +141,7 @@ func ParseMap(r io.Reader, file string) (*Map, error) {
 	content := strings.TrimPrefix(string(raw), byteOrderMark)
 	for i, line := range strings.Split(content, "\n") {
 		n := i + 1
-		fields := strings.Fields(stripComment(line))
+		fields := lineFields(line)
 		if len(fields) == 0 {
 			continue
 		}
@@ -189,15 +189,17 @@ func indexName(entries []MapEntry, name string) int {
 	return -1
 }
 
-// stripComment cuts a line at a '#' that starts it or follows whitespace;
-// a '#' inside a word is part of it.
-func stripComment(line string) string {
-	for i := 0; i < len(line); i++ {
-		if line[i] == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t') {
-			return line[:i]
+// lineFields splits a line into its whitespace-separated fields, up to a
+// comment: a '#' that starts the line or follows whitespace (any that
+// strings.Fields splits at) starts one; a '#' inside a word is part of it.
+func lineFields(line string) []string {
+	f := strings.Fields(line)
+	for i, w := range f {
+		if strings.HasPrefix(w, "#") {
+			return f[:i]
 		}
 	}
-	return line
+	return f
 }
 
 // ParseGUID parses a node GUID in one of the forms tools print it:
