@@ -9,8 +9,7 @@
 // see Step) and applies the plan through a Renamer, which *rdmanl.Client is
 // and tests fake. Run does both. The package does not watch for devices:
 // udev runs "rdmatool rename udev -- KERNEL_NAME" for each new one
-// (packaging/udev), and re-applying names after a reset is the agent's
-// job.
+// (packaging/udev); nothing else in rdmatool applies names on its own.
 //
 // # Policies
 //
