@@ -124,6 +124,21 @@ func (c *fakeClient) Close() error {
 	return nil
 }
 
+// stopRun cancels a Run started with done as its result and requires it
+// to return nil within a minute.
+func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not stop")
+	}
+}
+
 // waitFor polls cond (the agent's goroutines change what it reads) until
 // it holds or a minute passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -203,15 +218,7 @@ func TestRunPerDevice(t *testing.T) {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Run did not stop")
-	}
+	stopRun(t, cancel, done)
 	select {
 	case <-src.closed:
 	default:

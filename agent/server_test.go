@@ -460,15 +460,7 @@ func TestRunWaitsForIBCore(t *testing.T) {
 	if want := "agent: the agent on " + sock + " cannot read RDMA netlink: rdmanl: open netlink socket: protocol not supported"; err == nil || err.Error() != want {
 		t.Errorf("Check with an agent that cannot scan: %v, want %q", err, want)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Run after cancel: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not stop")
-	}
+	stopRun(t, cancel, done)
 	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left after Run: %v", err)
 	}
@@ -558,15 +550,7 @@ func TestRunProbeStreamFails(t *testing.T) {
 	if st.Probes != "off" || st.ProbesError != "probe stream failed: bpf: read ring buffer: bad" || st.QPs != 1 {
 		t.Errorf("status %+v; want probes off because the stream failed, and the QP it saw", st)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not stop after the probe stream failed")
-	}
+	stopRun(t, cancel, done)
 }
 
 // Check observes locally only when no agent is there; an agent that
