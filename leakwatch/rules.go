@@ -209,7 +209,7 @@ func qpExhaustion(dev *deviceState, max uint64, now time.Time, cfg Config) (Find
 	return f, true
 }
 
-// Findings forgets the destroyed QPs older than Config.Retain and evaluates
+// Findings forgets the destroyed QPs past their retention and evaluates
 // the rules Config selects, with its MinAge and MaxQP, at the watcher's
 // current time.
 func (w *Watcher) Findings() Report {
@@ -243,7 +243,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 		if q.Device != "" && h.Device != q.Device {
 			continue
 		}
-		if h.Destroyed && now.Sub(h.DestroyedAt) > cfg.Retain {
+		if h.Destroyed && now.Sub(h.DestroyedAt) > w.retention(h) {
 			continue
 		}
 		qps = append(qps, h)

@@ -47,9 +47,12 @@ type Config struct {
 	// MaxQP is the QP limit per device name when the caller knows it
 	// (netlink does not carry it); qp-exhaustion needs it.
 	MaxQP map[string]uint64
-	// Retain is how long destroyed QPs are kept for the destroy rules
-	// (default 10 minutes). Live QPs are kept while the kernel has them,
-	// so a watcher's memory follows the host's QPs, not its uptime.
+	// Retain is how long destroyed QPs that the destroy rules may report
+	// (SRQ QPs torn down without the IB spec 10.3.1 sequence) are kept
+	// (default 10 minutes); other destroyed QPs are kept at most a minute,
+	// without their evidence. Live QPs are kept while the kernel has them,
+	// so a watcher's memory follows the host's QPs and its churn over the
+	// last minute, not its uptime.
 	Retain time.Duration
 }
 

@@ -19,6 +19,12 @@ const maxEvidence = 12
 // clock when it is stepped.
 const probeMargin = 2 * time.Second
 
+// goneRetain is how long a destroyed QP no destroy rule can report on is
+// kept (at most Config.Retain): long enough for a probe event or a scan
+// that raced with the destroy to find its history, short enough that QP
+// churn of thousands a second does not hold minutes of histories.
+const goneRetain = time.Minute
+
 // maxSamples bounds the QP count samples kept per device for growth.
 const maxSamples = 256
 
@@ -72,8 +78,23 @@ type History struct {
 	LastWQEBeforeDestroy bool
 	DeviceGone           bool // destroyed by device unregistration
 
-	inScan   bool
+	inScan bool
+	// keep says the destroy rules may report this destroyed QP, so it is
+	// kept for Config.Retain; others go after goneRetain.
+	keep     bool
 	Evidence []Evidence
+}
+
+// ended records that the QP is gone at t. Only an SRQ QP whose destroy a
+// probe saw, torn down other than by the full IB spec 10.3.1 sequence, can
+// still be reported (srq-destroy-without-last-wqe); any other keeps just
+// enough for the races with scans and events, without its evidence.
+func (h *History) ended(t time.Time) {
+	h.Destroyed, h.DestroyedAt = true, t
+	h.keep = h.DestroySeen && !h.DeviceGone && h.OnSRQ && !(h.ErrBeforeDestroy && h.LastWQEBeforeDestroy)
+	if !h.keep {
+		h.Evidence = nil
+	}
 }
 
 func (h *History) note(t time.Time, source, format string, args ...any) {
@@ -218,8 +239,7 @@ func (w *Watcher) Scan(s Scan) {
 		// (a full ring buffer), and keeping it would leak memory and
 		// report its last state forever.
 		if h.inScan || h.StateSource == "scan" || (!s.Started.IsZero() && h.FirstSeen.Before(s.Started.Add(-probeMargin))) {
-			h.Destroyed, h.DestroyedAt = true, s.Time
-			h.note(s.Time, "scan", "gone from the QP dump")
+			h.ended(s.Time)
 		}
 	}
 	w.expire(s.Time)
@@ -236,8 +256,8 @@ func (w *Watcher) DeviceGone(index uint32, t time.Time) {
 	dev.gone = true
 	for _, q := range w.qps {
 		if q.DevIndex == index && !q.Destroyed {
-			q.Destroyed, q.DestroyedAt, q.DeviceGone = true, t, true
-			q.note(t, "scan", "device gone")
+			q.DeviceGone = true
+			q.ended(t)
 		}
 	}
 	w.expire(t)
@@ -252,12 +272,20 @@ func (w *Watcher) SetProbes(on bool, reason string) {
 // Started is when the watcher began observing.
 func (w *Watcher) Started() time.Time { return w.start }
 
-// expire forgets destroyed QPs older than Retain, and gone devices that
+// retention is how long a destroyed QP is kept.
+func (w *Watcher) retention(h *History) time.Duration {
+	if h.keep {
+		return w.cfg.Retain
+	}
+	return min(w.cfg.Retain, goneRetain)
+}
+
+// expire forgets destroyed QPs older than their retention, and gone devices that
 // no QP refers to any more.
 func (w *Watcher) expire(now time.Time) {
 	referenced := map[uint32]bool{}
 	for k, h := range w.qps {
-		if h.Destroyed && now.Sub(h.DestroyedAt) > w.cfg.Retain {
+		if h.Destroyed && now.Sub(h.DestroyedAt) > w.retention(h) {
 			delete(w.qps, k)
 			continue
 		}
@@ -331,16 +359,17 @@ func (w *Watcher) Event(ev Event) {
 			h.note(ev.Time, "probe", "destroy failed: %d", ev.Result)
 			return
 		}
-		h.Destroyed, h.DestroyedAt, h.DestroySeen = true, ev.Time, true
+		h.DestroySeen = true
 		h.ErrBeforeDestroy = h.StateKnown && h.State == rdmanl.QPStateErr
 		h.LastWQEBeforeDestroy = h.LastWQECount > 0
 		h.note(ev.Time, "probe", "destroyed in state %s", h.State)
+		h.ended(ev.Time)
 	case EventDeviceUnregistered:
 		dev.gone = true
 		for _, q := range w.qps {
 			if q.DevIndex == ev.DevIndex && !q.Destroyed {
-				q.Destroyed, q.DestroyedAt, q.DeviceGone = true, ev.Time, true
-				q.note(ev.Time, "probe", "device unregistered")
+				q.DeviceGone = true
+				q.ended(ev.Time)
 			}
 		}
 	case EventDeviceRenamed:
