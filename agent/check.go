@@ -135,18 +135,17 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 
 	watchCtx, cancel := context.WithTimeout(ctx, o.Watch)
 	defer cancel()
-	probesDone := make(chan error, 1)
+	var probesDone chan error // nil without probes: never ready
 	if src != nil {
+		probesDone = make(chan error, 1)
 		defer src.Close()
 		st.SetProbes(true, "")
 		probeCtx, stopProbes := context.WithCancel(ctx)
 		defer stopProbes()
-		go func() { probesDone <- followProbes(probeCtx, src, st, o.Device, 0, o.Interval) }()
+		go func() { probesDone <- followProbes(probeCtx, src, st, o.Device, o.Interval) }()
 		// The probes stop at the end of the watch, once they applied
 		// everything they read until then.
 		context.AfterFunc(watchCtx, stopProbes)
-	} else {
-		probesDone <- nil
 	}
 	sc := scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}
 	scan := func() error {

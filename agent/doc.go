@@ -18,7 +18,8 @@
 // CheckOnce observes the host for a --watch with the probes (when they
 // load) and netlink scans every --interval, then evaluates the rules over
 // what it saw. Check, what `rdmatool qp-leaks` calls, asks a running agent
-// first (Ask) and falls back to CheckOnce when none answers.
+// first (Ask) and runs CheckOnce only when no agent is there (ErrNoAgent);
+// an agent that refuses the question is an error.
 //
 // # Socket
 //

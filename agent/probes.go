@@ -40,16 +40,16 @@ func leakEvent(ev bpf.Event) (le leakwatch.Event, ok bool) {
 }
 
 // followProbes applies src's events of device ("" for every device) to st
-// as they arrive, and keeps st's count of lost events (lostBefore plus
-// src's own) current every refresh, until ctx ends (it returns nil, having
+// as they arrive, and keeps st's count of src's lost events current every
+// refresh, until ctx ends (it returns nil, having
 // applied every event read until then) or the stream fails (it returns
 // the stream's error). It does not close src.
-func followProbes(ctx context.Context, src EventSource, st *State, device string, lostBefore uint64, refresh time.Duration) error {
+func followProbes(ctx context.Context, src EventSource, st *State, device string, refresh time.Duration) error {
 	s, counts := src.(statser)
 	updateLost := func() {
 		if counts {
 			if stats, err := s.Stats(); err == nil {
-				st.setLost(lostBefore + stats.Total())
+				st.setLost(stats.Total())
 			}
 		}
 	}

@@ -143,7 +143,7 @@ func runProbes(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.L
 			log.Info("probes attached")
 			// Until ctx ends (nil) or the stream fails: then the
 			// history says so before the probes close.
-			if err := followProbes(ctx, src, st, "", 0, o.Interval); err != nil {
+			if err := followProbes(ctx, src, st, "", o.Interval); err != nil {
 				log.Warn("probe stream failed, netlink only from here", "err", err)
 				st.SetProbes(false, "probe stream failed: "+err.Error())
 			}

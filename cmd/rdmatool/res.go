@@ -46,13 +46,12 @@ func newResCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// resRequest is a parsed `res` command line: the resource type, its
-// filter, and the device (and port) the link or dev filter selects.
+// resRequest is a parsed `res` command line: the filter, and the device
+// (and port) the link or dev filter selects.
 type resRequest struct {
-	object string
-	flt    filter
-	dev    string // "" for every device
-	port   uint32 // 0 for every port
+	flt  filter
+	dev  string // "" for every device
+	port uint32 // 0 for every port
 }
 
 // resObjects are the resource types with the row their filters name and
@@ -72,7 +71,7 @@ var resObjects = map[string]struct {
 
 // parseRes checks everything the user typed, before netlink is opened.
 func parseRes(object string, args []string) (resRequest, error) {
-	r := resRequest{object: object}
+	var r resRequest
 	if object == "summary" {
 		if len(args) > 0 {
 			return r, fmt.Errorf("res summary takes no filters")
