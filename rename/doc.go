@@ -9,7 +9,8 @@
 // see Step) and applies the plan through a Renamer, which *rdmanl.Client is
 // and tests fake. Run does both. The package does not watch for devices:
 // udev runs "rdmatool rename udev -- KERNEL_NAME" for each new one
-// (packaging/udev); nothing else in rdmatool applies names on its own.
+// (packaging/udev), and CheckUdevDevice makes sure the name it got is the
+// event's device; nothing else in rdmatool applies names on its own.
 //
 // # Policies
 //

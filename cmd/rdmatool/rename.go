@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"strings"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -134,7 +133,7 @@ nothing to do; on failure it prints one line and exits 2. Run by udev
 			if err != nil {
 				return err
 			}
-			if err := checkUdevDevice(args[0], os.Getenv("DEVPATH")); err != nil {
+			if err := rename.CheckUdevDevice(args[0], os.Getenv("DEVPATH")); err != nil {
 				return err
 			}
 			o.Devices = args
@@ -157,25 +156,6 @@ nothing to do; on failure it prints one line and exits 2. Run by udev
 			return err
 		},
 	}
-}
-
-// checkUdevDevice checks that name is the device of the udev event whose
-// DEVPATH (/devices/virtual/infiniband/rxe0) udev put in the environment;
-// devpath is "" outside udev. udev substitutes %k into the RUN command
-// before it splits it, and has no escape for a ' inside '%k': a kernel
-// name with a ' in it would arrive as another name, perhaps another
-// device's.
-func checkUdevDevice(name, devpath string) error {
-	if devpath == "" {
-		return nil
-	}
-	// sysfs writes '/' in a kernel object's name as '!'; udev's %k turns
-	// it back.
-	event := strings.ReplaceAll(path.Base(devpath), "!", "/")
-	if event == name {
-		return nil
-	}
-	return fmt.Errorf("rename: the udev event is for device %q (DEVPATH=%s), not %q (udev drops the quotes of a name with ' in it)", event, devpath, name)
 }
 
 // renderRenames prints a rename report: one JSON object, or a line per
