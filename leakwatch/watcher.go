@@ -88,11 +88,16 @@ type History struct {
 // ended records that the QP is gone at t. Only an SRQ QP whose destroy a
 // probe saw, torn down other than by the full IB spec 10.3.1 sequence, can
 // still be reported (srq-destroy-without-last-wqe); any other keeps just
-// enough for the races with scans and events, without its evidence.
+// enough for the races with scans and events, without its evidence
+// unless a destroy event may still come.
 func (h *History) ended(t time.Time) {
 	h.Destroyed, h.DestroyedAt = true, t
 	h.keep = h.DestroySeen && !h.DeviceGone && h.OnSRQ && !(h.ErrBeforeDestroy && h.LastWQEBeforeDestroy)
-	if !h.keep {
+	// An SRQ QP a scan found gone may still get its destroy event (it
+	// waited in the ring buffer) and become reportable: its evidence stays
+	// until then.
+	awaitingDestroy := h.OnSRQ && !h.DeviceGone && !h.DestroySeen
+	if !h.keep && !awaitingDestroy {
 		h.Evidence = nil
 	}
 }

@@ -442,3 +442,28 @@ func TestHistoriesAreCopies(t *testing.T) {
 		t.Errorf("the watcher's history changed through a copy: %+v", again[0])
 	}
 }
+
+// A scan that misses an SRQ QP before its destroy event arrives (the event
+// waited in the ring buffer) leaves the QP's evidence for the finding the
+// event makes; a non-SRQ QP's goes at once.
+func TestEvidenceSurvivesTheDestroyRace(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{MinAge: time.Second, Probes: true}, c.now)
+	w.Event(create(c.at(0), rxe, 30, true))
+	w.Event(create(c.at(0), rxe, 31, false))
+	w.Event(modify(c.at(time.Millisecond), rxe, 30, rdmanl.QPStateRTS))
+	w.Scan(dump(c.at(5*time.Second), rxe)) // neither is listed any more
+	w.Event(ev(c.at(4*time.Second), EventQPDestroyed, rxe, 30))
+	rep := w.Findings()
+	if len(rep.Findings) != 1 || rep.Findings[0].Rule != RuleSRQDestroyWithoutLastWQE {
+		t.Fatalf("findings %v, want srq-destroy-without-last-wqe for QP 30", summarize(rep))
+	}
+	if ev := rep.Findings[0].Evidence; len(ev) < 3 || ev[0].What != "created" {
+		t.Errorf("evidence %+v, want the QP's life from its creation", ev)
+	}
+	for _, h := range w.Histories() {
+		if h.QPN == 31 && len(h.Evidence) != 0 {
+			t.Errorf("a destroyed QP no rule can report keeps %d observations", len(h.Evidence))
+		}
+	}
+}
