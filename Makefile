@@ -108,7 +108,8 @@ bench: lab lab-bins
 # The agent for SOAK_SECONDS under QP churn and device add/delete, its RSS
 # sampled every 10 s (one kernel: make soak KERNEL=6.1).
 SOAK_SECONDS ?= 600
-soak: lab lab-bins
+soak: deps lab-bins
+	$(BIN)/vmlab build -kernel $(KERNEL)
 	$(BIN)/vmlab run -kernel $(KERNEL) -timeout 60m -- sh vmtest/bench/soak.sh $(SOAK_SECONDS)
 
 clean:
