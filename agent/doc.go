@@ -31,6 +31,17 @@
 // in "observed_since"; GET /v1/status returns a Status. Errors are
 // {"error":"..."} with 400 (bad query) or 404 (unknown device or path).
 //
+// # Metrics
+//
+// With RunOptions.MetricsAddress set the agent also serves Prometheus
+// metrics at /metrics over TCP (NewCollector, client_golang): QPs by
+// device, type and state, the largest owners per device, resources in use
+// (netlink's summary), current findings by rule and severity (an
+// evaluation at most five seconds old), probe events and lost events,
+// scans, scan errors and durations, max_qp where configured; every device
+// series is labelled with the device name and its node GUID. A scrape
+// reads the State only: it never waits on netlink or the probes.
+//
 // # Privileges
 //
 // Netlink scans need no privileges; the probes need CAP_BPF and

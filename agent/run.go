@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -39,8 +40,11 @@ type RunOptions struct {
 	// Retry is how often the agent tries again to open netlink and the
 	// probes while ib_core is not loaded (default 1 minute).
 	Retry time.Duration
-	// Version is reported by /v1/status.
+	// Version is reported by /v1/status and the metrics.
 	Version string
+	// MetricsAddress is the TCP address /metrics is served on; "" serves
+	// none.
+	MetricsAddress string
 }
 
 // Run is the agent. Until ctx ends it serves the socket, follows the probe
@@ -89,8 +93,23 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		}
 		return err
 	}
+	var mln net.Listener
+	if o.MetricsAddress != "" {
+		if mln, err = listenMetrics(o.MetricsAddress); err != nil {
+			if nl != nil {
+				nl.Close()
+			}
+			ln.Close()
+			return err
+		}
+	}
 	srv := newServer(NewHandler(st), log, idleTimeout)
 	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds())
+	var msrv *http.Server
+	if mln != nil {
+		msrv = newServer(metricsHandler(st, log), log, idleTimeout)
+		log.Info("serving metrics", "address", mln.Addr().String())
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -99,6 +118,14 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		}
 		return nil
 	})
+	if msrv != nil {
+		g.Go(func() error {
+			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("agent: serve metrics on %s: %w", mln.Addr(), err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		// Let queries in flight finish, briefly: the history is still
@@ -106,6 +133,9 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(sctx)
+		if msrv != nil {
+			msrv.Shutdown(sctx)
+		}
 		return nil
 	})
 	g.Go(func() error {
@@ -283,9 +313,13 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 		}
 		if nl != nil {
 			var sc leakwatch.Scan
-			sc, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.scan(ctx, []rdmanl.Device{cur})
-			if err == nil && len(sc.Devices) > 0 && st.Scan(sc) {
-				log.Info("scan succeeded again", "device", cur.Name)
+			var sums []rdmanl.Summary
+			sc, sums, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.scan(ctx, []rdmanl.Device{cur})
+			if err == nil && len(sc.Devices) > 0 {
+				if st.Scan(sc) {
+					log.Info("scan succeeded again", "device", cur.Name)
+				}
+				st.setResources(sums, cur.Name)
 			}
 			if err != nil { // a fresh socket next time
 				nl.Close()

@@ -22,13 +22,13 @@ type scanner struct {
 // resolves the QP owners through /proc: process, command name, cgroup and
 // container. A device that goes away during its dump is left out of the
 // scan (its QPs are not taken as destroyed one by one); other errors end
-// the scan.
-func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan, error) {
+// the scan. It returns the resource summaries it read too.
+func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan, []rdmanl.Summary, error) {
 	procs, _ := owner.NewResolver(s.procRoot) // without /proc, owners have no comm
 	sc := leakwatch.Scan{Started: s.now()}
 	sums, err := s.nl.Summaries(ctx)
 	if err != nil {
-		return sc, err
+		return sc, nil, err
 	}
 	for _, dev := range devs {
 		ds, err := s.scanDevice(ctx, dev, sums, procs)
@@ -36,12 +36,12 @@ func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan
 			continue
 		}
 		if err != nil {
-			return sc, err
+			return sc, nil, err
 		}
 		sc.Devices = append(sc.Devices, ds)
 	}
 	sc.Time = s.now()
-	return sc, nil
+	return sc, sums, nil
 }
 
 func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sums []rdmanl.Summary, procs *owner.Resolver) (leakwatch.DeviceScan, error) {

@@ -51,13 +51,42 @@ type State struct {
 	// before one): a scan that ends after its device went away is dropped.
 	listed map[uint32]bool
 	lost   uint64
+	// What the metrics export besides the history.
+	guids    map[string]string // node GUID by device name, from the listing
+	dev      map[string]*devMetrics
+	events   map[string]uint64 // probe events read, by kind
+	listedOK bool              // the last device listing succeeded
+	maxQP    map[string]uint64 // by device name, as configured
+	// The last evaluation for the metrics, and when it was made.
+	findings   map[findingKey]int
+	skipped    []leakwatch.Skipped
+	findingsAt time.Time
+}
+
+// devMetrics are a device's scan counters and its last resource counts.
+type devMetrics struct {
+	scans, scanErrors uint64
+	lastScan          time.Time
+	lastScanDuration  time.Duration
+	resources         []rdmanl.ResourceCount
+}
+
+// devMetric returns the device's counters, made on first use.
+func (s *State) devMetric(name string) *devMetrics {
+	m := s.dev[name]
+	if m == nil {
+		m = &devMetrics{}
+		s.dev[name] = m
+	}
+	return m
 }
 
 // NewState returns a State whose watcher has cfg and reads the time from
 // now; version is what Status reports.
 func NewState(cfg leakwatch.Config, now func() time.Time, version string) *State {
 	return &State{w: leakwatch.New(cfg, now), now: now, version: version, probeErr: cfg.ProbesReason,
-		devices: []string{}, scanErrs: map[string]string{}}
+		devices: []string{}, scanErrs: map[string]string{},
+		guids: map[string]string{}, dev: map[string]*devMetrics{}, events: map[string]uint64{}, maxQP: cfg.MaxQP}
 }
 
 // SetProbes says whether probe events feed the history, and why not.
@@ -73,6 +102,17 @@ func (s *State) Event(ev leakwatch.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.w.Event(ev)
+}
+
+// probeEvent counts a probe event of kind read from the probes, and folds
+// it into the history when it is one the rules follow (le not nil).
+func (s *State) probeEvent(kind string, le *leakwatch.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events[kind]++
+	if le != nil {
+		s.w.Event(*le)
+	}
 }
 
 // Scan folds a netlink scan of some devices into the history; a device it
@@ -94,6 +134,12 @@ func (s *State) Scan(sc leakwatch.Scan) (recovered bool) {
 			delete(s.scanErrs, ds.Device.Name)
 		}
 		s.scans++
+		m := s.devMetric(ds.Device.Name)
+		m.scans++
+		m.lastScan = sc.Time
+		if !sc.Started.IsZero() {
+			m.lastScanDuration = sc.Time.Sub(sc.Started)
+		}
 	}
 	s.lastScan = sc.Time
 	return recovered
@@ -106,6 +152,11 @@ func (s *State) scanFailed(device string, err error) (changed bool) {
 	defer s.mu.Unlock()
 	_, failed := s.scanErrs[device]
 	s.scanErrs[device] = err.Error()
+	if device != "" {
+		s.devMetric(device).scanErrors++
+	} else {
+		s.listedOK = false
+	}
 	return !failed
 }
 
@@ -116,7 +167,22 @@ func (s *State) scanSucceeded(device string) (recovered bool) {
 	defer s.mu.Unlock()
 	_, failed := s.scanErrs[device]
 	delete(s.scanErrs, device)
+	if device == "" {
+		s.listedOK = true
+	}
 	return failed
+}
+
+// setResources records the devices' resource counts (netlink's summary)
+// for those of names.
+func (s *State) setResources(sums []rdmanl.Summary, names ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sum := range sums {
+		if slices.Contains(names, sum.DevName) && slices.Contains(s.devices, sum.DevName) {
+			s.devMetric(sum.DevName).resources = slices.Clone(sum.Counts)
+		}
+	}
 }
 
 // setDevices records the devices the host has now; gone lists the indexes
@@ -131,6 +197,15 @@ func (s *State) setDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 		s.listed[d.Index] = true
 	}
 	s.devices = names
+	clear(s.guids)
+	for _, d := range devs {
+		s.guids[d.Name] = d.NodeGUID.String()
+	}
+	for name := range s.dev {
+		if !slices.Contains(names, name) {
+			delete(s.dev, name) // a renamed device's series end with its name
+		}
+	}
 	for _, index := range gone {
 		s.w.DeviceGone(index, at)
 	}

@@ -28,6 +28,12 @@ The socket speaks HTTP/1.1: GET /v1/qp-leaks?dev=D&min_age=5s&rule=R returns
 what qp-leaks -j prints, GET /v1/status the agent's state. It is made 0600 in
 a 0755 directory and removed on exit. Logs go to stderr (journald).
 
+Prometheus metrics are served on --metrics-address (loopback by default; ""
+serves none), at /metrics only: QPs by device, type and state, the largest
+QP owners, resources in use, current findings by rule and severity, probe
+events and lost events, scans and their errors and duration. Every device
+series carries the device name and its node GUID.
+
 SIGINT or SIGTERM stop the agent with exit status 0; it exits 2 when it
 cannot start.`,
 		Args: cobra.NoArgs,
@@ -55,6 +61,7 @@ cannot start.`,
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.MetricsAddress, "metrics-address", agent.DefaultMetricsAddress, `HOST:PORT serving /metrics ("" for none)`)
 	return cmd
 }
 
