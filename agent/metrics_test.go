@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -25,21 +26,32 @@ import (
 // scrape GETs url and parses the Prometheus text it returns.
 func scrape(t *testing.T, url string) (map[string]*dto.MetricFamily, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	fams, body, err := scrapeErr(url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fams, body
+}
+
+func scrapeErr(url string) (map[string]*dto.MetricFamily, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, "", err
+	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, "", err
+	}
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s\n%s", url, resp.Status, body)
+		return nil, "", fmt.Errorf("GET %s: %s\n%s", url, resp.Status, body)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
 	if err != nil {
-		t.Fatalf("parse /metrics: %v\n%s", err, body)
+		return nil, "", fmt.Errorf("parse %s: %v\n%s", url, err, body)
 	}
-	return fams, string(body)
+	return fams, string(body), nil
 }
 
 // value returns the value of the series of name with exactly labels, and
@@ -214,12 +226,10 @@ func TestRunServesMetrics(t *testing.T) {
 	go func() { done <- Run(ctx, d, opts) }()
 	defer stopRun(t, cancel, done)
 	waitFor(t, "rxe0's QPs in /metrics", func() bool {
-		resp, err := http.Get("http://" + addr + "/metrics")
+		fams, _, err := scrapeErr("http://" + addr + "/metrics")
 		if err != nil {
 			return false
 		}
-		resp.Body.Close()
-		fams, _ := scrape(t, "http://"+addr+"/metrics")
 		rts, ok1 := value(fams, "rdmatool_qps", map[string]string{"device": "rxe0", "node_guid": rdmanl.GUID(rxe.NodeGUID).String(), "type": "RC", "state": "RTS"})
 		n, ok2 := value(fams, "rdmatool_device_resources", map[string]string{"device": "rxe0", "node_guid": rdmanl.GUID(rxe.NodeGUID).String(), "resource": "qp"})
 		return ok1 && ok2 && rts == 1 && n == 2
