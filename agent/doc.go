@@ -8,9 +8,13 @@
 // probe reader, which applies every event to the history as it arrives; a
 // device lister, which lists the devices every RunOptions.Interval and
 // starts or stops one scanner per device; and the scanners, each of which
-// dumps its device's QPs every Interval on a netlink socket of its own, so a
-// slow dump of one device holds back neither the probe events nor the other
-// devices. A State holds the history (one leakwatch.Watcher) behind a
+// dumps its device's QPs on a netlink socket of its own, so a slow dump of
+// one device holds back neither the probe events nor the other devices.
+// With the probes attached a device is dumped once and then every
+// RunOptions.Reconcile (on hardware each dumped QP is a firmware query),
+// sooner when probe events were lost; without probes, and for iWARP
+// devices (whose providers move QPs to RTS where the probes cannot see it),
+// every Interval. A State holds the history (one leakwatch.Watcher) behind a
 // mutex. When Run's context ends it stops every goroutine and waits for it.
 //
 // # One-shot checks

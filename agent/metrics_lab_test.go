@@ -61,6 +61,10 @@ func TestLabMetrics(t *testing.T) {
 		return up == 1 && scans > 0
 	})
 
+	// With the probes on, rxe0 was dumped after they attached; from here
+	// to the end (over 5s at --interval 1s) its history lives on events.
+	rxeDumps, _ := value(fams, "rdmatool_scans_total", rxe)
+	siwDumps, _ := value(fams, "rdmatool_scans_total", siw)
 	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "2", "--to", "ERR", "--hold", "stdin")
 	w.WaitFor("ready", 30*time.Second)
 	pid := strconv.Itoa(w.PID())
@@ -95,6 +99,14 @@ func TestLabMetrics(t *testing.T) {
 		if got, ok := value(fams, c.name, c.labels); !ok || got < c.min {
 			t.Errorf("%s%v = %v (present %v), want at least %v", c.name, c.labels, got, ok, c.min)
 		}
+	}
+	lost, _ := value(fams, "rdmatool_probe_events_lost_total", map[string]string{})
+	if n, _ := value(fams, "rdmatool_scans_total", rxe); n != rxeDumps && lost == 0 {
+		t.Errorf("rxe0 dumped %v times between reconciliations with the probes on and no events lost", n-rxeDumps)
+	}
+	// siw0 is iWARP: dumped every interval, probes or not.
+	if n, _ := value(fams, "rdmatool_scans_total", siw); n < siwDumps+4 {
+		t.Errorf("siw0 dumped %v times in over 5s at --interval 1s, want every interval", n-siwDumps)
 	}
 	problems, err := promlint.New(strings.NewReader(body)).Lint()
 	if err != nil {

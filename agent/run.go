@@ -21,6 +21,9 @@ import (
 // DefaultSocket is where the agent listens and the CLI asks.
 const DefaultSocket = "/run/rdmatool/agent.sock"
 
+// DefaultReconcile is RunOptions.Reconcile's default.
+const DefaultReconcile = 5 * time.Minute
+
 // idleTimeout is how long the agent keeps an idle client connection open.
 const idleTimeout = 30 * time.Second
 
@@ -28,9 +31,14 @@ const idleTimeout = 30 * time.Second
 type RunOptions struct {
 	// Socket is the unix socket the agent serves (DefaultSocket when "").
 	Socket string
-	// Interval is the time between netlink scans of each device, and
-	// between listings of the devices (default 10s).
+	// Interval is the time between listings of the devices and, without
+	// probes (and on iWARP devices always), between netlink QP dumps of
+	// each device (default 10s).
 	Interval time.Duration
+	// Reconcile is the time between netlink QP dumps of a device while the
+	// probes feed the history (default 5 minutes); a device is dumped
+	// sooner, at the next Interval, when probe events were lost.
+	Reconcile time.Duration
 	// NoProbes runs on netlink only.
 	NoProbes bool
 	// MaxQP is the QP limit per device name, for qp-exhaustion.
@@ -66,6 +74,9 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	}
 	if o.Interval <= 0 {
 		o.Interval = 10 * time.Second
+	}
+	if o.Reconcile <= 0 {
+		o.Reconcile = DefaultReconcile
 	}
 	if o.Retry <= 0 {
 		o.Retry = time.Minute
@@ -104,7 +115,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		}
 	}
 	srv := newServer(NewHandler(st), log, idleTimeout)
-	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds())
+	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds(), "reconcile_seconds", o.Reconcile.Seconds())
 	var msrv *http.Server
 	if mln != nil {
 		msrv = newServer(metricsHandler(st, log), log, idleTimeout)
@@ -290,9 +301,9 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 	}
 }
 
-// scanLoop scans one device every Interval on a netlink client of its own
-// until ctx ends. dev is the device as last listed (its name follows
-// renames).
+// scanLoop dumps one device's QPs on a netlink client of its own until
+// ctx ends: every Interval, or with probes every Reconcile (State.dumpDue).
+// dev is the device as last listed (its name follows renames).
 func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.Pointer[rdmanl.Device], log *slog.Logger) {
 	var nl Netlink
 	defer func() {
@@ -302,28 +313,33 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 	}()
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
+	var last dumpMark
 	for {
 		cur := *dev.Load()
 		err := error(nil)
-		if nl == nil {
-			nl, err = d.Dial()
-			if err != nil {
-				nl = nil
-			}
-		}
-		if nl != nil {
-			var sc leakwatch.Scan
-			var sums []rdmanl.Summary
-			sc, sums, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.scan(ctx, []rdmanl.Device{cur})
-			if err == nil && len(sc.Devices) > 0 {
-				if st.Scan(sc) {
-					log.Info("scan succeeded again", "device", cur.Name)
+		if st.dumpDue(cur, last, o.Reconcile) {
+			if nl == nil {
+				nl, err = d.Dial()
+				if err != nil {
+					nl = nil
 				}
-				st.setResources(sums, cur.Name)
 			}
-			if err != nil { // a fresh socket next time
-				nl.Close()
-				nl = nil
+			if nl != nil {
+				mark := st.mark()
+				var sc leakwatch.Scan
+				var sums []rdmanl.Summary
+				sc, sums, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.scan(ctx, []rdmanl.Device{cur})
+				if err == nil && len(sc.Devices) > 0 {
+					last = mark
+					if st.Scan(sc) {
+						log.Info("scan succeeded again", "device", cur.Name)
+					}
+					st.setResources(sums, cur.Name)
+				}
+				if err != nil { // a fresh socket next time
+					nl.Close()
+					nl = nil
+				}
 			}
 		}
 		if ctx.Err() != nil {

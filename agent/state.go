@@ -56,6 +56,8 @@ type State struct {
 	dev      map[string]*devMetrics
 	events   map[string]uint64 // probe events read, by kind
 	listedOK bool              // the last device listing succeeded
+	// probesSince is when the probes last attached.
+	probesSince time.Time
 	maxQP    map[string]uint64 // by device name, as configured
 	// The last evaluation for the metrics, and when it was made.
 	findings   map[findingKey]int
@@ -93,8 +95,48 @@ func NewState(cfg leakwatch.Config, now func() time.Time, version string) *State
 func (s *State) SetProbes(on bool, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if on && !s.probes {
+		s.probesSince = s.now()
+	}
 	s.probes, s.probeErr = on, reason
 	s.w.SetProbes(on, reason)
+}
+
+// iWARP reports whether a device is iWARP: its provider moves QPs to RTS
+// inside its own connection manager, where the probes do not see it.
+func iWARP(d rdmanl.Device) bool { return d.Protocol == "iw" || d.NodeType.String() == "rnic" }
+
+// dumpMark is what a device's scanner remembers of its last dump.
+type dumpMark struct {
+	started time.Time // when the last successful dump began (zero: none yet)
+	lost    uint64    // the probes' lost events then
+}
+
+// mark is a dumpMark for a dump beginning now.
+func (s *State) mark() dumpMark {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return dumpMark{started: s.now(), lost: s.lost}
+}
+
+// dumpDue says whether dev is due for a netlink QP dump, its last
+// successful one being last. Without probes, and on iWARP devices, every
+// interval is; with probes, a device is dumped once after they attached
+// and then every reconcile, or at the next interval when probe events
+// were lost since its last dump. On hardware every QP a dump lists costs a
+// firmware query: the probes are what keeps the history current.
+func (s *State) dumpDue(dev rdmanl.Device, last dumpMark, reconcile time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case last.started.IsZero() || !s.probes || iWARP(dev):
+		return true
+	case last.started.Before(s.probesSince): // the history's baseline under the probes
+		return true
+	case s.lost != last.lost:
+		return true
+	}
+	return s.now().Sub(last.started) >= reconcile
 }
 
 // Event folds a probe event into the history.
