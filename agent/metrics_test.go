@@ -142,7 +142,7 @@ func TestMetrics(t *testing.T) {
 		{"rdmatool_scans_total", d, 1},
 		{"rdmatool_scan_errors_total", d, 1},
 		{"rdmatool_scan_duration_seconds", d, 0.25},
-		{"rdmatool_agent_start_time_seconds", nil, float64(now.Add(-10*time.Second).Unix())},
+		{"rdmatool_agent_start_time_seconds", nil, float64(now.Add(-10 * time.Second).Unix())},
 	} {
 		labels := c.labels
 		if labels == nil {
