@@ -46,6 +46,12 @@
 // series is labelled with the device name and its node GUID. A scrape
 // reads the State only: it never waits on netlink or the probes.
 //
+// # systemd
+//
+// Under systemd (Type=notify) Run sends READY=1 once it serves the socket,
+// WATCHDOG=1 at half of WatchdogSec for as long as the State answers, and
+// STOPPING=1 when its context ends (github.com/coreos/go-systemd).
+//
 // # Privileges
 //
 // Netlink scans need no privileges; the probes need CAP_BPF and

@@ -123,6 +123,11 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	notifyReady(log)
+	g.Go(func() error {
+		watchdog(gctx, st, log)
+		return nil
+	})
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("agent: serve %s: %w", o.Socket, err)
@@ -139,6 +144,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	}
 	g.Go(func() error {
 		<-gctx.Done()
+		notifyStopping()
 		// Let queries in flight finish, briefly: the history is still
 		// there to answer them.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
