@@ -46,6 +46,15 @@
 // series is labelled with the device name and its node GUID. A scrape
 // reads the State only: it never waits on netlink or the probes.
 //
+// # Configuration
+//
+// LoadConfig reads the agent's YAML file (DefaultConfig), checking every
+// key and value and naming the line of the first problem; Config.Apply
+// lays it under the command line's flags. On SIGHUP Run calls
+// RunOptions.Reload (ReloadFrom in the CLI): max_qp and the reconcile
+// interval change at once, a bad file or a change only a restart can make
+// is refused and logged.
+//
 // # systemd
 //
 // Under systemd (Type=notify) Run sends READY=1 once it serves the socket,

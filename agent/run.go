@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,6 +55,16 @@ type RunOptions struct {
 	// MetricsAddress is the TCP address /metrics is served on; "" serves
 	// none.
 	MetricsAddress string
+	// Reload, when set, is called on SIGHUP for the options to change: an
+	// error refuses the reload (logged) and the agent keeps its options.
+	Reload func() (Reloadable, error)
+}
+
+// Reloadable are the options a running agent takes on SIGHUP; the others
+// (socket, metrics address, probes, interval) take a restart.
+type Reloadable struct {
+	MaxQP     map[string]uint64
+	Reconcile time.Duration
 }
 
 // Run is the agent. Until ctx ends it serves the socket, follows the probe
@@ -96,6 +108,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		cfg.ProbesReason = "disabled by --no-probes"
 	}
 	st := NewState(cfg, d.Now, o.Version)
+	st.setReconcile(o.Reconcile)
 
 	ln, err := Listen(o.Socket)
 	if err != nil {
@@ -159,6 +172,12 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		runProbes(gctx, d, o, st, log)
 		return nil
 	})
+	if o.Reload != nil {
+		g.Go(func() error {
+			reloadOnHUP(gctx, o.Reload, st, log)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		runDevices(gctx, d, o, st, nl, log)
 		return nil
@@ -323,7 +342,7 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 	for {
 		cur := *dev.Load()
 		err := error(nil)
-		if st.dumpDue(cur, last, o.Reconcile) {
+		if st.dumpDue(cur, last) {
 			if nl == nil {
 				nl, err = d.Dial()
 				if err != nil {
@@ -359,5 +378,27 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// reloadOnHUP applies reload's options on every SIGHUP until ctx ends. A
+// reload that fails changes nothing.
+func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), st *State, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		r, err := reload()
+		if err != nil {
+			log.Error("configuration reload refused, keeping the running one", "err", err)
+			continue
+		}
+		st.reload(r)
+		log.Info("configuration reloaded", "reconcile_seconds", r.Reconcile.Seconds(), "max_qp", r.MaxQP)
 	}
 }

@@ -58,6 +58,7 @@ type State struct {
 	listedOK bool              // the last device listing succeeded
 	// probesSince is when the probes last attached.
 	probesSince time.Time
+	reconcile   time.Duration // between QP dumps under the probes
 	maxQP       map[string]uint64 // by device name, as configured
 	// The last evaluation for the metrics, and when it was made.
 	findings   map[findingKey]int
@@ -125,7 +126,7 @@ func (s *State) mark() dumpMark {
 // and then every reconcile, or at the next interval when probe events
 // were lost since its last dump. On hardware every QP a dump lists costs a
 // firmware query: the probes are what keeps the history current.
-func (s *State) dumpDue(dev rdmanl.Device, last dumpMark, reconcile time.Duration) bool {
+func (s *State) dumpDue(dev rdmanl.Device, last dumpMark) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -136,7 +137,25 @@ func (s *State) dumpDue(dev rdmanl.Device, last dumpMark, reconcile time.Duratio
 	case s.lost != last.lost:
 		return true
 	}
-	return s.now().Sub(last.started) >= reconcile
+	return s.now().Sub(last.started) >= s.reconcile
+}
+
+func (s *State) setReconcile(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reconcile = d
+}
+
+// reload applies reloaded options.
+func (s *State) reload(r Reloadable) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.Reconcile > 0 {
+		s.reconcile = r.Reconcile
+	}
+	s.maxQP = r.MaxQP
+	s.w.SetMaxQP(r.MaxQP)
+	s.findingsAt = time.Time{} // the metrics' findings follow at once
 }
 
 // Event folds a probe event into the history.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"log/slog"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 func newAgentCmd(g *globals) *cobra.Command {
 	var o agent.RunOptions
 	var maxQP []string
-	var logFormat string
+	var logFormat, configPath string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the daemon that keeps QP history and answers qp-leaks",
@@ -39,14 +40,18 @@ QP owners, resources in use, current findings by rule and severity, probe
 events and lost events, scans and their errors and duration. Every device
 series carries the device name and its node GUID.
 
+Options come from --config (` + agent.DefaultConfig + `, when it exists;
+packaging/rdmatool/agent.yaml documents every key), flags overriding it. A
+file with an unknown key, a value of the wrong type or a bad duration stops
+the agent at start with the key and its line. SIGHUP reloads the file: max_qp
+and reconcile change at once; a bad file, or one changing what only a restart
+can (socket, metrics_address, interval, probes, retain), is refused and logged,
+and the agent keeps running as it was.
+
 SIGINT or SIGTERM stop the agent with exit status 0; it exits 2 when it
 cannot start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkDurations(durationFlag{name: "interval", value: o.Interval, min: time.Second},
-				durationFlag{name: "reconcile", value: o.Reconcile, min: time.Second}); err != nil {
-				return err
-			}
 			var err error
 			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {
 				return fmt.Errorf("--max-qp: %w", err)
@@ -55,6 +60,29 @@ cannot start.`,
 			if err != nil {
 				return err
 			}
+			// The file first, then the command line over it.
+			optional := !cmd.Flags().Changed("config")
+			conf, err := agent.LoadConfig(configPath, optional)
+			if err != nil {
+				return err
+			}
+			given := func(key string) bool {
+				flag := map[string]string{"probes": "no-probes"}[key]
+				if flag == "" {
+					flag = strings.ReplaceAll(key, "_", "-")
+				}
+				return cmd.Flags().Changed(flag)
+			}
+			base := o
+			conf.Apply(&o, given)
+			if err := checkDurations(durationFlag{name: "interval", value: o.Interval, min: time.Second},
+				durationFlag{name: "reconcile", value: o.Reconcile, min: time.Second}); err != nil {
+				return err
+			}
+			running := o
+			o.Reload = func() (agent.Reloadable, error) {
+				return agent.ReloadFrom(configPath, optional, base, running, given)
+			}
 			o.Version = version
 			d := g.deps()
 			d.Log = log
@@ -62,6 +90,7 @@ cannot start.`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&configPath, "config", agent.DefaultConfig, "configuration file (YAML; flags override it; SIGHUP reloads it)")
 	f.StringVar(&o.Socket, "socket", agent.DefaultSocket, "unix socket to serve")
 	f.DurationVar(&o.Interval, "interval", 10*time.Second, "time between device listings, and between QP dumps without probes")
 	f.DurationVar(&o.Reconcile, "reconcile", agent.DefaultReconcile, "time between QP dumps of a device while the probes feed the history")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -248,5 +249,28 @@ func TestDurationFlags(t *testing.T) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout, stderr, tt.want)
 			}
 		})
+	}
+}
+
+// A bad configuration file stops the agent before it starts: one line
+// naming the file, line and key, exit 2.
+func TestAgentConfigRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(bad, []byte("interval: 10s\nmax_qp:\n  rxe0: many\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", bad}, "rdmatool: agent: config " + bad + ":3: max_qp.rxe0: \"many\": want a positive number\n"},
+		{[]string{"--config", filepath.Join(dir, "none.yaml")}, "rdmatool: agent: config " + filepath.Join(dir, "none.yaml") + ": no such file or directory\n"},
+	} {
+		code, stdout, stderr := runCLI(t, append([]string{"agent", "--socket", filepath.Join(dir, "s")}, tt.args...)...)
+		if code != 2 || stdout != "" || stderr != tt.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", tt.args, code, stdout, stderr, tt.want)
+		}
 	}
 }
