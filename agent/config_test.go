@@ -147,8 +147,8 @@ func TestApplyAndReload(t *testing.T) {
 		t.Errorf("reload: %+v, %v", r, err)
 	}
 	for file, want := range map[string]string{
-		"interval: 1m\n":        "interval: changed from 30s to 1m0s, which takes a restart (nothing reloaded)",
-		"interval: 30s\nx: 1\n": "x: unknown key",
+		"interval: 1m\n":                           "interval: changed from 30s to 1m0s, which takes a restart (nothing reloaded)",
+		"interval: 30s\nx: 1\n":                    "x: unknown key",
 		"interval: 30s\nsocket: /run/other.sock\n": "socket: changed from  to /run/other.sock",
 	} {
 		write(file)
@@ -221,5 +221,9 @@ type syncBuffer struct {
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

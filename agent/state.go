@@ -58,7 +58,7 @@ type State struct {
 	listedOK bool              // the last device listing succeeded
 	// probesSince is when the probes last attached.
 	probesSince time.Time
-	reconcile   time.Duration // between QP dumps under the probes
+	reconcile   time.Duration     // between QP dumps under the probes
 	maxQP       map[string]uint64 // by device name, as configured
 	// The last evaluation for the metrics, and when it was made.
 	findings   map[findingKey]int

@@ -409,3 +409,7 @@ func (w *Watcher) Histories() []History {
 	}
 	return out
 }
+
+// SetMaxQP replaces the QP limits per device name that qp-exhaustion uses
+// (a configuration reload).
+func (w *Watcher) SetMaxQP(max map[string]uint64) { w.cfg.MaxQP = max }

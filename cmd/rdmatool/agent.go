@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/rdmatool/rdmatool/agent"
