@@ -308,19 +308,26 @@ func (w *Watcher) Evaluate(q Query) Report {
 		}
 		return a.Rule < b.Rule
 	})
+	rep.Summary = Summarize(rep.Findings)
+	rep.FindingsTotal = len(rep.Findings)
+	rep.Findings, rep.FindingsOmitted = limitFindings(rep.Findings, q.Limit)
 	return rep
 }
 
 // dropSuperseded removes stale-error-qp for QPs that a more specific SRQ
 // rule already explains, so each leak is reported once, for its cause.
 func dropSuperseded(fs []Finding) []Finding {
-	specific := map[string]bool{}
+	type qp struct {
+		dev string
+		qpn uint32
+	}
+	specific := map[qp]bool{}
 	for _, f := range fs {
 		if f.Rule == RuleLastWQENotEmitted || f.Rule == RuleLastWQEUnhandled {
-			specific[fmt.Sprintf("%s/%d", f.Device, f.QPN)] = true
+			specific[qp{f.Device, f.QPN}] = true
 		}
 	}
 	return slices.DeleteFunc(fs, func(f Finding) bool {
-		return f.Rule == RuleStaleErrorQP && specific[fmt.Sprintf("%s/%d", f.Device, f.QPN)]
+		return f.Rule == RuleStaleErrorQP && specific[qp{f.Device, f.QPN}]
 	})
 }

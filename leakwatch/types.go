@@ -73,6 +73,9 @@ type Query struct {
 	// SkipProbeRules, when not empty, skips the rules that need probe
 	// events with this reason, as if the probes were off.
 	SkipProbeRules string
+	// Limit caps the findings reported QP by QP (0: all); the summary
+	// counts them all.
+	Limit int
 }
 
 // Process is what /proc said about a QP owner.
@@ -158,7 +161,15 @@ type Skipped struct {
 
 // Report is the outcome of one evaluation.
 type Report struct {
-	Findings     []Finding `json:"findings"`
+	// Summary groups every finding by device, rule and owner (all of
+	// them, also those Findings leaves out).
+	Summary []Group `json:"summary"`
+	// Findings are the findings QP by QP: at most Query.Limit, the most
+	// severe first; FindingsOmitted counts those left out, FindingsTotal
+	// all of them.
+	Findings        []Finding `json:"findings"`
+	FindingsOmitted int       `json:"findings_omitted"`
+	FindingsTotal   int       `json:"findings_total"`
 	SkippedRules []Skipped `json:"skipped_rules"`
 	// ObservedSeconds is how long the watcher has been observing.
 	ObservedSeconds float64 `json:"observed_seconds"`
