@@ -29,8 +29,8 @@ type Group struct {
 }
 
 type groupKey struct {
-	device, rule                   string
-	pid                            uint32
+	device, rule                  string
+	pid                           uint32
 	comm, kern, cgroup, container string
 }
 

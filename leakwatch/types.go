@@ -170,7 +170,7 @@ type Report struct {
 	Findings        []Finding `json:"findings"`
 	FindingsOmitted int       `json:"findings_omitted"`
 	FindingsTotal   int       `json:"findings_total"`
-	SkippedRules []Skipped `json:"skipped_rules"`
+	SkippedRules    []Skipped `json:"skipped_rules"`
 	// ObservedSeconds is how long the watcher has been observing.
 	ObservedSeconds float64 `json:"observed_seconds"`
 	QPs             int     `json:"qps"` // QPs tracked at the last scan
