@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rename"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -28,18 +29,27 @@ type Config struct {
 	Retain         *time.Duration
 	Probes         *bool
 	MaxQP          map[string]uint64
+	// Rename is the rename policies applied to devices as they appear
+	// ("map,guid"; "" for none), NamesMap the map policy's file,
+	// RenameForce whether user-assigned names are replaced too.
+	Rename      *string
+	NamesMap    *string
+	RenameForce *bool
 }
 
 // configKeys are the keys a configuration file may have, with how each is
 // read into a Config.
 var configKeys = map[string]func(c *Config, n *yaml.Node) error{
-	"socket":          func(c *Config, n *yaml.Node) error { return setString(&c.Socket, n, checkSocket) },
+	"socket":          func(c *Config, n *yaml.Node) error { return setString(&c.Socket, n, checkAbsolute) },
 	"metrics_address": func(c *Config, n *yaml.Node) error { return setString(&c.MetricsAddress, n, nil) },
 	"interval":        func(c *Config, n *yaml.Node) error { return setDuration(&c.Interval, n) },
 	"reconcile":       func(c *Config, n *yaml.Node) error { return setDuration(&c.Reconcile, n) },
 	"retain":          func(c *Config, n *yaml.Node) error { return setDuration(&c.Retain, n) },
-	"probes":          setProbes,
+	"probes":          func(c *Config, n *yaml.Node) error { return setBool(&c.Probes, n) },
 	"max_qp":          setMaxQP,
+	"rename":          func(c *Config, n *yaml.Node) error { return setString(&c.Rename, n, checkPolicies) },
+	"names_map":       func(c *Config, n *yaml.Node) error { return setString(&c.NamesMap, n, checkAbsolute) },
+	"rename_force":    func(c *Config, n *yaml.Node) error { return setBool(&c.RenameForce, n) },
 }
 
 // ConfigError is a configuration file's first problem, located.
@@ -138,7 +148,7 @@ func unwrapPath(err error) error {
 }
 
 func knownKeys() []string {
-	return []string{"interval", "max_qp", "metrics_address", "probes", "reconcile", "retain", "socket"}
+	return []string{"interval", "max_qp", "metrics_address", "names_map", "probes", "reconcile", "rename", "rename_force", "retain", "socket"}
 }
 
 func scalar(n *yaml.Node, want string) error {
@@ -162,7 +172,7 @@ func setString(dst **string, n *yaml.Node, check func(string) error) error {
 	return nil
 }
 
-func checkSocket(s string) error {
+func checkAbsolute(s string) error {
 	if !strings.HasPrefix(s, "/") {
 		return fmt.Errorf("%q: want an absolute path", s)
 	}
@@ -181,12 +191,23 @@ func setDuration(dst **time.Duration, n *yaml.Node) error {
 	return nil
 }
 
-func setProbes(c *Config, n *yaml.Node) error {
+func setBool(dst **bool, n *yaml.Node) error {
 	var b bool
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
 		return fmt.Errorf("%q: want true or false", n.Value)
 	}
-	c.Probes = &b
+	*dst = &b
+	return nil
+}
+
+func checkPolicies(s string) error {
+	if s == "" {
+		return nil
+	}
+	_, err := rename.ParsePolicies(s)
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "rename: "))
+	}
 	return nil
 }
 
@@ -215,9 +236,28 @@ func setMaxQP(c *Config, n *yaml.Node) error {
 
 // Apply sets in o what the file gives, except what the command line gave:
 // given reports whether the flag for a key was set (socket,
-// metrics_address, interval, reconcile, probes). max_qp merges, the
-// command line's entries winning per device.
+// metrics_address, interval, reconcile, probes, rename, names_map,
+// rename_force). max_qp merges, the command line's entries winning per
+// device. The rename keys complete o.Rename, which the command line set
+// (nil when it named no policies).
 func (c Config) Apply(o *RunOptions, given func(key string) bool) {
+	if c.Rename != nil && !given("rename") {
+		o.Rename = nil
+		if *c.Rename != "" {
+			policies, _ := rename.ParsePolicies(*c.Rename) // checked when parsed
+			o.Rename = &rename.Options{Policies: policies}
+		}
+	}
+	if o.Rename != nil {
+		r := *o.Rename
+		if c.NamesMap != nil && !given("names_map") {
+			r.MapFile, r.MapMustExist = *c.NamesMap, true
+		}
+		if c.RenameForce != nil && !given("rename_force") {
+			r.Force = *c.RenameForce
+		}
+		o.Rename = &r
+	}
 	if c.Socket != nil && !given("socket") {
 		o.Socket = *c.Socket
 	}
@@ -251,7 +291,8 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 // ReloadFrom returns what a reload of the file at path changes in running,
 // the options the agent was started with (base: those of the command line
 // alone). A file that does not load, or that changes an option only a
-// restart can (socket, metrics_address, interval, probes, retain), is an
+// restart can (socket, metrics_address, interval, probes, retain, the
+// rename keys), is an
 // error and nothing is reloaded.
 func ReloadFrom(path string, optional bool, base, running RunOptions, given func(key string) bool) (Reloadable, error) {
 	c, err := LoadConfig(path, optional)
@@ -269,6 +310,7 @@ func ReloadFrom(path string, optional bool, base, running RunOptions, given func
 		{"interval", running.Interval, o.Interval},
 		{"probes", !running.NoProbes, !o.NoProbes},
 		{"retain", running.Retain, o.Retain},
+		{"rename", renameString(running.Rename), renameString(o.Rename)},
 	} {
 		if k.old != k.new {
 			return Reloadable{}, &ConfigError{Path: path, Key: k.key,
@@ -279,4 +321,12 @@ func ReloadFrom(path string, optional bool, base, running RunOptions, given func
 		o.Reconcile = DefaultReconcile
 	}
 	return Reloadable{MaxQP: o.MaxQP, Reconcile: o.Reconcile}, nil
+}
+
+// renameString is a comparable form of rename options.
+func renameString(o *rename.Options) string {
+	if o == nil {
+		return "off"
+	}
+	return fmt.Sprintf("%v map %s force %v", o.Policies, o.MapFile, o.Force)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rename"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -54,7 +55,9 @@ max_qp:
 // Every bad file is refused with the file, the line and the key.
 func TestParseConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
-		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: interval, max_qp, metrics_address, probes, reconcile, retain, socket)`},
+		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: interval, max_qp, metrics_address, names_map, probes, reconcile, rename, rename_force, retain, socket)`},
+		{"rename: map,uuid\n", `agent: config a.yaml:1: rename: unknown policy "uuid"`},
+		{"names_map: names.conf\n", `agent: config a.yaml:1: names_map: "names.conf": want an absolute path`},
 		{"probes: true\ninterval: 10\n", `agent: config a.yaml:2: interval: "10": want a duration of at least 1s, such as 10s or 5m`},
 		{"interval: 100ms\n", `agent: config a.yaml:1: interval: "100ms": want a duration of at least 1s`},
 		{"reconcile: [1m]\n", `agent: config a.yaml:1: reconcile: want a duration such as 10s or 5m`},
@@ -104,7 +107,8 @@ func TestDefaultConfigFile(t *testing.T) {
 		t.Errorf("documented keys %v, known %v", documented, knownKeys())
 	}
 	// The values shown are the defaults.
-	if *c.Socket != DefaultSocket || *c.MetricsAddress != DefaultMetricsAddress || *c.Reconcile != DefaultReconcile || *c.Interval != 10*time.Second || !*c.Probes {
+	if *c.Socket != DefaultSocket || *c.MetricsAddress != DefaultMetricsAddress || *c.Reconcile != DefaultReconcile || *c.Interval != 10*time.Second || !*c.Probes ||
+		*c.Rename != "" || *c.NamesMap != rename.DefaultMapFile || *c.RenameForce {
 		t.Errorf("the default file shows other values than the defaults: %+v", c)
 	}
 }

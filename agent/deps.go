@@ -17,6 +17,8 @@ type Netlink interface {
 	Summaries(ctx context.Context) ([]rdmanl.Summary, error)
 	QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error]
 	CMIDs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error]
+	// Rename renames a device (rename.Renamer), for RunOptions.Rename.
+	Rename(ctx context.Context, dev rdmanl.Device, name string) error
 	Close() error
 }
 

@@ -6,6 +6,7 @@ import (
 	"iter"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rename"
 	"go.uber.org/goleak"
 )
 
@@ -104,4 +106,54 @@ func TestRunReconcile(t *testing.T) {
 	// The probes fail: netlink every interval from then on.
 	close(src.fail)
 	waitFor(t, "rxe0 dumped every interval without probes", func() bool { return host.dumpsOf("rxe0") >= roceDumps+6 })
+}
+
+// With Rename the agent gives every device it sees appear its persistent
+// name: at its start, and again when the device comes back under its
+// kernel name (a reset re-registers it).
+func TestRunRenamesAppearingDevices(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dev := rdmanl.Device{Index: 7, Name: "rxe9", Protocol: "roce", NodeGUID: 0x021122fffe334455}
+	host := newFakeHost(dev)
+	var logs syncBuffer
+	d := Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: host.dial}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, NoProbes: true, Retry: time.Hour,
+		Rename: &rename.Options{Policies: []rename.Policy{rename.PolicyGUID}}}
+	go func() { done <- Run(ctx, d, opts) }()
+	defer stopRun(t, cancel, done)
+	const want = "rocex021122fffe334455"
+	name := func() string {
+		host.mu.Lock()
+		defer host.mu.Unlock()
+		if len(host.devs) == 0 {
+			return ""
+		}
+		return host.devs[0].Name
+	}
+	waitFor(t, "rxe9 renamed at start", func() bool { return name() == want })
+	// The device goes and comes back under its kernel name, a new index.
+	host.set(nil, nil)
+	waitFor(t, "the device gone", func() bool {
+		st, err := AskStatus(context.Background(), opts.Socket)
+		return err == nil && len(st.Devices) == 0
+	})
+	back := dev
+	back.Index = 8
+	host.set([]rdmanl.Device{back}, nil)
+	waitFor(t, "renamed again when it came back", func() bool { return name() == want })
+	waitFor(t, "the agent lists it under its name", func() bool {
+		st, err := AskStatus(context.Background(), opts.Socket)
+		return err == nil && len(st.Devices) == 1 && st.Devices[0] == want
+	})
+	if n := strings.Count(logs.String(), `msg="device renamed" source=agent device=rxe9 name=`+want); n != 2 {
+		t.Errorf("%d renames logged, want 2:\n%s", n, logs.String())
+	}
+	host.mu.Lock()
+	renames := host.renames
+	host.mu.Unlock()
+	if renames != 2 {
+		t.Errorf("%d renames made, want 2 (a device already named is left alone)", renames)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rename"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -55,6 +56,11 @@ type RunOptions struct {
 	// MetricsAddress is the TCP address /metrics is served on; "" serves
 	// none.
 	MetricsAddress string
+	// Rename, when set, gives every device the agent sees appear (at its
+	// start, and after a reset or a re-registration) its persistent name
+	// through the rename policies, as the udev rule does on hosts that run
+	// udev; Devices and All are the agent's to set.
+	Rename *rename.Options
 	// Reload, when set, is called on SIGHUP for the options to change: an
 	// error refuses the reload (logged) and the agent keeps its options.
 	Reload func() (Reloadable, error)
@@ -301,6 +307,11 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 						r.dev.Store(&dev) // renamed, maybe
 						continue
 					}
+					if o.Rename != nil {
+						// The scanner starts under the old name; the next
+						// listing gives it the new one.
+						applyName(ctx, nl, *o.Rename, dev, log)
+					}
 					r := running{dev: &atomic.Pointer[rdmanl.Device]{}}
 					r.dev.Store(&dev)
 					var sctx context.Context
@@ -400,5 +411,25 @@ func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), st *Sta
 		}
 		st.reload(r)
 		log.Info("configuration reloaded", "reconcile_seconds", r.Reconcile.Seconds(), "max_qp", r.MaxQP)
+	}
+}
+
+// applyName gives a device that appeared its persistent name and logs what
+// was done, or why not.
+func applyName(ctx context.Context, nl Netlink, o rename.Options, dev rdmanl.Device, log *slog.Logger) {
+	o.Devices, o.All = []string{dev.Name}, false
+	rep, err := rename.Run(ctx, nl, o)
+	for _, r := range rep.Renames {
+		switch r.Status {
+		case rename.StatusRenamed:
+			log.Info("device renamed", "device", r.From, "name", r.To, "node_guid", r.NodeGUID.String(), "policy", r.Policy, "reason", r.Reason)
+		case rename.StatusFailed:
+			log.Warn("device rename failed", "device", r.From, "name", r.To, "node_guid", r.NodeGUID.String(), "err", r.Error)
+		default:
+			log.Debug("device name kept", "device", r.From, "status", r.Status, "reason", r.Reason)
+		}
+	}
+	if err != nil && len(rep.Renames) == 0 {
+		log.Warn("device rename failed", "device", dev.Name, "err", err)
 	}
 }

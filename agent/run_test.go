@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ type fakeHost struct {
 	dumps   map[string]int // QP dumps per device name
 	open    int            // clients not closed
 	blockOn string         // a device whose QP dump blocks until its ctx ends
+	renames int            // devices renamed through a client
 }
 
 func newFakeHost(devs ...rdmanl.Device) *fakeHost {
@@ -120,6 +122,23 @@ func (c *fakeClient) CMIDs(ctx context.Context, dev rdmanl.Device, _ rdmanl.Dump
 			}
 		}
 	}
+}
+
+// Rename renames a device of the host, as the kernel would.
+func (c *fakeClient) Rename(_ context.Context, dev rdmanl.Device, name string) error {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	for i, d := range c.h.devs {
+		if d.Name == name {
+			return syscall.EEXIST
+		}
+		if d.Index == dev.Index {
+			c.h.devs[i].Name = name
+			c.h.renames++
+			return nil
+		}
+	}
+	return rdmanl.ErrNoDevice
 }
 
 func (c *fakeClient) Close() error {

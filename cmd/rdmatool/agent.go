@@ -9,13 +9,15 @@ import (
 
 	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
 )
 
 func newAgentCmd(g *globals) *cobra.Command {
 	var o agent.RunOptions
 	var maxQP []string
-	var logFormat, configPath string
+	var logFormat, configPath, renamePolicies, namesMap string
+	var renameForce bool
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the daemon that keeps QP history and answers qp-leaks",
@@ -40,6 +42,11 @@ QP owners, resources in use, current findings by rule and severity, probe
 events and lost events, scans and their errors and duration. Every device
 series carries the device name and its node GUID.
 
+With --rename (or the rename key), each device the agent sees appear (at
+its start, and again after a reset or re-registration) gets its persistent
+name through the rename policies, as the udev rule does where udev runs;
+each rename is logged.
+
 Options come from --config (` + agent.DefaultConfig + `, when it exists;
 packaging/rdmatool/agent.yaml documents every key), flags overriding it. A
 file with an unknown key, a value of the wrong type or a bad duration stops
@@ -55,6 +62,14 @@ cannot start.`,
 			var err error
 			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {
 				return fmt.Errorf("--max-qp: %w", err)
+			}
+			if renamePolicies != "" {
+				policies, err := rename.ParsePolicies(renamePolicies)
+				if err != nil {
+					return fmt.Errorf("--rename: %w", err)
+				}
+				o.Rename = &rename.Options{Policies: policies, MapFile: namesMap,
+					MapMustExist: cmd.Flags().Changed("names-map"), Force: renameForce}
 			}
 			log, err := agentLogger(g.stderr, logFormat, g.verbose)
 			if err != nil {
@@ -98,6 +113,9 @@ cannot start.`,
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.MetricsAddress, "metrics-address", agent.DefaultMetricsAddress, `HOST:PORT serving /metrics ("" for none)`)
+	f.StringVar(&renamePolicies, "rename", "", `rename policies applied to each device as it appears, such as "map,guid" ("" for none)`)
+	f.StringVar(&namesMap, "names-map", rename.DefaultMapFile, "the map policy's file")
+	f.BoolVar(&renameForce, "rename-force", false, "rename devices whose name user space assigned too")
 	return cmd
 }
 
