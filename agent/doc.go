@@ -17,6 +17,10 @@
 // every Interval. A State holds the history (one leakwatch.Watcher) behind a
 // mutex. When Run's context ends it stops every goroutine and waits for it.
 //
+// With RunOptions.Rename, every device the lister sees appear (at the
+// start, and after a reset or re-registration brings it back under its
+// kernel name) gets its persistent name through package rename, logged.
+//
 // # One-shot checks
 //
 // CheckOnce observes the host for a --watch with the probes (when they
