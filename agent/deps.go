@@ -14,7 +14,7 @@ import (
 // one. A Netlink serves one caller at a time: each scanner dials its own.
 type Netlink interface {
 	Devices(ctx context.Context) ([]rdmanl.Device, error)
-	Summaries(ctx context.Context) ([]rdmanl.Summary, error)
+	Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary, error)
 	QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error]
 	CMIDs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error]
 	// Rename renames a device (rename.Renamer), for RunOptions.Rename.
