@@ -338,7 +338,8 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 }
 
 // scanLoop dumps one device's QPs on a netlink client of its own until
-// ctx ends: every Interval, or with probes every Reconcile (State.dumpDue).
+// ctx ends: every Interval, or with probes every Reconcile (State.dumpDue);
+// at the Intervals in between it reads the device's resource summary.
 // dev is the device as last listed (its name follows renames).
 func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.Pointer[rdmanl.Device], log *slog.Logger) {
 	var nl Netlink
@@ -353,13 +354,30 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 	for {
 		cur := *dev.Load()
 		err := error(nil)
-		if st.dumpDue(cur, last) {
-			if nl == nil {
-				nl, err = d.Dial()
-				if err != nil {
-					nl = nil
-				}
+		if nl == nil {
+			nl, err = d.Dial()
+			if err != nil {
+				nl = nil
 			}
+		}
+		due := st.dumpDue(cur, last)
+		if nl != nil && !due {
+			// Between dumps the counts of resources in use stay current:
+			// one small request, no firmware query per QP.
+			var sum rdmanl.Summary
+			sum, serr := nl.Summary(ctx, cur)
+			switch {
+			case serr == nil:
+				st.setResources([]rdmanl.Summary{sum}, cur.Name)
+			case errors.Is(serr, rdmanl.ErrNoDevice):
+				// gone: the next listing stops this scanner
+			default:
+				err = serr
+				nl.Close()
+				nl = nil
+			}
+		}
+		if due {
 			if nl != nil {
 				mark := st.mark()
 				var sc leakwatch.Scan
