@@ -104,6 +104,11 @@ type DeviceScan struct {
 	// or connected). Scans fill it where the provider reports no QP state
 	// (RESET with a port), and only there is it read.
 	CMConnected map[uint32]bool
+	// LastWQE is what the provider table says of this device's provider
+	// on this kernel (ProviderLastWQE), LastWQESource where that comes
+	// from; an event seen on the device overrides it.
+	LastWQE       LastWQE
+	LastWQESource string
 }
 
 // Scan is a netlink snapshot of every device.

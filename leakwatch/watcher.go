@@ -129,6 +129,9 @@ type sample struct {
 type deviceState struct {
 	name         string
 	emitsLastWQE bool // a LAST_WQE_REACHED was seen on this device
+	// lastWQE and lastWQESource are the provider table's word, from scans.
+	lastWQE       LastWQE
+	lastWQESource string
 	gone         bool // no longer listed (DeviceGone) or unregistered
 	contexts     uint64
 	samples      []sample
@@ -188,6 +191,7 @@ func (w *Watcher) Scan(s Scan) {
 		dev := w.device(ds.Device.Index, ds.Device.Name)
 		dev.gone = false
 		dev.contexts = ds.Contexts
+		dev.lastWQE, dev.lastWQESource = ds.LastWQE, ds.LastWQESource
 		dev.samples = append(dev.samples, sample{s.Time, len(ds.QPs)})
 		if len(dev.samples) > maxSamples {
 			dev.samples = dev.samples[1:]
@@ -413,3 +417,12 @@ func (w *Watcher) Histories() []History {
 // SetMaxQP replaces the QP limits per device name that qp-exhaustion uses
 // (a configuration reload).
 func (w *Watcher) SetMaxQP(max map[string]uint64) { w.cfg.MaxQP = max }
+
+// lastWQEKnown is what is known of the device's provider: an event seen
+// on it, else the provider table.
+func (d *deviceState) lastWQEKnown() (LastWQE, string) {
+	if d.emitsLastWQE {
+		return LastWQEDelivered, "seen delivered on " + d.name
+	}
+	return d.lastWQE, d.lastWQESource
+}
