@@ -26,9 +26,10 @@ type fakeHost struct {
 	devs    []rdmanl.Device
 	qps     map[uint32][]rdmanl.QP // by device index
 	cmIDs   map[uint32][]rdmanl.CMID
-	dumps   map[string]int // QP dumps per device name
-	open    int            // clients not closed
-	blockOn string         // a device whose QP dump blocks until its ctx ends
+	ctxs    map[uint32][]rdmanl.Context // verbs contexts by device index
+	dumps   map[string]int              // QP dumps per device name
+	open    int                         // clients not closed
+	blockOn string                      // a device whose QP dump blocks until its ctx ends
 }
 
 func newFakeHost(devs ...rdmanl.Device) *fakeHost {
@@ -108,6 +109,19 @@ func (c *fakeClient) CMIDs(ctx context.Context, dev rdmanl.Device, _ rdmanl.Dump
 		c.h.mu.Unlock()
 		for _, id := range ids {
 			if !yield(id, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (c *fakeClient) Contexts(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.Context, error] {
+	return func(yield func(rdmanl.Context, error) bool) {
+		c.h.mu.Lock()
+		ctxs := slices.Clone(c.h.ctxs[dev.Index])
+		c.h.mu.Unlock()
+		for _, x := range ctxs {
+			if !yield(x, nil) {
 				return
 			}
 		}

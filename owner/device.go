@@ -151,7 +151,7 @@ func ZombieContexts(scan HolderScan, contextOwners []uint32, r *Resolver) []Zomb
 		}
 		var dead []OpenFile
 		for _, f := range h.Files {
-			if f.Deleted && isUverbsNode(f.Path) {
+			if ZombieFiles(f) {
 				dead = append(dead, f)
 			}
 		}
@@ -169,11 +169,15 @@ func ZombieContexts(scan HolderScan, contextOwners []uint32, r *Resolver) []Zomb
 func RDMAFiles(uverbs []DevNum, rdmaCM DevNum) func(OpenFile) bool {
 	return func(f OpenFile) bool {
 		if f.Deleted {
-			return isUverbsNode(f.Path)
+			return ZombieFiles(f)
 		}
 		return f.Dev == rdmaCM || slices.Contains(uverbs, f.Dev)
 	}
 }
+
+// ZombieFiles is the Holders filter of ZombieContexts alone: deleted
+// uverbs nodes.
+func ZombieFiles(f OpenFile) bool { return f.Deleted && isUverbsNode(f.Path) }
 
 // isUverbsNode reports whether path names a uverbs node,
 // /dev/infiniband/uverbsN or the same name wherever a container mounted it.
