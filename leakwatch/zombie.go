@@ -77,12 +77,12 @@ func (w *Watcher) scanZombies(s Scan) {
 func (w *Watcher) zombieFindings(q Query, now time.Time) ([]Finding, *Skipped) {
 	z := &w.zombies
 	switch {
+	case q.Device != "":
+		return nil, nil
 	case !z.read:
 		return nil, &Skipped{Rule: RuleZombieUverbsContext, Reason: "no scan of the host's processes yet"}
 	case z.err != "":
 		return nil, &Skipped{Rule: RuleZombieUverbsContext, Reason: "cannot read the processes: " + z.err}
-	case q.Device != "":
-		return nil, nil
 	}
 	var fs []Finding
 	for _, c := range z.contexts {
