@@ -1,23 +1,9 @@
 // Package sysfs reads facts about RDMA devices that netlink does not carry
-// from the sysfs tree (normally /sys). The sysfs root is a parameter so
-// tests read fixtures.
+// from the sysfs tree (normally /sys): today, where a device sits on PCI
+// (/sys/class/infiniband/DEV/device, with SR-IOV virtual functions and
+// sub-functions), read the way rdma-core's rdma_rename reads it. The sysfs
+// root is a parameter so tests read fixtures.
 //
-//   - ReadDevices and ReadDevice: /sys/class/infiniband/DEV through
-//     github.com/prometheus/procfs (board id, firmware, HCA type, node GUID,
-//     ports with state, physical state, rate and link layer), plus what
-//     procfs does not read: every counter and hw counter by file name, and
-//     each port's netdev (gid_attrs/ndevs/0, else the parent device's net/
-//     entry for the port). One attribute or counter that cannot be read or
-//     parsed never fails the device: procfs fails the whole device on one,
-//     so then the device is read attribute by attribute and what fails is
-//     listed in Device.Skipped with its error.
-//   - ReadUverbs: the uverbs character devices (/sys/class/infiniband_verbs)
-//     and the RDMA device each opens; ReadRDMACMDev: the rdma_cm one.
-//   - ReadPCILocation: where a device sits on PCI
-//     (/sys/class/infiniband/DEV/device, with SR-IOV virtual functions and
-//     sub-functions), read the way rdma-core's rdma_rename reads it. A
-//     device with no PCI function behind it (rxe, siw) gets an error
-//     matching ErrNotPCI.
-//
-// It only reads and needs no privileges.
+// It only reads and needs no privileges. A device with no PCI function
+// behind it (rxe, siw) gets an error matching ErrNotPCI.
 package sysfs
