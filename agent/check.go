@@ -149,7 +149,7 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 	}
 	sc := scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now, zombies: true}
 	scan := func() error {
-		s, err := sc.scan(ctx, devs)
+		s, _, err := sc.scan(ctx, devs)
 		if err != nil {
 			return err
 		}

@@ -349,7 +349,7 @@ func runQPLeaks(t *testing.T, args ...string) (rep agent.CheckReport, code int, 
 // with the probes attached; stop sends SIGTERM and returns its exit status.
 func startAgent(t *testing.T, sock string, args ...string) (stop func() int) {
 	t.Helper()
-	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"agent", "--socket", sock}, args...)...)
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"agent", "--socket", sock, "--metrics-address", "127.0.0.1:0"}, args...)...)
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

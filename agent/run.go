@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,9 @@ import (
 // DefaultSocket is where the agent listens and the CLI asks.
 const DefaultSocket = "/run/rdmatool/agent.sock"
 
+// DefaultReconcile is RunOptions.Reconcile's default.
+const DefaultReconcile = 5 * time.Minute
+
 // idleTimeout is how long the agent keeps an idle client connection open.
 const idleTimeout = 30 * time.Second
 
@@ -27,9 +31,14 @@ const idleTimeout = 30 * time.Second
 type RunOptions struct {
 	// Socket is the unix socket the agent serves (DefaultSocket when "").
 	Socket string
-	// Interval is the time between netlink scans of each device, and
-	// between listings of the devices (default 10s).
+	// Interval is the time between listings of the devices and, without
+	// probes (and on iWARP devices always), between netlink QP dumps of
+	// each device (default 10s).
 	Interval time.Duration
+	// Reconcile is the time between netlink QP dumps of a device while the
+	// probes feed the history (default 5 minutes); a device is dumped
+	// sooner, at the next Interval, when probe events were lost.
+	Reconcile time.Duration
 	// NoProbes runs on netlink only.
 	NoProbes bool
 	// MaxQP is the QP limit per device name, for qp-exhaustion.
@@ -39,8 +48,11 @@ type RunOptions struct {
 	// Retry is how often the agent tries again to open netlink and the
 	// probes while ib_core is not loaded (default 1 minute).
 	Retry time.Duration
-	// Version is reported by /v1/status.
+	// Version is reported by /v1/status and the metrics.
 	Version string
+	// MetricsAddress is the TCP address /metrics is served on; "" serves
+	// none.
+	MetricsAddress string
 }
 
 // Run is the agent. Until ctx ends it serves the socket, follows the probe
@@ -62,6 +74,9 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	}
 	if o.Interval <= 0 {
 		o.Interval = 10 * time.Second
+	}
+	if o.Reconcile <= 0 {
+		o.Reconcile = DefaultReconcile
 	}
 	if o.Retry <= 0 {
 		o.Retry = time.Minute
@@ -89,8 +104,23 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		}
 		return err
 	}
+	var mln net.Listener
+	if o.MetricsAddress != "" {
+		if mln, err = listenMetrics(o.MetricsAddress); err != nil {
+			if nl != nil {
+				nl.Close()
+			}
+			ln.Close()
+			return err
+		}
+	}
 	srv := newServer(NewHandler(st), log, idleTimeout)
-	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds())
+	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds(), "reconcile_seconds", o.Reconcile.Seconds())
+	var msrv *http.Server
+	if mln != nil {
+		msrv = newServer(metricsHandler(st, log), log, idleTimeout)
+		log.Info("serving metrics", "address", mln.Addr().String())
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -99,6 +129,14 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		}
 		return nil
 	})
+	if msrv != nil {
+		g.Go(func() error {
+			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("agent: serve metrics on %s: %w", mln.Addr(), err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		// Let queries in flight finish, briefly: the history is still
@@ -106,6 +144,9 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(sctx)
+		if msrv != nil {
+			msrv.Shutdown(sctx)
+		}
 		return nil
 	})
 	g.Go(func() error {
@@ -263,9 +304,9 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 	}
 }
 
-// scanLoop scans one device every Interval on a netlink client of its own
-// until ctx ends. dev is the device as last listed (its name follows
-// renames).
+// scanLoop dumps one device's QPs on a netlink client of its own until
+// ctx ends: every Interval, or with probes every Reconcile (State.dumpDue).
+// dev is the device as last listed (its name follows renames).
 func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.Pointer[rdmanl.Device], log *slog.Logger) {
 	var nl Netlink
 	defer func() {
@@ -275,24 +316,33 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 	}()
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
+	var last dumpMark
 	for {
 		cur := *dev.Load()
 		err := error(nil)
-		if nl == nil {
-			nl, err = d.Dial()
-			if err != nil {
-				nl = nil
+		if st.dumpDue(cur, last, o.Reconcile) {
+			if nl == nil {
+				nl, err = d.Dial()
+				if err != nil {
+					nl = nil
+				}
 			}
-		}
-		if nl != nil {
-			var sc leakwatch.Scan
-			sc, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.scan(ctx, []rdmanl.Device{cur})
-			if err == nil && len(sc.Devices) > 0 && st.Scan(sc) {
-				log.Info("scan succeeded again", "device", cur.Name)
-			}
-			if err != nil { // a fresh socket next time
-				nl.Close()
-				nl = nil
+			if nl != nil {
+				mark := st.mark()
+				var sc leakwatch.Scan
+				var sums []rdmanl.Summary
+				sc, sums, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.scan(ctx, []rdmanl.Device{cur})
+				if err == nil && len(sc.Devices) > 0 {
+					last = mark
+					if st.Scan(sc) {
+						log.Info("scan succeeded again", "device", cur.Name)
+					}
+					st.setResources(sums, cur.Name)
+				}
+				if err != nil { // a fresh socket next time
+					nl.Close()
+					nl = nil
+				}
 			}
 		}
 		if ctx.Err() != nil {

@@ -72,8 +72,16 @@ func (c *fakeClient) Devices(ctx context.Context) ([]rdmanl.Device, error) {
 	return slices.Clone(c.h.devs), ctx.Err()
 }
 
+// Summaries counts each device's QPs, as the kernel's summary does.
 func (c *fakeClient) Summaries(ctx context.Context) ([]rdmanl.Summary, error) {
-	return nil, ctx.Err()
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	var sums []rdmanl.Summary
+	for _, d := range c.h.devs {
+		sums = append(sums, rdmanl.Summary{DevIndex: d.Index, DevName: d.Name,
+			Counts: []rdmanl.ResourceCount{{Name: "pd", Current: 1}, {Name: "qp", Current: uint64(len(c.h.qps[d.Index]))}}})
+	}
+	return sums, ctx.Err()
 }
 
 func (c *fakeClient) QPs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error] {
@@ -187,7 +195,7 @@ func TestRunPerDevice(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Retry: time.Hour, Version: "test"})
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: 10 * time.Millisecond, Retry: time.Hour, Version: "test"})
 	}()
 	status := func() Status {
 		st, err := AskStatus(context.Background(), sock)
@@ -304,7 +312,7 @@ func TestScanReadsCMIDsOnlyForUnreportedStates(t *testing.T) {
 	}
 	nl, _ := host.dial()
 	defer nl.Close()
-	sc, err := scanner{nl: nl, now: time.Now}.scan(t.Context(), []rdmanl.Device{rxe, siw})
+	sc, _, err := scanner{nl: nl, now: time.Now}.scan(t.Context(), []rdmanl.Device{rxe, siw})
 	if err != nil {
 		t.Fatal(err)
 	}

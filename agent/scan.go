@@ -25,13 +25,13 @@ type scanner struct {
 // resolves the QP owners through /proc: process, command name, cgroup and
 // container. A device that goes away during its dump is left out of the
 // scan (its QPs are not taken as destroyed one by one); other errors end
-// the scan.
-func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan, error) {
+// the scan. It returns the resource summaries it read too.
+func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan, []rdmanl.Summary, error) {
 	procs, _ := owner.NewResolver(s.procRoot) // without /proc, owners have no comm
 	sc := leakwatch.Scan{Started: s.now()}
 	sums, err := s.nl.Summaries(ctx)
 	if err != nil {
-		return sc, err
+		return sc, nil, err
 	}
 	for _, dev := range devs {
 		ds, err := s.scanDevice(ctx, dev, sums, procs)
@@ -39,7 +39,7 @@ func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan
 			continue
 		}
 		if err != nil {
-			return sc, err
+			return sc, nil, err
 		}
 		sc.Devices = append(sc.Devices, ds)
 	}
@@ -47,7 +47,7 @@ func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan
 		sc.Zombies = s.lookForZombies(ctx)
 	}
 	sc.Time = s.now()
-	return sc, nil
+	return sc, sums, nil
 }
 
 // lookForZombies looks at the host's processes for zombie contexts

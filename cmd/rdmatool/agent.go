@@ -18,9 +18,14 @@ func newAgentCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the daemon that keeps QP history and answers qp-leaks",
-		Long: `Watch the host until stopped: scan netlink every --interval, follow the
-eBPF probes (netlink only when they cannot load; while ib_core is not loaded
-the agent tries again every minute), and keep one history of every QP.
+		Long: `Watch the host until stopped: follow the eBPF probes, list the devices
+every --interval, and keep one history of every QP. With the probes, each
+device's QPs are dumped over netlink once and then every --reconcile (on
+hardware every dumped QP costs a firmware query), or at the next --interval
+when probe events were lost; iWARP devices, whose providers move QPs to RTS
+where the probes cannot see it, and every device when the probes cannot load
+(no privilege, no BTF) are dumped every --interval. While ib_core is not
+loaded the agent tries again every minute.
 ` + "`rdmatool qp-leaks`" + ` asks the agent on --socket for findings over that
 history instead of watching from zero.
 
@@ -28,11 +33,18 @@ The socket speaks HTTP/1.1: GET /v1/qp-leaks?dev=D&min_age=5s&rule=R returns
 what qp-leaks -j prints, GET /v1/status the agent's state. It is made 0600 in
 a 0755 directory and removed on exit. Logs go to stderr (journald).
 
+Prometheus metrics are served on --metrics-address (loopback by default; ""
+serves none), at /metrics only: QPs by device, type and state, the largest
+QP owners, resources in use, current findings by rule and severity, probe
+events and lost events, scans and their errors and duration. Every device
+series carries the device name and its node GUID.
+
 SIGINT or SIGTERM stop the agent with exit status 0; it exits 2 when it
 cannot start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkDurations(durationFlag{name: "interval", value: o.Interval, min: time.Second}); err != nil {
+			if err := checkDurations(durationFlag{name: "interval", value: o.Interval, min: time.Second},
+				durationFlag{name: "reconcile", value: o.Reconcile, min: time.Second}); err != nil {
 				return err
 			}
 			var err error
@@ -51,10 +63,12 @@ cannot start.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Socket, "socket", agent.DefaultSocket, "unix socket to serve")
-	f.DurationVar(&o.Interval, "interval", 10*time.Second, "time between netlink scans")
+	f.DurationVar(&o.Interval, "interval", 10*time.Second, "time between device listings, and between QP dumps without probes")
+	f.DurationVar(&o.Reconcile, "reconcile", agent.DefaultReconcile, "time between QP dumps of a device while the probes feed the history")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.MetricsAddress, "metrics-address", agent.DefaultMetricsAddress, `HOST:PORT serving /metrics ("" for none)`)
 	return cmd
 }
 
