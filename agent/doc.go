@@ -26,8 +26,9 @@
 // CheckOnce observes the host for a --watch with the probes (when they
 // load) and netlink scans every --interval, each with a look for zombie
 // contexts, then evaluates the rules over what it saw. Check, what
-// `rdmatool qp-leaks` calls, asks a running agent first (Ask) and runs CheckOnce only when no agent is there (ErrNoAgent);
-// an agent that refuses the question is an error.
+// `rdmatool qp-leaks` calls, asks a running agent first (Ask) and runs
+// CheckOnce only when no agent is there (ErrNoAgent); an agent that refuses
+// the question is an error.
 //
 // # Socket
 //

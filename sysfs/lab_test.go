@@ -220,9 +220,9 @@ func TestLabDevShowDetails(t *testing.T) {
 	text := string(labRdmatool(t, "dev", "show", "-d", string(vmtest.RXE)))
 	for _, want := range []string{
 		"uverbs " + rep.Devices[byName["rxe0"]].Uverbs + " (" + rep.Devices[byName["rxe0"]].UverbsDev + ") pci none",
-		"port 1 state ACTIVE physical_state LINK_UP rate ",
+		"port 1 state ACTIVE physical-state LINK_UP rate ",
 		"netdev dummy0",
-		fmt.Sprintf("holder pid %d comm qpwork qps %d cm_ids 0 contexts 1", pid, qps),
+		fmt.Sprintf("holder pid %d comm qpwork qps %d cm-ids 0 contexts 1", pid, qps),
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("dev show -d rxe0:\n%s\nwant %q in it", text, want)

@@ -263,7 +263,7 @@ func renderDevDetails(w io.Writer, rep devDetailsReport, counters bool) error {
 		bw.WriteString(textLineFields(rv, textFields(rv.Type()), true))
 		bw.WriteByte('\n')
 		var facts []string
-		for _, kv := range [][2]string{{"board_id", d.BoardID}, {"hca_type", d.HCAType}} {
+		for _, kv := range [][2]string{{"board-id", d.BoardID}, {"hca-type", d.HCAType}} {
 			if kv[1] != "" {
 				facts = append(facts, kv[0]+" "+kv[1])
 			}
@@ -286,7 +286,7 @@ func renderDevDetails(w io.Writer, rep devDetailsReport, counters bool) error {
 				pci += " sf"
 			}
 			if len(p.ResetMethods) > 0 {
-				pci += " reset_methods " + strings.Join(p.ResetMethods, ",")
+				pci += " reset-methods " + strings.Join(p.ResetMethods, ",")
 			} else if p.Resettable {
 				pci += " resettable"
 			}
@@ -296,7 +296,7 @@ func renderDevDetails(w io.Writer, rep devDetailsReport, counters bool) error {
 		}
 		fmt.Fprintf(bw, "    %s\n", strings.Join(facts, " "))
 		for _, p := range d.PortInfo {
-			fmt.Fprintf(bw, "    port %d state %s physical_state %s rate %s Gb/s link_layer %s", p.Port, p.State, p.PhysState,
+			fmt.Fprintf(bw, "    port %d state %s physical-state %s rate %s Gb/s link-layer %s", p.Port, p.State, p.PhysState,
 				strconv.FormatFloat(p.RateGbps, 'f', -1, 64), p.LinkLayer)
 			if p.Netdev != "" {
 				fmt.Fprintf(bw, " netdev %s", p.Netdev)
@@ -306,7 +306,7 @@ func renderDevDetails(w io.Writer, rep devDetailsReport, counters bool) error {
 				for _, c := range []struct {
 					name string
 					m    map[string]uint64
-				}{{"counters", p.Counters}, {"hw_counters", p.HWCounters}} {
+				}{{"counters", p.Counters}, {"hw-counters", p.HWCounters}} {
 					if len(c.m) == 0 {
 						continue
 					}
@@ -322,7 +322,7 @@ func renderDevDetails(w io.Writer, rep devDetailsReport, counters bool) error {
 			bw.WriteString("    holders none\n")
 		}
 		for _, h := range d.Holders {
-			fmt.Fprintf(bw, "    holder pid %d comm %s qps %d cm_ids %d contexts %d", h.PID, h.Comm, h.QPs, h.CMIDs, h.Contexts)
+			fmt.Fprintf(bw, "    holder pid %d comm %s qps %d cm-ids %d contexts %d", h.PID, h.Comm, h.QPs, h.CMIDs, h.Contexts)
 			if h.Cgroup != "" {
 				fmt.Fprintf(bw, " cgroup %s", h.Cgroup)
 			}
