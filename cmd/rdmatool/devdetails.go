@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"maps"
 	"reflect"
 	"slices"
@@ -185,44 +186,34 @@ func readDevDetails(ctx context.Context, c *rdmanl.Client, devs []rdmanl.Device,
 }
 
 // deviceUse dumps the owners of dev's QPs, rdma_cm IDs and verbs contexts.
-// Entries that do not decode are left out (a partial dump).
 func deviceUse(ctx context.Context, c *rdmanl.Client, dev rdmanl.Device) (owner.DeviceUse, error) {
 	u := owner.DeviceUse{Device: dev.Name}
-	keep := func(err error) error {
+	var err error
+	if u.QPOwners, err = ownerIDs(c.QPs(ctx, dev, rdmanl.DumpOptions{NoSRQJoin: true}), func(q rdmanl.QP) rdmanl.Owner { return q.Owner }); err != nil {
+		return u, err
+	}
+	if u.CMIDOwners, err = ownerIDs(c.CMIDs(ctx, dev, rdmanl.DumpOptions{}), func(id rdmanl.CMID) rdmanl.Owner { return id.Owner }); err != nil {
+		return u, err
+	}
+	u.ContextOwners, err = ownerIDs(c.Contexts(ctx, dev, rdmanl.DumpOptions{}), func(x rdmanl.Context) rdmanl.Owner { return x.Owner })
+	return u, err
+}
+
+// ownerIDs collects the owner ids of a resource dump. Entries that do not
+// decode are left out (a partial dump).
+func ownerIDs[T any](dump iter.Seq2[T, error], ownerOf func(T) rdmanl.Owner) ([]uint32, error) {
+	var ids []uint32
+	for v, err := range dump {
 		var pe *rdmanl.PartialError
-		if errors.As(err, &pe) {
-			return nil
+		switch {
+		case errors.As(err, &pe):
+		case err != nil:
+			return nil, err
+		default:
+			ids = append(ids, ownerOf(v).PID)
 		}
-		return err
 	}
-	for qp, err := range c.QPs(ctx, dev, rdmanl.DumpOptions{NoSRQJoin: true}) {
-		if err != nil {
-			if err = keep(err); err != nil {
-				return u, err
-			}
-			continue
-		}
-		u.QPOwners = append(u.QPOwners, qp.Owner.PID)
-	}
-	for id, err := range c.CMIDs(ctx, dev, rdmanl.DumpOptions{}) {
-		if err != nil {
-			if err = keep(err); err != nil {
-				return u, err
-			}
-			continue
-		}
-		u.CMIDOwners = append(u.CMIDOwners, id.Owner.PID)
-	}
-	for x, err := range c.Contexts(ctx, dev, rdmanl.DumpOptions{}) {
-		if err != nil {
-			if err = keep(err); err != nil {
-				return u, err
-			}
-			continue
-		}
-		u.ContextOwners = append(u.ContextOwners, x.Owner.PID)
-	}
-	return u, nil
+	return ids, nil
 }
 
 // pciOf reads the PCI function behind dev; nil when it has none.
