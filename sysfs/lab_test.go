@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -230,6 +231,27 @@ func TestLabDevShowDetails(t *testing.T) {
 	}
 	if strings.Contains(text, "siw0") {
 		t.Errorf("dev show -d rxe0 shows siw0:\n%s", text)
+	}
+
+	// Unprivileged, root's fd tables cannot be read: qpwork is still a
+	// holder of rxe0 by its QPs (netlink), without its files, and is
+	// counted as unreadable, so no one concludes there are no holders.
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "dev", "show", "-d", "-j", string(vmtest.RXE))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("dev show -d -j as nobody: %v", err)
+	}
+	var unpriv devDetailsJSON
+	if err := json.Unmarshal(out, &unpriv); err != nil || len(unpriv.Devices) != 1 {
+		t.Fatalf("dev show -d -j rxe0 as nobody: %v: %s", err, out)
+	}
+	if !slices.Contains(unpriv.HoldersUnreadable, pid) {
+		t.Errorf("as nobody, holders_unreadable %v lacks qpwork's pid %d", unpriv.HoldersUnreadable, pid)
+	}
+	hs := unpriv.Devices[0].Holders
+	if i := slices.IndexFunc(hs, func(h holderJSON) bool { return h.PID == pid }); i < 0 || hs[i].QPs != qps || hs[i].Comm != "qpwork" || len(hs[i].Files) != 0 {
+		t.Errorf("as nobody, holders of rxe0 %+v; want qpwork (pid %d) by its %d QPs, no files", hs, pid, qps)
 	}
 	w.Release(30 * time.Second)
 }
