@@ -150,7 +150,7 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 		// everything they read until then.
 		context.AfterFunc(watchCtx, stopProbes)
 	}
-	sc := scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}
+	sc := scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now, zombies: true}
 	scan := func() error {
 		s, _, err := sc.scan(ctx, devs)
 		if err != nil {

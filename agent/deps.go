@@ -19,6 +19,7 @@ type Netlink interface {
 	CMIDs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error]
 	// Rename renames a device (rename.Renamer), for RunOptions.Rename.
 	Rename(ctx context.Context, dev rdmanl.Device, name string) error
+	Contexts(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.Context, error]
 	Close() error
 }
 

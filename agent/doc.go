@@ -14,8 +14,12 @@
 // RunOptions.Reconcile (on hardware each dumped QP is a firmware query),
 // sooner when probe events were lost; without probes, and for iWARP
 // devices (whose providers move QPs to RTS where the probes cannot see it),
-// every Interval. A State holds the history (one leakwatch.Watcher) behind a
-// mutex. When Run's context ends it stops every goroutine and waits for it.
+// every Interval. After each listing the lister also looks at the host's
+// processes for zombie contexts (ZombieContexts: deleted uverbs nodes held
+// open, the verbs contexts of every device dumped only when there are
+// some), which belong to no device. A State holds the history (one
+// leakwatch.Watcher) behind a mutex. When Run's context ends it stops
+// every goroutine and waits for it.
 //
 // With RunOptions.Rename, every device the lister sees appear (at the
 // start, and after a reset or re-registration brings it back under its
@@ -24,10 +28,11 @@
 // # One-shot checks
 //
 // CheckOnce observes the host for a --watch with the probes (when they
-// load) and netlink scans every --interval, then evaluates the rules over
-// what it saw. Check, what `rdmatool qp-leaks` calls, asks a running agent
-// first (Ask) and runs CheckOnce only when no agent is there (ErrNoAgent);
-// an agent that refuses the question is an error.
+// load) and netlink scans every --interval, each with a look for zombie
+// contexts, then evaluates the rules over what it saw. Check, what
+// `rdmatool qp-leaks` calls, asks a running agent first (Ask) and runs
+// CheckOnce only when no agent is there (ErrNoAgent); an agent that refuses
+// the question is an error.
 //
 // # Socket
 //
@@ -69,7 +74,9 @@
 //
 // Netlink scans need no privileges; the probes need CAP_BPF and
 // CAP_PERFMON (see package bpf), and without them the agent runs on netlink
-// only and says why. Owners are resolved through /proc (package owner).
+// only and says why. Owners are resolved through /proc (package owner);
+// zombie contexts of other users' processes are seen only with root or
+// CAP_SYS_PTRACE (the rule says how many processes it could not read).
 // While ib_core is not loaded (no NETLINK_RDMA, nothing to probe) the agent
 // serves the socket and tries again every RunOptions.Retry.
 // packaging/systemd has the unit.

@@ -302,6 +302,9 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 					}
 				}
 				st.setDevices(devs, gone, d.Now())
+				// Zombie contexts belong to no device: the host's
+				// processes are looked at here, once a listing.
+				st.Zombies(scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.lookForZombies(ctx), d.Now())
 				for _, dev := range devs {
 					if r, ok := scanners[dev.Index]; ok {
 						r.dev.Store(&dev) // renamed, maybe

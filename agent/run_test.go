@@ -27,10 +27,11 @@ type fakeHost struct {
 	devs    []rdmanl.Device
 	qps     map[uint32][]rdmanl.QP // by device index
 	cmIDs   map[uint32][]rdmanl.CMID
-	dumps   map[string]int // QP dumps per device name
-	open    int            // clients not closed
-	blockOn string         // a device whose QP dump blocks until its ctx ends
-	renames int            // devices renamed through a client
+	ctxs    map[uint32][]rdmanl.Context // verbs contexts by device index
+	dumps   map[string]int              // QP dumps per device name
+	open    int                         // clients not closed
+	blockOn string                      // a device whose QP dump blocks until its ctx ends
+	renames int                         // devices renamed through a client
 }
 
 func newFakeHost(devs ...rdmanl.Device) *fakeHost {
@@ -138,6 +139,19 @@ func (c *fakeClient) Rename(_ context.Context, dev rdmanl.Device, name string) e
 		}
 	}
 	return rdmanl.ErrNoDevice
+}
+
+func (c *fakeClient) Contexts(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.Context, error] {
+	return func(yield func(rdmanl.Context, error) bool) {
+		c.h.mu.Lock()
+		ctxs := slices.Clone(c.h.ctxs[dev.Index])
+		c.h.mu.Unlock()
+		for _, x := range ctxs {
+			if !yield(x, nil) {
+				return
+			}
+		}
+	}
 }
 
 func (c *fakeClient) Close() error {

@@ -71,6 +71,7 @@ func history(t *testing.T) (*State, *clock) {
 		}
 		st.Scan(s)
 	}
+	st.Zombies(&leakwatch.Zombies{}, c.set(55*time.Second)) // a look at the processes found none
 	st.setLost(3)
 	c.set(60 * time.Second)
 	return st, c

@@ -206,6 +206,14 @@ func (s *State) Scan(sc leakwatch.Scan) (recovered bool) {
 	return recovered
 }
 
+// Zombies folds a look at the host's processes for zombie contexts, made
+// at t, into the history.
+func (s *State) Zombies(z *leakwatch.Zombies, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w.Scan(leakwatch.Scan{Time: t, Zombies: z})
+}
+
 // scanFailed records a failed scan of device ("" for the device listing)
 // and says whether its last attempt had succeeded.
 func (s *State) scanFailed(device string, err error) (changed bool) {

@@ -35,7 +35,7 @@ func Rules() []string {
 	for _, r := range qpRules {
 		ids = append(ids, r.id)
 	}
-	return append(ids, RuleQPExhaustion)
+	return append(ids, RuleQPExhaustion, RuleZombieUverbsContext)
 }
 
 const (
@@ -335,6 +335,13 @@ func (w *Watcher) Evaluate(q Query) Report {
 				Reason: "max_qp unknown for " + strings.Join(unknown, ", ") + " (netlink does not report it; set it per device)"})
 		}
 	}
+	if enabled(RuleZombieUverbsContext) {
+		fs, skipped := w.zombieFindings(q, now)
+		rep.Findings = append(rep.Findings, fs...)
+		if skipped != nil {
+			rep.SkippedRules = append(rep.SkippedRules, *skipped)
+		}
+	}
 	rep.Findings = dropSuperseded(rep.Findings)
 	sort.Slice(rep.Findings, func(i, j int) bool {
 		a, b := rep.Findings[i], rep.Findings[j]
@@ -344,7 +351,10 @@ func (w *Watcher) Evaluate(q Query) Report {
 		if a.QPN != b.QPN {
 			return a.QPN < b.QPN
 		}
-		return a.Rule < b.Rule
+		if a.Rule != b.Rule {
+			return a.Rule < b.Rule
+		}
+		return a.PID < b.PID
 	})
 	rep.Summary = Summarize(rep.Findings)
 	rep.FindingsTotal = len(rep.Findings)

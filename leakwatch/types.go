@@ -120,6 +120,10 @@ type Scan struct {
 	// Time is when the dump ended.
 	Time    time.Time
 	Devices []DeviceScan
+	// Zombies is what a look at the host's processes found for
+	// zombie-uverbs-context; nil when this scan did not look (the last
+	// look stands).
+	Zombies *Zombies
 }
 
 // Evidence is one observation a finding rests on.

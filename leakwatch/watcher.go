@@ -151,6 +151,8 @@ type Watcher struct {
 	start time.Time
 	qps   map[qpKey]*History
 	devs  map[uint32]*deviceState
+	// zombies is the last look at the host's processes.
+	zombies zombieState
 }
 
 // New returns a watcher that reads the time from now.
@@ -184,6 +186,7 @@ func (w *Watcher) device(index uint32, name string) *deviceState {
 // gone; devices the snapshot does not hold are left as they are, so each
 // device can be scanned on its own schedule.
 func (w *Watcher) Scan(s Scan) {
+	w.scanZombies(s)
 	seen := map[qpKey]bool{}
 	scanned := map[uint32]bool{}
 	for _, ds := range s.Devices {

@@ -146,11 +146,17 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	sort.SliceStable(order, func(i, j int) bool { return order[i].dev < order[j].dev })
 	severities := map[leakwatch.Severity]int{}
 	for _, k := range order {
-		fmt.Fprintf(bw, "%s  %s\n", k.dev, k.owner)
+		dev := k.dev
+		if dev == "" {
+			dev = "(unregistered device)" // zombie-uverbs-context
+		}
+		fmt.Fprintf(bw, "%s  %s\n", dev, k.owner)
 		for _, f := range groups[k] {
 			severities[f.Severity]++
 			if f.Rule == leakwatch.RuleQPExhaustion {
 				fmt.Fprintf(bw, "  %-8s %-29s %d of %d QPs\n", f.Severity, f.Rule, f.Count, f.Limit)
+			} else if f.Rule == leakwatch.RuleZombieUverbsContext && len(f.Evidence) > 0 {
+				fmt.Fprintf(bw, "  %-8s %-29s %s for %.1fs\n", f.Severity, f.Rule, f.Evidence[0].What, f.AgeSeconds)
 			} else {
 				srq := ""
 				if f.SRQ {

@@ -198,6 +198,24 @@ func TestRenderLeaksThreads(t *testing.T) {
 	}
 }
 
+// A zombie context belongs to no device: its group says so, and its line
+// names the deleted node instead of a QP.
+func TestRenderLeaksZombie(t *testing.T) {
+	t.Parallel()
+	var rep agent.CheckReport
+	rep.Findings = []leakwatch.Finding{{Rule: leakwatch.RuleZombieUverbsContext, Severity: leakwatch.SeverityWarning,
+		PID: 300, TGID: 300, Comm: "stuck", AgeSeconds: 12, Hint: "reopen",
+		Evidence: []leakwatch.Evidence{{Source: "scan", What: "holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device"}}}}
+	var b strings.Builder
+	if err := renderLeaks(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	want := "(unregistered device)  pid 300 (stuck)\n  warning  zombie-uverbs-context         holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device for 12.0s\n"
+	if !strings.HasPrefix(b.String(), want) {
+		t.Errorf("text report:\n%s\nwant it to begin with\n%s", b.String(), want)
+	}
+}
+
 // A report over no device says so in words, and a failed scan is named.
 func TestRenderLeaksNoDevices(t *testing.T) {
 	t.Parallel()
