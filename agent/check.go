@@ -150,7 +150,7 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 		// everything they read until then.
 		context.AfterFunc(watchCtx, stopProbes)
 	}
-	sc := scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now, zombies: true}
+	sc := scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now, zombies: true, facts: newFactsCache(d.LearnDevice)}
 	scan := func() error {
 		s, _, err := sc.scan(ctx, devs)
 		if err != nil {

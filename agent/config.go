@@ -35,21 +35,25 @@ type Config struct {
 	Rename      *string
 	NamesMap    *string
 	RenameForce *bool
+	// ExhaustionThreshold is the share of max_qp in use that qp-exhaustion
+	// reports (0 < x <= 1).
+	ExhaustionThreshold *float64
 }
 
 // configKeys are the keys a configuration file may have, with how each is
 // read into a Config.
 var configKeys = map[string]func(c *Config, n *yaml.Node) error{
-	"socket":          func(c *Config, n *yaml.Node) error { return setString(&c.Socket, n, checkAbsolute) },
-	"metrics_address": func(c *Config, n *yaml.Node) error { return setString(&c.MetricsAddress, n, nil) },
-	"interval":        func(c *Config, n *yaml.Node) error { return setDuration(&c.Interval, n) },
-	"reconcile":       func(c *Config, n *yaml.Node) error { return setDuration(&c.Reconcile, n) },
-	"retain":          func(c *Config, n *yaml.Node) error { return setDuration(&c.Retain, n) },
-	"probes":          func(c *Config, n *yaml.Node) error { return setBool(&c.Probes, n) },
-	"max_qp":          setMaxQP,
-	"rename":          func(c *Config, n *yaml.Node) error { return setString(&c.Rename, n, checkPolicies) },
-	"names_map":       func(c *Config, n *yaml.Node) error { return setString(&c.NamesMap, n, checkAbsolute) },
-	"rename_force":    func(c *Config, n *yaml.Node) error { return setBool(&c.RenameForce, n) },
+	"socket":               func(c *Config, n *yaml.Node) error { return setString(&c.Socket, n, checkAbsolute) },
+	"metrics_address":      func(c *Config, n *yaml.Node) error { return setString(&c.MetricsAddress, n, nil) },
+	"interval":             func(c *Config, n *yaml.Node) error { return setDuration(&c.Interval, n) },
+	"reconcile":            func(c *Config, n *yaml.Node) error { return setDuration(&c.Reconcile, n) },
+	"retain":               func(c *Config, n *yaml.Node) error { return setDuration(&c.Retain, n) },
+	"probes":               func(c *Config, n *yaml.Node) error { return setBool(&c.Probes, n) },
+	"max_qp":               setMaxQP,
+	"rename":               func(c *Config, n *yaml.Node) error { return setString(&c.Rename, n, checkPolicies) },
+	"names_map":            func(c *Config, n *yaml.Node) error { return setString(&c.NamesMap, n, checkAbsolute) },
+	"rename_force":         func(c *Config, n *yaml.Node) error { return setBool(&c.RenameForce, n) },
+	"exhaustion_threshold": setThreshold,
 }
 
 // ConfigError is a configuration file's first problem, located.
@@ -148,7 +152,7 @@ func unwrapPath(err error) error {
 }
 
 func knownKeys() []string {
-	return []string{"interval", "max_qp", "metrics_address", "names_map", "probes", "reconcile", "rename", "rename_force", "retain", "socket"}
+	return []string{"exhaustion_threshold", "interval", "max_qp", "metrics_address", "names_map", "probes", "reconcile", "rename", "rename_force", "retain", "socket"}
 }
 
 func scalar(n *yaml.Node, want string) error {
@@ -197,6 +201,15 @@ func setBool(dst **bool, n *yaml.Node) error {
 		return fmt.Errorf("%q: want true or false", n.Value)
 	}
 	*dst = &b
+	return nil
+}
+
+func setThreshold(c *Config, n *yaml.Node) error {
+	var f float64
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!float" && n.Tag != "!!int") || n.Decode(&f) != nil || f <= 0 || f > 1 {
+		return fmt.Errorf("%q: want a share of max_qp above 0 and at most 1, such as 0.8", n.Value)
+	}
+	c.ExhaustionThreshold = &f
 	return nil
 }
 
@@ -273,6 +286,9 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 	if c.Retain != nil {
 		o.Retain = *c.Retain
 	}
+	if c.ExhaustionThreshold != nil && !given("exhaustion_threshold") {
+		o.ExhaustionThreshold = *c.ExhaustionThreshold
+	}
 	if c.Probes != nil && !given("probes") {
 		o.NoProbes = !*c.Probes
 	}
@@ -310,6 +326,7 @@ func ReloadFrom(path string, optional bool, base, running RunOptions, given func
 		{"interval", running.Interval, o.Interval},
 		{"probes", !running.NoProbes, !o.NoProbes},
 		{"retain", running.Retain, o.Retain},
+		{"exhaustion_threshold", running.ExhaustionThreshold, o.ExhaustionThreshold},
 		{"rename", renameString(running.Rename), renameString(o.Rename)},
 	} {
 		if k.old != k.new {

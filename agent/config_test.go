@@ -55,9 +55,11 @@ max_qp:
 // Every bad file is refused with the file, the line and the key.
 func TestParseConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
-		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: interval, max_qp, metrics_address, names_map, probes, reconcile, rename, rename_force, retain, socket)`},
+		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: exhaustion_threshold, interval, max_qp, metrics_address, names_map, probes, reconcile, rename, rename_force, retain, socket)`},
 		{"rename: map,uuid\n", `agent: config a.yaml:1: rename: unknown policy "uuid"`},
 		{"names_map: names.conf\n", `agent: config a.yaml:1: names_map: "names.conf": want an absolute path`},
+		{"exhaustion_threshold: 80\n", `agent: config a.yaml:1: exhaustion_threshold: "80": want a share of max_qp above 0 and at most 1`},
+		{"exhaustion_threshold: high\n", `agent: config a.yaml:1: exhaustion_threshold: "high"`},
 		{"probes: true\ninterval: 10\n", `agent: config a.yaml:2: interval: "10": want a duration of at least 1s, such as 10s or 5m`},
 		{"interval: 100ms\n", `agent: config a.yaml:1: interval: "100ms": want a duration of at least 1s`},
 		{"reconcile: [1m]\n", `agent: config a.yaml:1: reconcile: want a duration such as 10s or 5m`},
@@ -108,7 +110,7 @@ func TestDefaultConfigFile(t *testing.T) {
 	}
 	// The values shown are the defaults.
 	if *c.Socket != DefaultSocket || *c.MetricsAddress != DefaultMetricsAddress || *c.Reconcile != DefaultReconcile || *c.Interval != 10*time.Second || !*c.Probes ||
-		*c.Rename != "" || *c.NamesMap != rename.DefaultMapFile || *c.RenameForce {
+		*c.Rename != "" || *c.NamesMap != rename.DefaultMapFile || *c.RenameForce || *c.ExhaustionThreshold != 0.8 {
 		t.Errorf("the default file shows other values than the defaults: %+v", c)
 	}
 }

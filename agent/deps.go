@@ -45,6 +45,9 @@ type Deps struct {
 	OpenProbes func(ctx context.Context, log *slog.Logger) (EventSource, error)
 	// ProcRoot is /proc, where QP owners are resolved ("": not resolved).
 	ProcRoot string
+	// LearnDevice learns a device's facts (LearnDevice with /sys and /dev);
+	// nil learns nothing: no max_qp from the device, no provider table.
+	LearnDevice func(rdmanl.Device) DeviceFacts
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }

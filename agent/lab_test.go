@@ -522,3 +522,83 @@ func TestLabAgentRenamesDevices(t *testing.T) {
 	}
 	stop()
 }
+
+// SRQ QPs already in Error when qp-leaks or the agent starts get the
+// diagnosis their provider calls for, from the provider table: where it
+// never delivers LAST_WQE_REACHED, last-wqe-not-emitted; where it does, the
+// event was due before anyone watched: last-wqe-unhandled. (siw on 6.1
+// reports no QP state over netlink: nothing can be said there.)
+func TestLabErrBeforeWatching(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	for _, dev := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
+		t.Run(string(dev), func(t *testing.T) {
+			w := vmtest.StartWorkload(t, "--dev", string(dev), "--qps", "2", "--srq", "--to", "ERR", "--hold", "stdin")
+			w.WaitFor("ready", 30*time.Second)
+			var want []leak
+			switch {
+			case dev == vmtest.SIW && !vmtest.Fact(t, "netlink shows siw QP state"):
+			case vmtest.EmitsLastWQE(t, dev):
+				want = expect("last-wqe-unhandled", w, string(dev))
+			default:
+				want = expect("last-wqe-not-emitted", w, string(dev))
+			}
+			rep, _, stderr := runQPLeaks(t, "--no-agent", "--dev", string(dev), "--watch", "3s", "--min-age", "2s")
+			if rep.Probes != "on" {
+				t.Fatalf("qp-leaks without probes: %s %s", rep.ProbesError, stderr)
+			}
+			check(t, rep, want)
+			sock := filepath.Join(t.TempDir(), "agent.sock")
+			stop := startAgent(t, sock, "--interval", "1s")
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				rep, _, _ = runQPLeaks(t, "--agent-socket", sock, "--dev", string(dev), "--min-age", "2s")
+				if len(leaks(rep)) >= len(want) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			check(t, rep, want)
+			stop()
+			w.Release(30 * time.Second)
+		})
+	}
+}
+
+// qp-exhaustion needs no --max-qp: the agent asks each device its limit.
+// With a threshold low enough for the lab, 20 QPs on siw0 cross it; the
+// finding's limit is what ibv_devinfo reports.
+func TestLabQPExhaustionFromDevice(t *testing.T) {
+	vmtest.Require(t, vmtest.SIW)
+	out, err := exec.Command("ibv_devinfo", "-v", "-d", "siw0").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var maxQP uint64
+	for line := range strings.Lines(string(out)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "max_qp:"); ok {
+			maxQP, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	if maxQP == 0 {
+		t.Fatalf("ibv_devinfo has no max_qp:\n%s", out)
+	}
+	threshold := 10.0 / float64(maxQP) // 10 QPs
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	stop := startAgent(t, sock, "--interval", "1s", "--exhaustion-threshold", strconv.FormatFloat(threshold, 'g', -1, 64))
+	w := vmtest.StartWorkload(t, "--dev", "siw0", "--qps", "20", "--to", "INIT", "--hold", "stdin")
+	w.WaitFor("ready", 30*time.Second)
+	var rep agent.CheckReport
+	if !waitUntil(30*time.Second, func() bool {
+		rep, _, _ = runQPLeaks(t, "--agent-socket", sock, "--rule", "qp-exhaustion")
+		return len(rep.Findings) > 0
+	}) {
+		t.Fatalf("no qp-exhaustion: %+v", rep)
+	}
+	f := rep.Findings[0]
+	if f.Device != "siw0" || f.Limit != maxQP || f.Count < 20 || len(rep.Findings) != 1 {
+		t.Errorf("findings %+v; want siw0 only, limit %d (the device's), at least 20 QPs", rep.Findings, maxQP)
+	}
+	t.Logf("qp-exhaustion on siw0: %d of %d QPs (threshold %g)", f.Count, f.Limit, threshold)
+	stop()
+	w.Release(30 * time.Second)
+}

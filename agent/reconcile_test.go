@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
 	"go.uber.org/goleak"
@@ -155,5 +156,51 @@ func TestRunRenamesAppearingDevices(t *testing.T) {
 	host.mu.Unlock()
 	if renames != 2 {
 		t.Errorf("%d renames made, want 2 (a device already named is left alone)", renames)
+	}
+}
+
+// What a device reports of itself feeds the rules: qp-exhaustion from its
+// own max_qp with none configured, and the provider table.
+func TestRunLearnsDevices(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	host := newFakeHost(rxe)
+	var qps []rdmanl.QP
+	for n := range uint32(9) {
+		qps = append(qps, qp(17+n, rdmanl.QPStateRTS, 0))
+	}
+	host.qps[rxe.Index] = qps
+	learned := 0
+	var mu sync.Mutex
+	d := Deps{Log: slog.New(slog.DiscardHandler), Dial: host.dial, LearnDevice: func(dev rdmanl.Device) DeviceFacts {
+		mu.Lock()
+		defer mu.Unlock()
+		learned++
+		return DeviceFacts{Provider: "rxe", MaxQP: 10}
+	}}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, NoProbes: true, Retry: time.Hour})
+	}()
+	defer stopRun(t, cancel, done)
+	var rep CheckReport
+	waitFor(t, "qp-exhaustion from the device's own max_qp", func() bool {
+		var err error
+		rep, err = Ask(context.Background(), sock, CheckOptions{Rules: []string{leakwatch.RuleQPExhaustion}})
+		return err == nil && len(rep.Findings) == 1
+	})
+	if f := rep.Findings[0]; f.Limit != 10 || f.Count != 9 || f.Severity != leakwatch.SeverityCritical {
+		t.Errorf("finding %+v, want 9 of 10 QPs, critical", f)
+	}
+	// A limit asked for wins over the device's.
+	rep, err := Ask(context.Background(), sock, CheckOptions{Rules: []string{leakwatch.RuleQPExhaustion}, MaxQP: map[string]uint64{"rxe0": 1000}})
+	if err != nil || len(rep.Findings) != 0 {
+		t.Errorf("with max_qp 1000 asked: %v, %v", rep.Findings, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if learned != 1 {
+		t.Errorf("the device was learned %d times, want once", learned)
 	}
 }

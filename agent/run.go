@@ -48,6 +48,9 @@ type RunOptions struct {
 	MaxQP map[string]uint64
 	// Retain is how long destroyed QPs are kept (leakwatch's default when 0).
 	Retain time.Duration
+	// ExhaustionThreshold is the share of max_qp in use that qp-exhaustion
+	// reports (leakwatch's default, 0.8, when 0).
+	ExhaustionThreshold float64
 	// Retry is how often the agent tries again to open netlink and the
 	// probes while ib_core is not loaded (default 1 minute).
 	Retry time.Duration
@@ -109,7 +112,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		nl = nil
 	}
 
-	cfg := leakwatch.Config{MaxQP: o.MaxQP, Retain: o.Retain, ProbesReason: "not attached yet"}
+	cfg := leakwatch.Config{MaxQP: o.MaxQP, Retain: o.Retain, ExhaustionThreshold: o.ExhaustionThreshold, ProbesReason: "not attached yet"}
 	if o.NoProbes {
 		cfg.ProbesReason = "disabled by --no-probes"
 	}
@@ -249,6 +252,7 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 		stop context.CancelFunc
 	}
 	scanners := map[uint32]running{}
+	facts := newFactsCache(d.LearnDevice)
 	var wg sync.WaitGroup
 	defer func() {
 		for _, r := range scanners {
@@ -323,7 +327,7 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						scanLoop(sctx, d, o, st, r.dev, log)
+						scanLoop(sctx, d, o, st, r.dev, facts, log)
 					}()
 				}
 			}
@@ -344,7 +348,11 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 // ctx ends: every Interval, or with probes every Reconcile (State.dumpDue);
 // at the Intervals in between it reads the device's resource summary.
 // dev is the device as last listed (its name follows renames).
-func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.Pointer[rdmanl.Device], log *slog.Logger) {
+func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.Pointer[rdmanl.Device], facts *factsCache, log *slog.Logger) {
+	if f, learned := facts.of(*dev.Load()); learned {
+		log.Info("device learned", "device", dev.Load().Name, "facts", f.describe())
+		st.setFacts(dev.Load().Name, f)
+	}
 	var nl Netlink
 	defer func() {
 		if nl != nil {
@@ -372,6 +380,7 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 			switch {
 			case serr == nil:
 				st.setResources([]rdmanl.Summary{sum}, cur.Name)
+				st.countQPs(cur, sum, d.Now())
 			case errors.Is(serr, rdmanl.ErrNoDevice):
 				// gone: the next listing stops this scanner
 			default:
@@ -385,7 +394,7 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 				mark := st.mark()
 				var sc leakwatch.Scan
 				var sums []rdmanl.Summary
-				sc, sums, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.scan(ctx, []rdmanl.Device{cur})
+				sc, sums, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now, facts: facts}.scan(ctx, []rdmanl.Device{cur})
 				if err == nil && len(sc.Devices) > 0 {
 					last = mark
 					if st.Scan(sc) {

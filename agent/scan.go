@@ -19,6 +19,8 @@ type scanner struct {
 	// zombies makes every scan look at the host's processes for zombie
 	// contexts too (lookForZombies).
 	zombies bool
+	// facts are the devices' facts (max_qp, provider); nil: none.
+	facts *factsCache
 }
 
 // scan dumps the QPs and counts the user contexts of each of devs (its
@@ -117,6 +119,8 @@ func ZombieContexts(ctx context.Context, nl Netlink, scan owner.HolderScan, proc
 
 func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.Summary, procs *owner.Resolver) (leakwatch.DeviceScan, error) {
 	ds := leakwatch.DeviceScan{Device: dev, Owners: map[uint32]leakwatch.Process{}}
+	f, _ := s.facts.of(dev)
+	ds.MaxQP, ds.LastWQE, ds.LastWQESource = f.MaxQP, f.LastWQE, f.LastWQESource
 	for _, cnt := range sum.Counts {
 		if cnt.Name == "ctx" {
 			ds.Contexts = cnt.Current

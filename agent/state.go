@@ -58,8 +58,9 @@ type State struct {
 	listedOK bool              // the last device listing succeeded
 	// probesSince is when the probes last attached.
 	probesSince time.Time
-	reconcile   time.Duration     // between QP dumps under the probes
-	maxQP       map[string]uint64 // by device name, as configured
+	reconcile   time.Duration          // between QP dumps under the probes
+	maxQP       map[string]uint64      // by device name, as configured
+	facts       map[string]DeviceFacts // by device name, as learned
 	// The last evaluation for the metrics, and when it was made.
 	findings   map[findingKey]int
 	skipped    []leakwatch.Skipped
@@ -89,7 +90,7 @@ func (s *State) devMetric(name string) *devMetrics {
 func NewState(cfg leakwatch.Config, now func() time.Time, version string) *State {
 	return &State{w: leakwatch.New(cfg, now), now: now, version: version, probeErr: cfg.ProbesReason,
 		devices: []string{}, scanErrs: map[string]string{},
-		guids: map[string]string{}, dev: map[string]*devMetrics{}, events: map[string]uint64{}, maxQP: cfg.MaxQP}
+		guids: map[string]string{}, dev: map[string]*devMetrics{}, events: map[string]uint64{}, maxQP: cfg.MaxQP, facts: map[string]DeviceFacts{}}
 }
 
 // SetProbes says whether probe events feed the history, and why not.
@@ -242,6 +243,29 @@ func (s *State) scanSucceeded(device string) (recovered bool) {
 	return failed
 }
 
+// setFacts records what was learned of a device (its max_qp, for the
+// metrics; the scans carry the facts into the history).
+func (s *State) setFacts(name string, f DeviceFacts) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.facts[name] = f
+}
+
+// countQPs records a device's QPs in use from its resource summary, read
+// between dumps, for qp-exhaustion's growth.
+func (s *State) countQPs(dev rdmanl.Device, sum rdmanl.Summary, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listed != nil && !s.listed[dev.Index] {
+		return
+	}
+	for _, c := range sum.Counts {
+		if c.Name == "qp" {
+			s.w.CountQPs(dev.Index, dev.Name, at, int(c.Current))
+		}
+	}
+}
+
 // setResources records the devices' resource counts (netlink's summary)
 // for those of names.
 func (s *State) setResources(sums []rdmanl.Summary, names ...string) {
@@ -273,6 +297,11 @@ func (s *State) setDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 	for name := range s.dev {
 		if !slices.Contains(names, name) {
 			delete(s.dev, name) // a renamed device's series end with its name
+		}
+	}
+	for name := range s.facts {
+		if !slices.Contains(names, name) {
+			delete(s.facts, name)
 		}
 	}
 	for _, index := range gone {

@@ -322,6 +322,9 @@ func (w *Watcher) Evaluate(q Query) Report {
 			}
 			max := cfg.MaxQP[d.name]
 			if max == 0 {
+				max = d.maxQP
+			}
+			if max == 0 {
 				unknown = append(unknown, d.name)
 				continue
 			}
@@ -332,7 +335,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
 			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleQPExhaustion,
-				Reason: "max_qp unknown for " + strings.Join(unknown, ", ") + " (netlink does not report it; set it per device)"})
+				Reason: "max_qp unknown for " + strings.Join(unknown, ", ") + " (the device did not report it: set it per device)"})
 		}
 	}
 	if enabled(RuleZombieUverbsContext) {

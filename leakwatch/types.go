@@ -45,7 +45,8 @@ type Config struct {
 	ExhaustionThreshold float64
 	ExhaustionHorizon   time.Duration
 	// MaxQP is the QP limit per device name when the caller knows it
-	// (netlink does not carry it); qp-exhaustion needs it.
+	// (netlink does not carry it); it overrides what the device reported
+	// (DeviceScan.MaxQP). qp-exhaustion needs one of them.
 	MaxQP map[string]uint64
 	// Retain is how long destroyed QPs that the destroy rules may report
 	// (SRQ QPs torn down without the IB spec 10.3.1 sequence) are kept
@@ -109,6 +110,9 @@ type DeviceScan struct {
 	// from; an event seen on the device overrides it.
 	LastWQE       LastWQE
 	LastWQESource string
+	// MaxQP is the device's QP limit as the device reported it (0:
+	// unknown); Config.MaxQP and Query.MaxQP override it.
+	MaxQP uint64
 }
 
 // Scan is a netlink snapshot of every device.

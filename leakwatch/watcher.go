@@ -132,6 +132,7 @@ type deviceState struct {
 	// lastWQE and lastWQESource are the provider table's word, from scans.
 	lastWQE       LastWQE
 	lastWQESource string
+	maxQP         uint64 // as the device reported it
 	gone         bool // no longer listed (DeviceGone) or unregistered
 	contexts     uint64
 	samples      []sample
@@ -195,10 +196,10 @@ func (w *Watcher) Scan(s Scan) {
 		dev.gone = false
 		dev.contexts = ds.Contexts
 		dev.lastWQE, dev.lastWQESource = ds.LastWQE, ds.LastWQESource
-		dev.samples = append(dev.samples, sample{s.Time, len(ds.QPs)})
-		if len(dev.samples) > maxSamples {
-			dev.samples = dev.samples[1:]
+		if ds.MaxQP > 0 {
+			dev.maxQP = ds.MaxQP
 		}
+		dev.sample(s.Time, len(ds.QPs))
 		for _, qp := range ds.QPs {
 			k := qpKey{ds.Device.Index, qp.LQPN}
 			seen[k] = true
@@ -428,4 +429,19 @@ func (d *deviceState) lastWQEKnown() (LastWQE, string) {
 		return LastWQEDelivered, "seen delivered on " + d.name
 	}
 	return d.lastWQE, d.lastWQESource
+}
+
+// sample records the device's QPs in use at t, for qp-exhaustion's growth.
+func (d *deviceState) sample(t time.Time, qps int) {
+	d.samples = append(d.samples, sample{t, qps})
+	if len(d.samples) > maxSamples {
+		d.samples = d.samples[1:]
+	}
+}
+
+// CountQPs records how many QPs a device has in use at t (its resource
+// summary), between the scans that list them: qp-exhaustion follows the
+// growth from these too.
+func (w *Watcher) CountQPs(index uint32, name string, t time.Time, qps int) {
+	w.device(index, name).sample(t, qps)
 }

@@ -63,6 +63,9 @@ cannot start.`,
 			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {
 				return fmt.Errorf("--max-qp: %w", err)
 			}
+			if o.ExhaustionThreshold <= 0 || o.ExhaustionThreshold > 1 {
+				return fmt.Errorf("--exhaustion-threshold %g: want a share of max_qp above 0 and at most 1", o.ExhaustionThreshold)
+			}
 			if renamePolicies != "" {
 				policies, err := rename.ParsePolicies(renamePolicies)
 				if err != nil {
@@ -116,6 +119,7 @@ cannot start.`,
 	f.StringVar(&renamePolicies, "rename", "", `rename policies applied to each device as it appears, such as "map,guid" ("" for none)`)
 	f.StringVar(&namesMap, "names-map", rename.DefaultMapFile, "the map policy's file")
 	f.BoolVar(&renameForce, "rename-force", false, "rename devices whose name user space assigned too")
+	f.Float64Var(&o.ExhaustionThreshold, "exhaustion-threshold", 0.8, "share of max_qp in use that qp-exhaustion reports")
 	return cmd
 }
 
