@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // maxDumpRetries bounds how often a dump the kernel flags as interrupted is
@@ -254,6 +255,11 @@ func (c *Client) Summary(ctx context.Context, dev Device) (Summary, error) {
 	attrs := encode(func(ae *netlink.AttributeEncoder) { ae.Uint32(attrDevIndex, dev.Index) })
 	msgs, err := c.do(ctx, cmdResGet, 0, attrs)
 	op := "summarize resources of " + dev.Name
+	if errors.Is(err, unix.EINVAL) {
+		// The kernel's RES_GET doit answers EINVAL for an index no
+		// device has (the request itself always carries one).
+		return Summary{}, &Error{Op: op, Err: ErrNoDevice}
+	}
 	if err != nil {
 		return Summary{}, wrap(op, err)
 	}
