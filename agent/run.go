@@ -24,6 +24,10 @@ import (
 // DefaultSocket is where the agent listens and the CLI asks.
 const DefaultSocket = "/run/rdmatool/agent.sock"
 
+// zombieEvery is how often the agent looks at the host's processes for
+// zombie contexts.
+const zombieEvery = time.Minute
+
 // DefaultReconcile is RunOptions.Reconcile's default.
 const DefaultReconcile = 5 * time.Minute
 
@@ -253,6 +257,7 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 	}
 	scanners := map[uint32]running{}
 	facts := newFactsCache(d.LearnDevice)
+	var lastZombies time.Time
 	var wg sync.WaitGroup
 	defer func() {
 		for _, r := range scanners {
@@ -307,8 +312,12 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 				}
 				st.setDevices(devs, gone, d.Now())
 				// Zombie contexts belong to no device: the host's
-				// processes are looked at here, once a listing.
-				st.Zombies(scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.lookForZombies(ctx), d.Now())
+				// processes are looked at here, at most once a minute
+				// (every fd of every process is a readlink).
+				if now := d.Now(); lastZombies.IsZero() || now.Sub(lastZombies) >= zombieEvery {
+					st.Zombies(scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.lookForZombies(ctx), now)
+					lastZombies = now
+				}
 				for _, dev := range devs {
 					if r, ok := scanners[dev.Index]; ok {
 						r.dev.Store(&dev) // renamed, maybe
