@@ -14,8 +14,11 @@
 // RunOptions.Reconcile (on hardware each dumped QP is a firmware query),
 // sooner when probe events were lost; without probes, and for iWARP
 // devices (whose providers move QPs to RTS where the probes cannot see it),
-// every Interval. After each listing the lister also looks at the host's
-// processes for zombie contexts (ZombieContexts: deleted uverbs nodes held
+// every Interval; between dumps a scanner reads its device's resource
+// summary every Interval. Each device's facts (provider, max_qp from a
+// verbs query, the provider table's word on LAST_WQE_REACHED) are learned
+// once, when its scanner starts (LearnDevice). At most once a minute the
+// lister also looks at the host's processes for zombie contexts (ZombieContexts: deleted uverbs nodes held
 // open, the verbs contexts of every device dumped only when there are
 // some), which belong to no device. A State holds the history (one
 // leakwatch.Watcher) behind a mutex. When Run's context ends it stops
