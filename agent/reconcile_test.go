@@ -3,12 +3,14 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,5 +204,84 @@ func TestRunLearnsDevices(t *testing.T) {
 	defer mu.Unlock()
 	if learned != 1 {
 		t.Errorf("the device was learned %d times, want once", learned)
+	}
+}
+
+// monitorClient is a fake client with the RDMA monitor group: events sent
+// on events, join refused when refuse is set.
+type monitorClient struct {
+	*fakeClient
+	events <-chan error // nil error: a register event
+	refuse bool
+}
+
+func (m *monitorClient) Monitor(ctx context.Context) iter.Seq2[rdmanl.MonitorEvent, error] {
+	return func(yield func(rdmanl.MonitorEvent, error) bool) {
+		if m.refuse {
+			yield(rdmanl.MonitorEvent{}, &rdmanl.Error{Op: rdmanl.OpJoinMonitor, Err: syscall.EINVAL})
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case err := <-m.events:
+				if !yield(rdmanl.MonitorEvent{Type: 0, DevIndex: 9, DevName: "rxe9"}, err) || err != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Device changes the monitor group reports (and its overruns) have the
+// devices listed at once, not at the next interval; a kernel without the
+// group leaves the agent on its interval.
+func TestRunMonitor(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprint("refuse=", refuse), func(t *testing.T) {
+			host := newFakeHost(rxe)
+			events := make(chan error)
+			var logs syncBuffer
+			d := Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: func() (Netlink, error) {
+				c, _ := host.dial()
+				return &monitorClient{fakeClient: c.(*fakeClient), events: events, refuse: refuse}, nil
+			}}
+			sock := filepath.Join(t.TempDir(), "agent.sock")
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, d, RunOptions{Socket: sock, Interval: time.Hour, NoProbes: true, Retry: time.Hour})
+			}()
+			defer stopRun(t, cancel, done)
+			devices := func() []string {
+				st, _ := AskStatus(context.Background(), sock)
+				return st.Devices
+			}
+			waitFor(t, "the first listing", func() bool { return len(devices()) == 1 })
+			rxe9 := rdmanl.Device{Index: 9, Name: "rxe9"}
+			host.set([]rdmanl.Device{rxe, rxe9}, nil)
+			if refuse {
+				waitFor(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "rdma netlink monitor group unavailable") })
+				if n := len(devices()); n != 1 {
+					t.Errorf("%d devices listed without a monitor event within an hour's interval", n)
+				}
+				return
+			}
+			events <- nil
+			waitFor(t, "rxe9 listed after its register event", func() bool { return len(devices()) == 2 })
+			host.set([]rdmanl.Device{rxe}, nil)
+			events <- syscall.ENOBUFS // the overrun: events lost
+			waitFor(t, "rxe9 gone after an overrun", func() bool { return len(devices()) == 1 })
+			waitFor(t, "the monitor joined again", func() bool {
+				select {
+				case events <- nil:
+					return true
+				case <-time.After(10 * time.Millisecond):
+					return false
+				}
+			})
+		})
 	}
 }

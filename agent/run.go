@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -185,6 +186,10 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		runProbes(gctx, d, o, st, log)
 		return nil
 	})
+	g.Go(func() error {
+		runMonitor(gctx, d, o, st, log)
+		return nil
+	})
 	if o.Reload != nil {
 		g.Go(func() error {
 			reloadOnHUP(gctx, o.Reload, st, log)
@@ -349,6 +354,69 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 		case <-ctx.Done():
 			return
 		case <-wait:
+		case <-st.devicesChanged: // a device came, went or was renamed
+		}
+	}
+}
+
+// monitorer is a Netlink that can join the RDMA monitor group.
+type monitorer interface {
+	Monitor(ctx context.Context) iter.Seq2[rdmanl.MonitorEvent, error]
+}
+
+// runMonitor follows the RDMA netlink monitor group (6.12 and later) on a
+// client of its own, and has the devices listed at once when one comes,
+// goes or is renamed; where the kernel has no such group it says so once
+// and returns (the probes' device events, and the listing every
+// Interval, remain). An overrun (ENOBUFS: events lost) is a change too,
+// and the group is joined again.
+func runMonitor(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.Logger) {
+	for ctx.Err() == nil {
+		nl, err := d.Dial()
+		if err != nil {
+			select { // netlink not there yet (ib_core): runDevices says so
+			case <-ctx.Done():
+				return
+			case <-time.After(o.Retry):
+				continue
+			}
+		}
+		m, ok := nl.(monitorer)
+		if !ok {
+			nl.Close()
+			return
+		}
+		failed := false
+	events:
+		for ev, err := range m.Monitor(ctx) {
+			if err != nil {
+				var re *rdmanl.Error
+				switch {
+				case errors.Is(err, syscall.ENOBUFS):
+					log.Warn("rdma netlink monitor overrun: events lost, listing the devices")
+					st.deviceChanged()
+				case errors.As(err, &re) && re.Op == rdmanl.OpJoinMonitor:
+					log.Info("rdma netlink monitor group unavailable (it needs 6.12 or later and CAP_NET_ADMIN): device changes are seen by the probes or at the next listing", "err", err)
+					nl.Close()
+					return
+				default:
+					log.Warn("rdma netlink monitor failed, joining again", "err", err)
+					failed = true
+				}
+				break events
+			}
+			switch ev.Type.String() {
+			case "register", "unregister", "rename":
+				log.Debug("device event", "event", ev.Type.String(), "device", ev.DevName)
+				st.deviceChanged()
+			}
+		}
+		nl.Close()
+		if failed {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 	}
 }

@@ -56,6 +56,9 @@ type State struct {
 	dev      map[string]*devMetrics
 	events   map[string]uint64 // probe events read, by kind
 	listedOK bool              // the last device listing succeeded
+	// devicesChanged wakes the device lister (a device came, went or was
+	// renamed): buffered, one pending wake-up is enough.
+	devicesChanged chan struct{}
 	// probesSince is when the probes last attached.
 	probesSince time.Time
 	reconcile   time.Duration          // between QP dumps under the probes
@@ -90,7 +93,8 @@ func (s *State) devMetric(name string) *devMetrics {
 func NewState(cfg leakwatch.Config, now func() time.Time, version string) *State {
 	return &State{w: leakwatch.New(cfg, now), now: now, version: version, probeErr: cfg.ProbesReason,
 		devices: []string{}, scanErrs: map[string]string{},
-		guids: map[string]string{}, dev: map[string]*devMetrics{}, events: map[string]uint64{}, maxQP: cfg.MaxQP, facts: map[string]DeviceFacts{}}
+		guids: map[string]string{}, dev: map[string]*devMetrics{}, events: map[string]uint64{}, maxQP: cfg.MaxQP, facts: map[string]DeviceFacts{},
+		devicesChanged: make(chan struct{}, 1)}
 }
 
 // SetProbes says whether probe events feed the history, and why not.
@@ -102,6 +106,14 @@ func (s *State) SetProbes(on bool, reason string) {
 	}
 	s.probes, s.probeErr = on, reason
 	s.w.SetProbes(on, reason)
+}
+
+// deviceChanged asks the device lister for a listing now.
+func (s *State) deviceChanged() {
+	select {
+	case s.devicesChanged <- struct{}{}:
+	default:
+	}
 }
 
 // iWARP reports whether a device is iWARP: its provider moves QPs to RTS

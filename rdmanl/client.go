@@ -632,13 +632,17 @@ func (c *Client) SetNetnsShared(ctx context.Context, shared bool) error {
 	return nil
 }
 
+// OpJoinMonitor is the Op of the Error Monitor yields when the kernel has
+// no RDMA monitor group (before 6.12) or refuses to let the caller join.
+const OpJoinMonitor = "join the RDMA monitor group"
+
 // Monitor joins the RDMA notify multicast group (6.12+; needs
 // CAP_NET_ADMIN) and yields device events until ctx ends. Use a Client for
 // nothing else while monitoring.
 func (c *Client) Monitor(ctx context.Context) iter.Seq2[MonitorEvent, error] {
 	return func(yield func(MonitorEvent, error) bool) {
 		if err := c.c.JoinGroup(groupNotify); err != nil {
-			yield(MonitorEvent{}, wrap("join the RDMA monitor group", err))
+			yield(MonitorEvent{}, wrap(OpJoinMonitor, err))
 			return
 		}
 		defer c.c.LeaveGroup(groupNotify)
