@@ -20,8 +20,8 @@ import (
 
 // DefaultMetricsAddress is where the agent serves /metrics: loopback only,
 // so exposing it to a network is the operator's decision. The Prometheus
-// exporters' range 9100-9999 has been fully allocated since 2023; the port
-// is one above it.
+// exporters' range 9100-9999 has been fully allocated since 2023, so the
+// port lies above it.
 const DefaultMetricsAddress = "127.0.0.1:10095"
 
 // topOwners bounds the owner series per device.
