@@ -233,3 +233,18 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// Whatever a configuration file holds, ParseConfig answers with a Config or
+// one line naming the file, and never panics.
+func FuzzParseConfig(f *testing.F) {
+	for _, seed := range []string{"", "interval: 10s\n", "max_qp:\n  rxe0: 5\n", "probes: [\n", "a: b\n---\nc: d\n",
+		"rename: map,guid\nnames_map: /etc/x\n", "exhaustion_threshold: 0.5\n", "{interval: 1m, reconcile: 5m}\n", "&a [*a]\n"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, err := ParseConfig("f.yaml", b)
+		if err != nil && (strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "agent: config f.yaml")) {
+			t.Errorf("error %q: want one line naming the file", err)
+		}
+	})
+}
