@@ -40,7 +40,7 @@ agent=$!
 # agent_names N: wait until the agent answers, naming at least N QPs.
 agent_names() {
 	i=0
-	until a=$($bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s 2>/dev/null)
+	until a=$($bin/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s 2>/dev/null)
 		echo "$a" | grep -q '"source":"agent"' && [ "$(echo "$a" | grep -o '"qpn"' | wc -l)" -ge "$1" ]; do
 		if ! kill -0 "$agent" 2>/dev/null || [ $i -gt 600 ]; then
 			cat /tmp/agent.err
@@ -85,10 +85,14 @@ for n in $sizes; do
 	# The agent has scanned them all once its answer names at least n QPs.
 	agent_names "$n"
 	echo "agent $n $(grep -E '^(VmRSS|VmHWM)' /proc/$agent/status | tr -s ' \t\n' ' ')"
+	# The default answer: the summary and the 1000 most severe findings;
+	# then every finding (--limit 0), as before the summary existed.
 	$bin/labtime -n $runs -ok 0,1 -label "qp-leaks-agent $n" -- $bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s
 	echo "size qp-leaks-agent $n $($bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s | wc -c)"
+	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-agent-all $n" -- $bin/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s
+	echo "size qp-leaks-agent-all $n $($bin/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s | wc -c)"
 	kill -STOP "$agent"
-	echo "size qp-leaks-netlink $n $($bin/rdmatool qp-leaks -j --no-agent --no-probes --watch 2s --min-age 1s | wc -c)"
+	echo "size qp-leaks-netlink $n $($bin/rdmatool qp-leaks -j --limit 0 --no-agent --no-probes --watch 2s --min-age 1s | wc -c)"
 done
 kill -CONT "$agent"
 kill -INT "$agent"

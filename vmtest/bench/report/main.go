@@ -238,12 +238,13 @@ func printTables(w io.Writer, rep Report) {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "qp-leaks, median wall seconds; answer bytes; agent RSS MiB:")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| QPs | netlink (2s watch) | probes (2s watch) | answered by agent | answer bytes (local) | answer bytes (agent) | agent RSS (peak) |")
-		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| QPs | netlink (2s watch) | probes (2s watch) | answered by agent | agent, every finding | answer bytes (local, every finding) | answer bytes (agent) | answer bytes (agent, every finding) | agent RSS (peak) |")
+		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, s := range k.Sizes {
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %d | %d | %s (%s) |\n", s.QPs,
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %d | %d | %d | %s (%s) |\n", s.QPs,
 				secs(s.median("qp-leaks-netlink")), secs(s.median("qp-leaks-probes")), secs(s.median("qp-leaks-agent")),
-				s.AnswerBytes["qp-leaks-netlink"], s.AnswerBytes["qp-leaks-agent"], mib(s.AgentRSSKiB), mib(s.AgentHWMKiB))
+				secs(s.median("qp-leaks-agent-all")), s.AnswerBytes["qp-leaks-netlink"], s.AnswerBytes["qp-leaks-agent"],
+				s.AnswerBytes["qp-leaks-agent-all"], mib(s.AgentRSSKiB), mib(s.AgentHWMKiB))
 		}
 	}
 	if len(rep.GoBenchmarks) > 0 {
