@@ -14,12 +14,19 @@
 // RunOptions.Reconcile (on hardware each dumped QP is a firmware query),
 // sooner when probe events were lost; without probes, and for iWARP
 // devices (whose providers move QPs to RTS where the probes cannot see it),
-// every Interval. After each listing the lister also looks at the host's
-// processes for zombie contexts (ZombieContexts: deleted uverbs nodes held
+// every Interval; between dumps a scanner reads its device's resource
+// summary every Interval. Each device's facts (provider, max_qp from a
+// verbs query, the provider table's word on LAST_WQE_REACHED) are learned
+// once, when its scanner starts (LearnDevice). At most once a minute the
+// lister also looks at the host's processes for zombie contexts (ZombieContexts: deleted uverbs nodes held
 // open, the verbs contexts of every device dumped only when there are
 // some), which belong to no device. A State holds the history (one
 // leakwatch.Watcher) behind a mutex. When Run's context ends it stops
 // every goroutine and waits for it.
+//
+// With RunOptions.Rename, every device the lister sees appear (at the
+// start, and after a reset or re-registration brings it back under its
+// kernel name) gets its persistent name through package rename, logged.
 //
 // # One-shot checks
 //
@@ -50,6 +57,21 @@
 // scans, scan errors and durations, max_qp where configured; every device
 // series is labelled with the device name and its node GUID. A scrape
 // reads the State only: it never waits on netlink or the probes.
+//
+// # Configuration
+//
+// LoadConfig reads the agent's YAML file (DefaultConfig), checking every
+// key and value and naming the line of the first problem; Config.Apply
+// lays it under the command line's flags. On SIGHUP Run calls
+// RunOptions.Reload (ReloadFrom in the CLI): max_qp and the reconcile
+// interval change at once, a bad file or a change only a restart can make
+// is refused and logged.
+//
+// # systemd
+//
+// Under systemd (Type=notify) Run sends READY=1 once it serves the socket,
+// WATCHDOG=1 at half of WatchdogSec for as long as the State answers, and
+// STOPPING=1 when its context ends (github.com/coreos/go-systemd).
 //
 // # Privileges
 //

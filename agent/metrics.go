@@ -20,8 +20,8 @@ import (
 
 // DefaultMetricsAddress is where the agent serves /metrics: loopback only,
 // so exposing it to a network is the operator's decision. The Prometheus
-// exporters' range 9100-9999 has been fully allocated since 2023; the port
-// is one above it.
+// exporters' range 9100-9999 has been fully allocated since 2023, so the
+// port lies above it.
 const DefaultMetricsAddress = "127.0.0.1:10095"
 
 // topOwners bounds the owner series per device.
@@ -43,9 +43,18 @@ type metricsSnapshot struct {
 	guids        map[string]string
 	dev          map[string]devMetrics
 	tally        []leakwatch.DeviceTally
+	learned      map[string]uint64 // max_qp the devices reported
 	findings     map[findingKey]int
 	maxQP        map[string]uint64
 	skippedRules []leakwatch.Skipped
+}
+
+// deviceMaxQP is the configured limit of a device, else what it reported.
+func (s metricsSnapshot) deviceMaxQP(name string) uint64 {
+	if m := s.maxQP[name]; m > 0 {
+		return m
+	}
+	return s.learned[name]
 }
 
 type findingKey struct {
@@ -83,6 +92,10 @@ func (s *State) snapshot() metricsSnapshot {
 	for k, v := range s.dev {
 		snap.dev[k] = *v
 	}
+	snap.learned = make(map[string]uint64, len(s.facts))
+	for k, f := range s.facts {
+		snap.learned[k] = f.MaxQP
+	}
 	return snap
 }
 
@@ -119,7 +132,7 @@ func NewCollector(st *State) prometheus.Collector {
 			append(dev, "pid", "comm")...),
 		findings:     d("findings", "Current qp-leaks findings (min age "+defaultMinAge.String()+"), by rule and severity.", append(dev, "rule", "severity")...),
 		ruleSkipped:  d("rule_skipped", "Rules the agent cannot evaluate now (1), with the reason.", "rule", "reason"),
-		maxQP:        d("device_max_qps", "The device's QP limit (max_qp), where the agent knows it.", dev...),
+		maxQP:        d("device_max_qps", "The device's QP limit (max_qp): configured, else as the device reports it.", dev...),
 		useRatio:     d("device_qp_use_ratio", "QPs in use as a share of max_qp, where the agent knows it.", dev...),
 		scans:        d("scans_total", "Netlink QP dumps of the device.", dev...),
 		scanErrors:   d("scan_errors_total", "Failed netlink QP dumps of the device.", dev...),
@@ -176,7 +189,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				inUse[name] = r.Current
 			}
 		}
-		if max := s.maxQP[name]; max > 0 {
+		if max := s.deviceMaxQP(name); max > 0 {
 			gauge(c.maxQP, float64(max), name, guid)
 			if n, ok := inUse[name]; ok {
 				gauge(c.useRatio, float64(n)/float64(max), name, guid)

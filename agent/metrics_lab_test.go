@@ -61,10 +61,17 @@ func TestLabMetrics(t *testing.T) {
 		return up == 1 && scans > 0
 	})
 
-	// With the probes on, rxe0 was dumped after they attached; from here
-	// to the end (over 5s at --interval 1s) its history lives on events.
-	rxeDumps, _ := value(fams, "rdmatool_scans_total", rxe)
+	// Two more intervals: rxe0's dump under the probes (its first may have
+	// begun before they attached) is done. From here to the end (over 5s
+	// at --interval 1s) its history lives on events.
 	siwDumps, _ := value(fams, "rdmatool_scans_total", siw)
+	waitLab(t, 30*time.Second, exited, &logs, "two more intervals", func() bool {
+		fams, body, _ = scrapeErr("http://" + addr + "/metrics")
+		n, _ := value(fams, "rdmatool_scans_total", siw)
+		return n >= siwDumps+2
+	})
+	rxeDumps, _ := value(fams, "rdmatool_scans_total", rxe)
+	siwDumps, _ = value(fams, "rdmatool_scans_total", siw)
 	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "2", "--to", "ERR", "--hold", "stdin")
 	w.WaitFor("ready", 30*time.Second)
 	pid := strconv.Itoa(w.PID())

@@ -64,6 +64,10 @@ func followProbes(ctx context.Context, src EventSource, st *State, device string
 			if device != "" && ev.DevName != device && ev.NewName != device {
 				continue
 			}
+			switch ev.Kind {
+			case bpf.KindDeviceRegister, bpf.KindDeviceUnregister, bpf.KindDeviceRename:
+				st.deviceChanged()
+			}
 			if le, ok := leakEvent(ev); ok {
 				st.probeEvent(ev.Kind.String(), &le)
 			} else {

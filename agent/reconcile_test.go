@@ -3,16 +3,21 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rename"
 	"go.uber.org/goleak"
 )
 
@@ -104,4 +109,179 @@ func TestRunReconcile(t *testing.T) {
 	// The probes fail: netlink every interval from then on.
 	close(src.fail)
 	waitFor(t, "rxe0 dumped every interval without probes", func() bool { return host.dumpsOf("rxe0") >= roceDumps+6 })
+}
+
+// With Rename the agent gives every device it sees appear its persistent
+// name: at its start, and again when the device comes back under its
+// kernel name (a reset re-registers it).
+func TestRunRenamesAppearingDevices(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dev := rdmanl.Device{Index: 7, Name: "rxe9", Protocol: "roce", NodeGUID: 0x021122fffe334455}
+	host := newFakeHost(dev)
+	var logs syncBuffer
+	d := Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: host.dial}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, NoProbes: true, Retry: time.Hour,
+		Rename: &rename.Options{Policies: []rename.Policy{rename.PolicyGUID}}}
+	go func() { done <- Run(ctx, d, opts) }()
+	defer stopRun(t, cancel, done)
+	const want = "rocex021122fffe334455"
+	name := func() string {
+		host.mu.Lock()
+		defer host.mu.Unlock()
+		if len(host.devs) == 0 {
+			return ""
+		}
+		return host.devs[0].Name
+	}
+	waitFor(t, "rxe9 renamed at start", func() bool { return name() == want })
+	// The device goes and comes back under its kernel name, a new index.
+	host.set(nil, nil)
+	waitFor(t, "the device gone", func() bool {
+		st, err := AskStatus(context.Background(), opts.Socket)
+		return err == nil && len(st.Devices) == 0
+	})
+	back := dev
+	back.Index = 8
+	host.set([]rdmanl.Device{back}, nil)
+	waitFor(t, "renamed again when it came back", func() bool { return name() == want })
+	waitFor(t, "the agent lists it under its name", func() bool {
+		st, err := AskStatus(context.Background(), opts.Socket)
+		return err == nil && len(st.Devices) == 1 && st.Devices[0] == want
+	})
+	if n := strings.Count(logs.String(), `msg="device renamed" source=agent device=rxe9 name=`+want); n != 2 {
+		t.Errorf("%d renames logged, want 2:\n%s", n, logs.String())
+	}
+	host.mu.Lock()
+	renames := host.renames
+	host.mu.Unlock()
+	if renames != 2 {
+		t.Errorf("%d renames made, want 2 (a device already named is left alone)", renames)
+	}
+}
+
+// What a device reports of itself feeds the rules: qp-exhaustion from its
+// own max_qp with none configured, and the provider table.
+func TestRunLearnsDevices(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	host := newFakeHost(rxe)
+	var qps []rdmanl.QP
+	for n := range uint32(9) {
+		qps = append(qps, qp(17+n, rdmanl.QPStateRTS, 0))
+	}
+	host.qps[rxe.Index] = qps
+	learned := 0
+	var mu sync.Mutex
+	d := Deps{Log: slog.New(slog.DiscardHandler), Dial: host.dial, LearnDevice: func(dev rdmanl.Device) DeviceFacts {
+		mu.Lock()
+		defer mu.Unlock()
+		learned++
+		return DeviceFacts{Provider: "rxe", MaxQP: 10}
+	}}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, NoProbes: true, Retry: time.Hour})
+	}()
+	defer stopRun(t, cancel, done)
+	var rep CheckReport
+	waitFor(t, "qp-exhaustion from the device's own max_qp", func() bool {
+		var err error
+		rep, err = Ask(context.Background(), sock, CheckOptions{Rules: []string{leakwatch.RuleQPExhaustion}})
+		return err == nil && len(rep.Findings) == 1
+	})
+	if f := rep.Findings[0]; f.Limit != 10 || f.Count != 9 || f.Severity != leakwatch.SeverityCritical {
+		t.Errorf("finding %+v, want 9 of 10 QPs, critical", f)
+	}
+	// A limit asked for wins over the device's.
+	rep, err := Ask(context.Background(), sock, CheckOptions{Rules: []string{leakwatch.RuleQPExhaustion}, MaxQP: map[string]uint64{"rxe0": 1000}})
+	if err != nil || len(rep.Findings) != 0 {
+		t.Errorf("with max_qp 1000 asked: %v, %v", rep.Findings, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if learned != 1 {
+		t.Errorf("the device was learned %d times, want once", learned)
+	}
+}
+
+// monitorClient is a fake client with the RDMA monitor group: events sent
+// on events, join refused when refuse is set.
+type monitorClient struct {
+	*fakeClient
+	events <-chan error // nil error: a register event
+	refuse bool
+}
+
+func (m *monitorClient) Monitor(ctx context.Context) iter.Seq2[rdmanl.MonitorEvent, error] {
+	return func(yield func(rdmanl.MonitorEvent, error) bool) {
+		if m.refuse {
+			yield(rdmanl.MonitorEvent{}, &rdmanl.Error{Op: rdmanl.OpJoinMonitor, Err: syscall.EINVAL})
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case err := <-m.events:
+				if !yield(rdmanl.MonitorEvent{Type: 0, DevIndex: 9, DevName: "rxe9"}, err) || err != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Device changes the monitor group reports (and its overruns) have the
+// devices listed at once, not at the next interval; a kernel without the
+// group leaves the agent on its interval.
+func TestRunMonitor(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprint("refuse=", refuse), func(t *testing.T) {
+			host := newFakeHost(rxe)
+			events := make(chan error)
+			var logs syncBuffer
+			d := Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: func() (Netlink, error) {
+				c, _ := host.dial()
+				return &monitorClient{fakeClient: c.(*fakeClient), events: events, refuse: refuse}, nil
+			}}
+			sock := filepath.Join(t.TempDir(), "agent.sock")
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, d, RunOptions{Socket: sock, Interval: time.Hour, NoProbes: true, Retry: time.Hour})
+			}()
+			defer stopRun(t, cancel, done)
+			devices := func() []string {
+				st, _ := AskStatus(context.Background(), sock)
+				return st.Devices
+			}
+			waitFor(t, "the first listing", func() bool { return len(devices()) == 1 })
+			rxe9 := rdmanl.Device{Index: 9, Name: "rxe9"}
+			host.set([]rdmanl.Device{rxe, rxe9}, nil)
+			if refuse {
+				waitFor(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "rdma netlink monitor group unavailable") })
+				if n := len(devices()); n != 1 {
+					t.Errorf("%d devices listed without a monitor event within an hour's interval", n)
+				}
+				return
+			}
+			events <- nil
+			waitFor(t, "rxe9 listed after its register event", func() bool { return len(devices()) == 2 })
+			host.set([]rdmanl.Device{rxe}, nil)
+			events <- syscall.ENOBUFS // the overrun: events lost
+			waitFor(t, "rxe9 gone after an overrun", func() bool { return len(devices()) == 1 })
+			waitFor(t, "the monitor joined again", func() bool {
+				select {
+				case events <- nil:
+					return true
+				case <-time.After(10 * time.Millisecond):
+					return false
+				}
+			})
+		})
+	}
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,11 +18,16 @@ import (
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rename"
 	"golang.org/x/sync/errgroup"
 )
 
 // DefaultSocket is where the agent listens and the CLI asks.
 const DefaultSocket = "/run/rdmatool/agent.sock"
+
+// zombieEvery is how often the agent looks at the host's processes for
+// zombie contexts.
+const zombieEvery = time.Minute
 
 // DefaultReconcile is RunOptions.Reconcile's default.
 const DefaultReconcile = 5 * time.Minute
@@ -45,6 +53,9 @@ type RunOptions struct {
 	MaxQP map[string]uint64
 	// Retain is how long destroyed QPs are kept (leakwatch's default when 0).
 	Retain time.Duration
+	// ExhaustionThreshold is the share of max_qp in use that qp-exhaustion
+	// reports (leakwatch's default, 0.8, when 0).
+	ExhaustionThreshold float64
 	// Retry is how often the agent tries again to open netlink and the
 	// probes while ib_core is not loaded (default 1 minute).
 	Retry time.Duration
@@ -53,6 +64,21 @@ type RunOptions struct {
 	// MetricsAddress is the TCP address /metrics is served on; "" serves
 	// none.
 	MetricsAddress string
+	// Rename, when set, gives every device the agent sees appear (at its
+	// start, and after a reset or a re-registration) its persistent name
+	// through the rename policies, as the udev rule does on hosts that run
+	// udev; Devices and All are the agent's to set.
+	Rename *rename.Options
+	// Reload, when set, is called on SIGHUP for the options to change: an
+	// error refuses the reload (logged) and the agent keeps its options.
+	Reload func() (Reloadable, error)
+}
+
+// Reloadable are the options a running agent takes on SIGHUP; the others
+// (socket, metrics address, probes, interval) take a restart.
+type Reloadable struct {
+	MaxQP     map[string]uint64
+	Reconcile time.Duration
 }
 
 // Run is the agent. Until ctx ends it serves the socket, follows the probe
@@ -91,11 +117,12 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		nl = nil
 	}
 
-	cfg := leakwatch.Config{MaxQP: o.MaxQP, Retain: o.Retain, ProbesReason: "not attached yet"}
+	cfg := leakwatch.Config{MaxQP: o.MaxQP, Retain: o.Retain, ExhaustionThreshold: o.ExhaustionThreshold, ProbesReason: "not attached yet"}
 	if o.NoProbes {
 		cfg.ProbesReason = "disabled by --no-probes"
 	}
 	st := NewState(cfg, d.Now, o.Version)
+	st.setReconcile(o.Reconcile)
 
 	ln, err := Listen(o.Socket)
 	if err != nil {
@@ -123,6 +150,11 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	notifyReady(log)
+	g.Go(func() error {
+		watchdog(gctx, st, log)
+		return nil
+	})
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("agent: serve %s: %w", o.Socket, err)
@@ -139,6 +171,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	}
 	g.Go(func() error {
 		<-gctx.Done()
+		notifyStopping()
 		// Let queries in flight finish, briefly: the history is still
 		// there to answer them.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -153,6 +186,16 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		runProbes(gctx, d, o, st, log)
 		return nil
 	})
+	g.Go(func() error {
+		runMonitor(gctx, d, o, st, log)
+		return nil
+	})
+	if o.Reload != nil {
+		g.Go(func() error {
+			reloadOnHUP(gctx, o.Reload, st, log)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		runDevices(gctx, d, o, st, nl, log)
 		return nil
@@ -218,6 +261,8 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 		stop context.CancelFunc
 	}
 	scanners := map[uint32]running{}
+	facts := newFactsCache(d.LearnDevice)
+	var lastZombies time.Time
 	var wg sync.WaitGroup
 	defer func() {
 		for _, r := range scanners {
@@ -272,12 +317,21 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 				}
 				st.setDevices(devs, gone, d.Now())
 				// Zombie contexts belong to no device: the host's
-				// processes are looked at here, once a listing.
-				st.Zombies(scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.lookForZombies(ctx), d.Now())
+				// processes are looked at here, at most once a minute
+				// (every fd of every process is a readlink).
+				if now := d.Now(); lastZombies.IsZero() || now.Sub(lastZombies) >= zombieEvery {
+					st.Zombies(scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.lookForZombies(ctx), now)
+					lastZombies = now
+				}
 				for _, dev := range devs {
 					if r, ok := scanners[dev.Index]; ok {
 						r.dev.Store(&dev) // renamed, maybe
 						continue
+					}
+					if o.Rename != nil {
+						// The scanner starts under the old name; the next
+						// listing gives it the new one.
+						applyName(ctx, nl, *o.Rename, dev, log)
 					}
 					r := running{dev: &atomic.Pointer[rdmanl.Device]{}}
 					r.dev.Store(&dev)
@@ -287,7 +341,7 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						scanLoop(sctx, d, o, st, r.dev, log)
+						scanLoop(sctx, d, o, st, r.dev, facts, log)
 					}()
 				}
 			}
@@ -300,14 +354,82 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 		case <-ctx.Done():
 			return
 		case <-wait:
+		case <-st.devicesChanged: // a device came, went or was renamed
+		}
+	}
+}
+
+// monitorer is a Netlink that can join the RDMA monitor group.
+type monitorer interface {
+	Monitor(ctx context.Context) iter.Seq2[rdmanl.MonitorEvent, error]
+}
+
+// runMonitor follows the RDMA netlink monitor group (6.12 and later) on a
+// client of its own, and has the devices listed at once when one comes,
+// goes or is renamed; where the kernel has no such group it says so once
+// and returns (the probes' device events, and the listing every
+// Interval, remain). An overrun (ENOBUFS: events lost) is a change too,
+// and the group is joined again.
+func runMonitor(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.Logger) {
+	for ctx.Err() == nil {
+		nl, err := d.Dial()
+		if err != nil {
+			select { // netlink not there yet (ib_core): runDevices says so
+			case <-ctx.Done():
+				return
+			case <-time.After(o.Retry):
+				continue
+			}
+		}
+		m, ok := nl.(monitorer)
+		if !ok {
+			nl.Close()
+			return
+		}
+		failed := false
+	events:
+		for ev, err := range m.Monitor(ctx) {
+			if err != nil {
+				var re *rdmanl.Error
+				switch {
+				case errors.Is(err, syscall.ENOBUFS):
+					log.Warn("rdma netlink monitor overrun: events lost, listing the devices")
+					st.deviceChanged()
+				case errors.As(err, &re) && re.Op == rdmanl.OpJoinMonitor:
+					log.Info("rdma netlink monitor group unavailable (it needs 6.12 or later and CAP_NET_ADMIN): device changes are seen by the probes or at the next listing", "err", err)
+					nl.Close()
+					return
+				default:
+					log.Warn("rdma netlink monitor failed, joining again", "err", err)
+					failed = true
+				}
+				break events
+			}
+			switch ev.Type.String() {
+			case "register", "unregister", "rename":
+				log.Debug("device event", "event", ev.Type.String(), "device", ev.DevName)
+				st.deviceChanged()
+			}
+		}
+		nl.Close()
+		if failed {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 	}
 }
 
 // scanLoop dumps one device's QPs on a netlink client of its own until
-// ctx ends: every Interval, or with probes every Reconcile (State.dumpDue).
+// ctx ends: every Interval, or with probes every Reconcile (State.dumpDue);
+// at the Intervals in between it reads the device's resource summary.
 // dev is the device as last listed (its name follows renames).
-func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.Pointer[rdmanl.Device], log *slog.Logger) {
+func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.Pointer[rdmanl.Device], facts *factsCache, log *slog.Logger) {
+	if f, learned := facts.of(*dev.Load()); learned {
+		log.Info("device learned", "device", dev.Load().Name, "facts", f.describe())
+		st.setFacts(dev.Load().Name, f)
+	}
 	var nl Netlink
 	defer func() {
 		if nl != nil {
@@ -320,18 +442,36 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 	for {
 		cur := *dev.Load()
 		err := error(nil)
-		if st.dumpDue(cur, last, o.Reconcile) {
-			if nl == nil {
-				nl, err = d.Dial()
-				if err != nil {
-					nl = nil
-				}
+		if nl == nil {
+			nl, err = d.Dial()
+			if err != nil {
+				nl = nil
 			}
+		}
+		due := st.dumpDue(cur, last)
+		if nl != nil && !due {
+			// Between dumps the counts of resources in use stay current:
+			// one small request, no firmware query per QP.
+			var sum rdmanl.Summary
+			sum, serr := nl.Summary(ctx, cur)
+			switch {
+			case serr == nil:
+				st.setResources([]rdmanl.Summary{sum}, cur.Name)
+				st.countQPs(cur, sum, d.Now())
+			case errors.Is(serr, rdmanl.ErrNoDevice):
+				// gone: the next listing stops this scanner
+			default:
+				err = serr
+				nl.Close()
+				nl = nil
+			}
+		}
+		if due {
 			if nl != nil {
 				mark := st.mark()
 				var sc leakwatch.Scan
 				var sums []rdmanl.Summary
-				sc, sums, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.scan(ctx, []rdmanl.Device{cur})
+				sc, sums, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now, facts: facts}.scan(ctx, []rdmanl.Device{cur})
 				if err == nil && len(sc.Devices) > 0 {
 					last = mark
 					if st.Scan(sc) {
@@ -356,5 +496,47 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// reloadOnHUP applies reload's options on every SIGHUP until ctx ends. A
+// reload that fails changes nothing.
+func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), st *State, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		r, err := reload()
+		if err != nil {
+			log.Error("configuration reload refused, keeping the running one", "err", err)
+			continue
+		}
+		st.reload(r)
+		log.Info("configuration reloaded", "reconcile_seconds", r.Reconcile.Seconds(), "max_qp", r.MaxQP)
+	}
+}
+
+// applyName gives a device that appeared its persistent name and logs what
+// was done, or why not.
+func applyName(ctx context.Context, nl Netlink, o rename.Options, dev rdmanl.Device, log *slog.Logger) {
+	o.Devices, o.All = []string{dev.Name}, false
+	rep, err := rename.Run(ctx, nl, o)
+	for _, r := range rep.Renames {
+		switch r.Status {
+		case rename.StatusRenamed:
+			log.Info("device renamed", "device", r.From, "name", r.To, "node_guid", r.NodeGUID.String(), "policy", r.Policy, "reason", r.Reason)
+		case rename.StatusFailed:
+			log.Warn("device rename failed", "device", r.From, "name", r.To, "node_guid", r.NodeGUID.String(), "err", r.Error)
+		default:
+			log.Debug("device name kept", "device", r.From, "status", r.Status, "reason", r.Reason)
+		}
+	}
+	if err != nil && len(rep.Renames) == 0 {
+		log.Warn("device rename failed", "device", dev.Name, "err", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ type fakeHost struct {
 	dumps   map[string]int              // QP dumps per device name
 	open    int                         // clients not closed
 	blockOn string                      // a device whose QP dump blocks until its ctx ends
+	renames int                         // devices renamed through a client
 }
 
 func newFakeHost(devs ...rdmanl.Device) *fakeHost {
@@ -72,16 +74,15 @@ func (c *fakeClient) Devices(ctx context.Context) ([]rdmanl.Device, error) {
 	return slices.Clone(c.h.devs), ctx.Err()
 }
 
-// Summaries counts each device's QPs, as the kernel's summary does.
-func (c *fakeClient) Summaries(ctx context.Context) ([]rdmanl.Summary, error) {
+// Summary counts a device's QPs, as the kernel's summary does.
+func (c *fakeClient) Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary, error) {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
-	var sums []rdmanl.Summary
-	for _, d := range c.h.devs {
-		sums = append(sums, rdmanl.Summary{DevIndex: d.Index, DevName: d.Name,
-			Counts: []rdmanl.ResourceCount{{Name: "pd", Current: 1}, {Name: "qp", Current: uint64(len(c.h.qps[d.Index]))}}})
+	if !slices.ContainsFunc(c.h.devs, func(d rdmanl.Device) bool { return d.Index == dev.Index }) {
+		return rdmanl.Summary{}, &rdmanl.Error{Op: "summarize resources of " + dev.Name, Err: rdmanl.ErrNoDevice}
 	}
-	return sums, ctx.Err()
+	return rdmanl.Summary{DevIndex: dev.Index, DevName: dev.Name,
+		Counts: []rdmanl.ResourceCount{{Name: "pd", Current: 1}, {Name: "qp", Current: uint64(len(c.h.qps[dev.Index]))}}}, ctx.Err()
 }
 
 func (c *fakeClient) QPs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error] {
@@ -121,6 +122,23 @@ func (c *fakeClient) CMIDs(ctx context.Context, dev rdmanl.Device, _ rdmanl.Dump
 			}
 		}
 	}
+}
+
+// Rename renames a device of the host, as the kernel would.
+func (c *fakeClient) Rename(_ context.Context, dev rdmanl.Device, name string) error {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	for i, d := range c.h.devs {
+		if d.Name == name {
+			return syscall.EEXIST
+		}
+		if d.Index == dev.Index {
+			c.h.devs[i].Name = name
+			c.h.renames++
+			return nil
+		}
+	}
+	return rdmanl.ErrNoDevice
 }
 
 func (c *fakeClient) Contexts(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.Context, error] {

@@ -19,22 +19,30 @@ type scanner struct {
 	// zombies makes every scan look at the host's processes for zombie
 	// contexts too (lookForZombies).
 	zombies bool
+	// facts are the devices' facts (max_qp, provider); nil: none.
+	facts *factsCache
 }
 
-// scan dumps the QPs and counts the user contexts of each of devs, and
-// resolves the QP owners through /proc: process, command name, cgroup and
-// container. A device that goes away during its dump is left out of the
-// scan (its QPs are not taken as destroyed one by one); other errors end
-// the scan. It returns the resource summaries it read too.
+// scan dumps the QPs and counts the user contexts of each of devs (its
+// resource summary, one request per device), and resolves the QP owners
+// through /proc: process, command name, cgroup and container. A device
+// that goes away during its scan is left out (its QPs are not taken as
+// destroyed one by one); other errors end the scan. It returns the
+// resource summaries it read too.
 func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan, []rdmanl.Summary, error) {
 	procs, _ := owner.NewResolver(s.procRoot) // without /proc, owners have no comm
 	sc := leakwatch.Scan{Started: s.now()}
-	sums, err := s.nl.Summaries(ctx)
-	if err != nil {
-		return sc, nil, err
-	}
+	var sums []rdmanl.Summary
 	for _, dev := range devs {
-		ds, err := s.scanDevice(ctx, dev, sums, procs)
+		sum, err := s.nl.Summary(ctx, dev)
+		if errors.Is(err, rdmanl.ErrNoDevice) {
+			continue
+		}
+		if err != nil {
+			return sc, nil, err
+		}
+		sums = append(sums, sum)
+		ds, err := s.scanDevice(ctx, dev, sum, procs)
 		if errors.Is(err, rdmanl.ErrNoDevice) {
 			continue
 		}
@@ -109,16 +117,13 @@ func ZombieContexts(ctx context.Context, nl Netlink, scan owner.HolderScan, proc
 	return owner.ZombieContexts(scan, owners, procs), nil
 }
 
-func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sums []rdmanl.Summary, procs *owner.Resolver) (leakwatch.DeviceScan, error) {
+func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.Summary, procs *owner.Resolver) (leakwatch.DeviceScan, error) {
 	ds := leakwatch.DeviceScan{Device: dev, Owners: map[uint32]leakwatch.Process{}}
-	for _, sum := range sums {
-		if sum.DevIndex != dev.Index {
-			continue
-		}
-		for _, cnt := range sum.Counts {
-			if cnt.Name == "ctx" {
-				ds.Contexts = cnt.Current
-			}
+	f, _ := s.facts.of(dev)
+	ds.MaxQP, ds.LastWQE, ds.LastWQESource = f.MaxQP, f.LastWQE, f.LastWQESource
+	for _, cnt := range sum.Counts {
+		if cnt.Name == "ctx" {
+			ds.Contexts = cnt.Current
 		}
 	}
 	unfilled := false // a QP in RESET with a port: the provider reports no state

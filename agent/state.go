@@ -56,9 +56,14 @@ type State struct {
 	dev      map[string]*devMetrics
 	events   map[string]uint64 // probe events read, by kind
 	listedOK bool              // the last device listing succeeded
+	// devicesChanged wakes the device lister (a device came, went or was
+	// renamed): buffered, one pending wake-up is enough.
+	devicesChanged chan struct{}
 	// probesSince is when the probes last attached.
 	probesSince time.Time
-	maxQP       map[string]uint64 // by device name, as configured
+	reconcile   time.Duration          // between QP dumps under the probes
+	maxQP       map[string]uint64      // by device name, as configured
+	facts       map[string]DeviceFacts // by device name, as learned
 	// The last evaluation for the metrics, and when it was made.
 	findings   map[findingKey]int
 	skipped    []leakwatch.Skipped
@@ -88,7 +93,8 @@ func (s *State) devMetric(name string) *devMetrics {
 func NewState(cfg leakwatch.Config, now func() time.Time, version string) *State {
 	return &State{w: leakwatch.New(cfg, now), now: now, version: version, probeErr: cfg.ProbesReason,
 		devices: []string{}, scanErrs: map[string]string{},
-		guids: map[string]string{}, dev: map[string]*devMetrics{}, events: map[string]uint64{}, maxQP: cfg.MaxQP}
+		guids: map[string]string{}, dev: map[string]*devMetrics{}, events: map[string]uint64{}, maxQP: cfg.MaxQP, facts: map[string]DeviceFacts{},
+		devicesChanged: make(chan struct{}, 1)}
 }
 
 // SetProbes says whether probe events feed the history, and why not.
@@ -100,6 +106,14 @@ func (s *State) SetProbes(on bool, reason string) {
 	}
 	s.probes, s.probeErr = on, reason
 	s.w.SetProbes(on, reason)
+}
+
+// deviceChanged asks the device lister for a listing now.
+func (s *State) deviceChanged() {
+	select {
+	case s.devicesChanged <- struct{}{}:
+	default:
+	}
 }
 
 // iWARP reports whether a device is iWARP: its provider moves QPs to RTS
@@ -125,7 +139,7 @@ func (s *State) mark() dumpMark {
 // and then every reconcile, or at the next interval when probe events
 // were lost since its last dump. On hardware every QP a dump lists costs a
 // firmware query: the probes are what keeps the history current.
-func (s *State) dumpDue(dev rdmanl.Device, last dumpMark, reconcile time.Duration) bool {
+func (s *State) dumpDue(dev rdmanl.Device, last dumpMark) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -136,7 +150,25 @@ func (s *State) dumpDue(dev rdmanl.Device, last dumpMark, reconcile time.Duratio
 	case s.lost != last.lost:
 		return true
 	}
-	return s.now().Sub(last.started) >= reconcile
+	return s.now().Sub(last.started) >= s.reconcile
+}
+
+func (s *State) setReconcile(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reconcile = d
+}
+
+// reload applies reloaded options.
+func (s *State) reload(r Reloadable) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.Reconcile > 0 {
+		s.reconcile = r.Reconcile
+	}
+	s.maxQP = r.MaxQP
+	s.w.SetMaxQP(r.MaxQP)
+	s.findingsAt = time.Time{} // the metrics' findings follow at once
 }
 
 // Event folds a probe event into the history.
@@ -223,6 +255,29 @@ func (s *State) scanSucceeded(device string) (recovered bool) {
 	return failed
 }
 
+// setFacts records what was learned of a device (its max_qp, for the
+// metrics; the scans carry the facts into the history).
+func (s *State) setFacts(name string, f DeviceFacts) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.facts[name] = f
+}
+
+// countQPs records a device's QPs in use from its resource summary, read
+// between dumps, for qp-exhaustion's growth.
+func (s *State) countQPs(dev rdmanl.Device, sum rdmanl.Summary, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listed != nil && !s.listed[dev.Index] {
+		return
+	}
+	for _, c := range sum.Counts {
+		if c.Name == "qp" {
+			s.w.CountQPs(dev.Index, dev.Name, at, int(c.Current))
+		}
+	}
+}
+
 // setResources records the devices' resource counts (netlink's summary)
 // for those of names.
 func (s *State) setResources(sums []rdmanl.Summary, names ...string) {
@@ -254,6 +309,11 @@ func (s *State) setDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 	for name := range s.dev {
 		if !slices.Contains(names, name) {
 			delete(s.dev, name) // a renamed device's series end with its name
+		}
+	}
+	for name := range s.facts {
+		if !slices.Contains(names, name) {
+			delete(s.facts, name)
 		}
 	}
 	for _, index := range gone {
