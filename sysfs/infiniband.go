@@ -43,7 +43,8 @@ type Port struct {
 	// Netdev is the network device of the port: the one its GID 0 is on
 	// (gid_attrs/ndevs/0: RoCE and iWARP, rxe and siw included), else the
 	// parent device's net/ entry for this port (IPoIB on an InfiniBand
-	// port). "" when it has none.
+	// port). "" when it has none, or when sysfs does not say: siw's GID 0
+	// reads EINVAL on 6.1 (RDMA netlink's port has the netdev there).
 	Netdev string
 	// Counters are the files of counters/ and counters_ext/ (the PMA
 	// counters), HWCounters those of hw_counters/ (the driver's own), by

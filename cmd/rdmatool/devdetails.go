@@ -66,7 +66,7 @@ type devPortRow struct {
 	PhysState string  `json:"physical_state"` // likewise: "LINK_UP"
 	RateGbps  float64 `json:"rate_gbps"`
 	LinkLayer string  `json:"link_layer"`
-	Netdev    string  `json:"netdev"` // "" when none
+	Netdev    string  `json:"netdev"` // from sysfs, else netlink; "" when none
 	// Counters and HWCounters are the port's counters/ and hw_counters/
 	// files by name ({} when none).
 	Counters   map[string]uint64 `json:"counters"`
@@ -158,7 +158,16 @@ func readDevDetails(ctx context.Context, c *rdmanl.Client, devs []rdmanl.Device,
 		if det.PCI, err = pciOf(sysRoot, d.Name); err != nil {
 			return rep, err
 		}
+		// sysfs has no netdev for siw's port on 6.1 (its
+		// gid_attrs/ndevs/0 reads EINVAL): netlink's port has it.
+		nlPorts, err := c.Ports(ctx, d)
+		if err != nil {
+			return rep, err
+		}
 		for _, p := range sd.Ports {
+			if i := slices.IndexFunc(nlPorts, func(np rdmanl.Port) bool { return np.Index == p.Port }); p.Netdev == "" && i >= 0 {
+				p.Netdev = nlPorts[i].NetdevName
+			}
 			det.PortInfo = append(det.PortInfo, devPortRow{
 				Port: p.Port, State: rdmanl.PortState(p.StateID).String(), PhysState: rdmanl.PhysState(p.PhysStateID).String(),
 				RateGbps: float64(p.RateBytesPerSecond) / 125e6, LinkLayer: p.LinkLayer, Netdev: p.Netdev,
