@@ -17,6 +17,7 @@ type Netlink interface {
 	Summaries(ctx context.Context) ([]rdmanl.Summary, error)
 	QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error]
 	CMIDs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error]
+	SRQs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.SRQ, error]
 	Close() error
 }
 

@@ -26,6 +26,7 @@ type fakeHost struct {
 	devs    []rdmanl.Device
 	qps     map[uint32][]rdmanl.QP // by device index
 	cmIDs   map[uint32][]rdmanl.CMID
+	srqs    map[uint32][]rdmanl.SRQ
 	dumps   map[string]int // QP dumps per device name
 	open    int            // clients not closed
 	blockOn string         // a device whose QP dump blocks until its ctx ends
@@ -95,6 +96,19 @@ func (c *fakeClient) QPs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOp
 		for _, q := range qps {
 			q.DevIndex, q.DevName = dev.Index, dev.Name
 			if !yield(q, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (c *fakeClient) SRQs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.SRQ, error] {
+	return func(yield func(rdmanl.SRQ, error) bool) {
+		c.h.mu.Lock()
+		srqs := slices.Clone(c.h.srqs[dev.Index])
+		c.h.mu.Unlock()
+		for _, s := range srqs {
+			if !yield(s, nil) {
 				return
 			}
 		}

@@ -27,6 +27,7 @@ var qpRules = []qpRule{
 	{RuleLastWQENotEmitted, true, lastWQENotEmitted},
 	{RuleLastWQEUnhandled, true, lastWQEUnhandled},
 	{RuleXRCTgtOrphan, false, xrcTgtOrphan},
+	{RuleSRQDrainStalled, true, srqDrainStalled},
 }
 
 // Rules lists every rule ID in the order they are evaluated.
@@ -48,8 +49,8 @@ func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 	f := Finding{
 		Rule: rule, Severity: sev, Device: h.Device, QPN: h.QPN, Type: h.Type.String(),
 		State: h.State.String(), PID: h.Owner.PID, TGID: h.TGID, Comm: h.Comm, Cgroup: h.Cgroup, ContainerID: h.ContainerID,
-		KernName: h.Owner.KernName,
-		SRQ:      h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
+		KernName: h.Owner.KernName, ULP: h.ULP,
+		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
 		Evidence: append([]Evidence{}, h.Evidence...),
 	}
 	if h.Owner.KernName != "" && f.Comm == "" {

@@ -52,8 +52,11 @@ type History struct {
 	EverRTS     bool
 
 	Owner rdmanl.Owner
-	TGID  uint32 // the process of Owner.PID, when known
-	Comm  string
+	// ULP is the kernel module a kernel QP of rdma_cm serves (from the
+	// scans' DeviceScan.ULPs).
+	ULP  string
+	TGID uint32 // the process of Owner.PID, when known
+	Comm string
 	// Cgroup and ContainerID locate the owner (from /proc, at the last
 	// scan that found it).
 	Cgroup      string
@@ -78,6 +81,9 @@ type History struct {
 	LastWQEBeforeDestroy bool
 	DeviceGone           bool // destroyed by device unregistration
 
+	// drainState is what the probes saw of the QP's drains.
+	drainState
+
 	inScan bool
 	// keep says the destroy rules may report this destroyed QP, so it is
 	// kept for Config.Retain; others go after goneRetain.
@@ -93,6 +99,8 @@ type History struct {
 func (h *History) ended(t time.Time) {
 	h.Destroyed, h.DestroyedAt = true, t
 	h.keep = h.DestroySeen && !h.DeviceGone && h.OnSRQ && !(h.ErrBeforeDestroy && h.LastWQEBeforeDestroy)
+	// An SRQ QP whose drain was slow stays for srq-drain-stalled.
+	h.keep = h.keep || (h.OnSRQ && h.DrainTook >= slowDrain)
 	// An SRQ QP a scan found gone may still get its destroy event (it
 	// waited in the ring buffer) and become reportable: its evidence stays
 	// until then.
@@ -202,6 +210,9 @@ func (w *Watcher) Scan(s Scan) {
 				h.note(s.Time, "scan", "first seen")
 			}
 			h.Device, h.Type, h.Owner = dev.name, qp.Type, qp.Owner
+			if ulp := ds.ULPs[qp.LQPN]; ulp != "" {
+				h.ULP = ulp
+			}
 			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
 			if p, ok := ds.Owners[qp.Owner.PID]; ok {
 				h.TGID, h.Comm, h.Cgroup, h.ContainerID = p.TGID, p.Comm, p.Cgroup, p.ContainerID
@@ -369,6 +380,12 @@ func (w *Watcher) Event(ev Event) {
 		h.LastWQEBeforeDestroy = h.LastWQECount > 0
 		h.note(ev.Time, "probe", "destroyed in state %s", h.State)
 		h.ended(ev.Time)
+	case EventDrainStarted:
+		h = get()
+		h.drainStarted(ev)
+	case EventDrainEnded:
+		h = get()
+		h.drainEnded(ev)
 	case EventDeviceUnregistered:
 		dev.gone = true
 		for _, q := range w.qps {
