@@ -94,6 +94,8 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	for _, f := range rep.Findings {
 		owner := "no owner process (creator gone or in another pid namespace)"
 		switch {
+		case f.KernName != "" && f.ULP != "":
+			owner = "kernel [" + f.KernName + "] ulp " + f.ULP
 		case f.KernName != "":
 			owner = "kernel [" + f.KernName + "]"
 		case f.PID != 0 && f.Comm != "" && f.TGID != 0:
@@ -134,6 +136,11 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 				}
 				if f.TGID != 0 && f.TGID != f.PID {
 					srq += fmt.Sprintf(" thread %d", f.PID)
+				}
+				if f.Draining {
+					srq += " draining"
+				} else if f.DrainSeconds > 0 {
+					srq += fmt.Sprintf(" drain took %.1fs", f.DrainSeconds)
 				}
 				fmt.Fprintf(bw, "  %-8s %-29s qpn %d %s %s%s for %.1fs\n", f.Severity, f.Rule, f.QPN, f.Type, f.State, srq, f.AgeSeconds)
 			}
