@@ -10,7 +10,8 @@
 // starts or stops one scanner per device; and the scanners, each of which
 // dumps its device's QPs every Interval on a netlink socket of its own, so a
 // slow dump of one device holds back neither the probe events nor the other
-// devices. A State holds the history (one leakwatch.Watcher) behind a
+// devices. A device with QPs that rdma_cm created for kernel ULPs has its
+// rdma_cm IDs and SRQs dumped too, to name those ULPs (rdmanl.ULPIndex). A State holds the history (one leakwatch.Watcher) behind a
 // mutex. When Run's context ends it stops every goroutine and waits for it.
 //
 // # One-shot checks

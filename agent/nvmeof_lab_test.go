@@ -3,10 +3,12 @@ package agent_test
 import (
 	"bufio"
 	"encoding/json"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -111,13 +113,22 @@ func mapsEqual(a, b map[string]int) bool {
 	return true
 }
 
-// tracer runs `rdmatool trace -j` on a device until stopped, and returns
-// the drains it saw end: QPN to seconds.
-func tracer(t *testing.T, dev vmtest.Device) (stop func() map[uint32]float64) {
+// drainTrace is a running `rdmatool trace -j` on one device.
+type drainTrace struct {
+	mu     sync.Mutex
+	drains map[uint32]float64 // QPN to the seconds its ib_drain_qp took
+	notify chan struct{}
+}
+
+// tracer runs `rdmatool trace -j` on a device until the test ends, and
+// returns once its probes are attached.
+func tracer(t *testing.T, dev vmtest.Device) *drainTrace {
 	t.Helper()
 	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "trace", "-j", "--dev", string(dev))
-	var out strings.Builder
-	cmd.Stdout = &out
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +136,31 @@ func tracer(t *testing.T, dev vmtest.Device) (stop func() map[uint32]float64) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill() })
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+	})
+	tr := &drainTrace{drains: map[uint32]float64{}, notify: make(chan struct{}, 1)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var ev struct {
+				Kind     string  `json:"kind"`
+				QPN      uint32  `json:"qpn"`
+				Probe    string  `json:"probe"`
+				Duration float64 `json:"duration_seconds"`
+			}
+			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Kind == "drain_end" && ev.Probe == "ib_drain_qp" {
+				tr.mu.Lock()
+				tr.drains[ev.QPN] = ev.Duration
+				tr.mu.Unlock()
+				select {
+				case tr.notify <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
 	attached := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -142,22 +177,49 @@ func tracer(t *testing.T, dev vmtest.Device) (stop func() map[uint32]float64) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("rdmatool trace did not attach")
 	}
-	return func() map[uint32]float64 {
-		cmd.Process.Signal(syscall.SIGINT)
-		cmd.Wait()
-		drains := map[uint32]float64{}
-		for line := range strings.Lines(out.String()) {
-			var ev struct {
-				Kind     string  `json:"kind"`
-				QPN      uint32  `json:"qpn"`
-				Probe    string  `json:"probe"`
-				Duration float64 `json:"duration_seconds"`
-			}
-			if json.Unmarshal([]byte(line), &ev) == nil && ev.Kind == "drain_end" && ev.Probe == "ib_drain_qp" {
-				drains[ev.QPN] = ev.Duration
+	return tr
+}
+
+// wait returns the drains seen once every one of qpns has returned, or
+// after timeout with what was seen.
+func (tr *drainTrace) wait(qpns []uint32, timeout time.Duration) map[uint32]float64 {
+	deadline := time.After(timeout)
+	for {
+		tr.mu.Lock()
+		all := true
+		for _, q := range qpns {
+			if _, ok := tr.drains[q]; !ok {
+				all = false
 			}
 		}
-		return drains
+		out := maps.Clone(tr.drains)
+		tr.mu.Unlock()
+		if all {
+			return out
+		}
+		select {
+		case <-tr.notify:
+		case <-deadline:
+			return out
+		}
+	}
+}
+
+// agentUntil asks the agent until cond holds of its report, or timeout
+// passes, and returns the last report: the agent applies probe events
+// within its 100 ms poll of the ring buffer.
+func agentUntil(t *testing.T, sock string, timeout time.Duration, cond func(agent.CheckReport) bool) agent.CheckReport {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		rep, _, _ := runQPLeaks(t, "--agent-socket", sock, "--dev", "siw0", "--min-age", "5s")
+		if rep.Source != "agent" {
+			t.Fatalf("qp-leaks asked the agent, source %q", rep.Source)
+		}
+		if cond(rep) || time.Now().After(deadline) {
+			return rep
+		}
+		time.Sleep(200 * time.Millisecond) // the agent offers no notification of its history
 	}
 }
 
@@ -206,7 +268,7 @@ func TestLabNVMeoFHealthy(t *testing.T) {
 			check(t, rep, nil)
 
 			disc, port := n.Disconnect(t), n.RemovePort(t)
-			drains := trace()
+			drains := trace.wait(targetSRQ, 10*time.Second)
 			t.Logf("%s use_srq=%v on %s: disconnect %s, port removal %s, ib_drain_qp by QP (s): %v",
 				c.dev, c.useSRQ, vmtest.Kernel(), disc.Round(time.Millisecond), port.Round(time.Millisecond), drains)
 			if port > 10*time.Second {
@@ -291,7 +353,7 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 
 	port := n.RemovePort(t) // returns once the target's queues are freed
 	removed := time.Since(disconnected)
-	drains := trace()
+	drains := trace.wait(targetSRQ, 10*time.Second)
 	t.Logf("siw0 use_srq=1 on %s: port removal %s (%s after the disconnect), ib_drain_qp by QP (s): %v",
 		vmtest.Kernel(), port.Round(time.Millisecond), removed.Round(time.Millisecond), drains)
 	for _, qpn := range targetSRQ {
@@ -306,7 +368,9 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 	if !stalls && removed > 20*time.Second {
 		t.Errorf("teardown took %s on a kernel without the SRQ wait", removed)
 	}
-	after, _, _ := runQPLeaks(t, "--agent-socket", sock, "--dev", "siw0", "--min-age", "5s")
+	after := agentUntil(t, sock, 5*time.Second, func(rep agent.CheckReport) bool {
+		return !stalls || slices.Equal(findingQPNs(rep, leakwatch.RuleSRQDrainStalled), targetSRQ)
+	})
 	checkStalled("agent history", after, false)
 	for _, f := range after.Findings {
 		if f.Rule == leakwatch.RuleSRQDrainStalled && (f.DrainSeconds < 55 || f.DrainSeconds > 70 || f.State != "destroyed") {

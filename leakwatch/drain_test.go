@@ -122,3 +122,30 @@ func TestSRQDrainFast(t *testing.T) {
 		t.Errorf("skipped %+v", rep.SkippedRules)
 	}
 }
+
+// The drain's return and the destroy wait in the ring buffer while a scan
+// finds the QP gone: the history still gets both and reports the drain.
+func TestSRQDrainEndAfterScan(t *testing.T) {
+	c := &clock{}
+	w := New(Config{Probes: true}, c.now)
+	w.Event(kernCreate(c.at(0), siw, 10, true))
+	q := onSRQ(qp(10, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 0), 1)
+	q.Owner = rdmanl.Owner{KernName: "rdma_cm"}
+	s := dump(c.at(time.Second), siw, q)
+	s.Devices[0].ULPs = map[uint32]string{10: "nvmet_rdma"}
+	w.Scan(s)
+	w.Event(drain(c.at(2*time.Second), EventDrainStarted, siw, 10, "ib_drain_qp", 0))
+	w.Event(modify(c.at(2*time.Second), siw, 10, rdmanl.QPStateErr))
+	w.Scan(dump(c.at(63*time.Second), siw)) // the QP is gone
+	w.Event(drain(c.at(62*time.Second), EventDrainEnded, siw, 10, "ib_drain_qp", 60*time.Second))
+	w.Event(ev(c.at(62*time.Second), EventQPDestroyed, siw, 10))
+	c.at(64 * time.Second)
+	rep := w.Evaluate(Query{MinAge: 5 * time.Second})
+	if len(rep.Findings) != 1 || rep.Findings[0].Rule != RuleSRQDrainStalled || rep.Findings[0].State != "destroyed" || rep.Findings[0].DrainSeconds != 60 || rep.Findings[0].ULP != "nvmet_rdma" {
+		t.Fatalf("findings %+v", rep.Findings)
+	}
+	c.at(5 * time.Minute) // kept past a minute: the destroy made it reportable
+	if rep := w.Evaluate(Query{MinAge: 5 * time.Second}); len(rep.Findings) != 1 {
+		t.Errorf("after 5 minutes: %+v", rep.Findings)
+	}
+}

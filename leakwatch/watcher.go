@@ -380,12 +380,19 @@ func (w *Watcher) Event(ev Event) {
 		h.LastWQEBeforeDestroy = h.LastWQECount > 0
 		h.note(ev.Time, "probe", "destroyed in state %s", h.State)
 		h.ended(ev.Time)
-	case EventDrainStarted:
-		h = get()
-		h.drainStarted(ev)
-	case EventDrainEnded:
-		h = get()
-		h.drainEnded(ev)
+	case EventDrainStarted, EventDrainEnded:
+		// A scan that ran while this event waited in the ring buffer
+		// may have missed the QP already (the drain returned, then the
+		// QP was destroyed): its history still takes the drain, and
+		// the destroy event that follows it.
+		if h == nil || !h.Destroyed || h.DestroySeen || h.DeviceGone {
+			h = get()
+		}
+		if ev.Kind == EventDrainStarted {
+			h.drainStarted(ev)
+		} else {
+			h.drainEnded(ev)
+		}
 	case EventDeviceUnregistered:
 		dev.gone = true
 		for _, q := range w.qps {

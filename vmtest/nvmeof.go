@@ -285,8 +285,9 @@ func (n *NVMeoF) Disconnect(t testing.TB) time.Duration {
 }
 
 // RemovePort unlinks the subsystem from the port, which disables it, and
-// returns how long that took: nvmet waits there until every queue of the
-// port's controllers is released, drains included.
+// removes the port, and returns how long that took: nvmet waits there
+// until every queue of the port's controllers is released, drains
+// included.
 func (n *NVMeoF) RemovePort(t testing.TB) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -294,12 +295,11 @@ func (n *NVMeoF) RemovePort(t testing.TB) time.Duration {
 		t.Fatalf("remove port: %v", err)
 	}
 	n.linked = false
-	d := time.Since(start)
 	if err := os.Remove(n.portDir); err != nil {
 		t.Fatalf("remove port: %v", err)
 	}
 	n.portDir = ""
-	return d
+	return time.Since(start)
 }
 
 // teardown undoes whatever is left, in reverse order, logging failures.
