@@ -101,6 +101,14 @@ func checkResQP(t *testing.T, dev vmtest.Device, qps []rdmanl.QP, targetSRQ []ui
 	}
 }
 
+func qpnsOf(qps []rdmanl.QP) []uint32 {
+	var out []uint32
+	for _, q := range qps {
+		out = append(out, q.LQPN)
+	}
+	return out
+}
+
 func mapsEqual(a, b map[string]int) bool {
 	if len(a) != len(b) {
 		return false
@@ -268,7 +276,7 @@ func TestLabNVMeoFHealthy(t *testing.T) {
 			check(t, rep, nil)
 
 			disc, port := n.Disconnect(t), n.RemovePort(t)
-			drains := trace.wait(targetSRQ, 10*time.Second)
+			drains := trace.wait(qpnsOf(qps), 10*time.Second)
 			t.Logf("%s use_srq=%v on %s: disconnect %s, port removal %s, ib_drain_qp by QP (s): %v",
 				c.dev, c.useSRQ, vmtest.Kernel(), disc.Round(time.Millisecond), port.Round(time.Millisecond), drains)
 			if port > 10*time.Second {
@@ -353,7 +361,7 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 
 	port := n.RemovePort(t) // returns once the target's queues are freed
 	removed := time.Since(disconnected)
-	drains := trace.wait(targetSRQ, 10*time.Second)
+	drains := trace.wait(qpnsOf(qps), 10*time.Second)
 	t.Logf("siw0 use_srq=1 on %s: port removal %s (%s after the disconnect), ib_drain_qp by QP (s): %v",
 		vmtest.Kernel(), port.Round(time.Millisecond), removed.Round(time.Millisecond), drains)
 	for _, qpn := range targetSRQ {
