@@ -70,7 +70,7 @@ func TestSRQDrainStalled(t *testing.T) {
 	// The kernel QPs in Error on siw's SRQ are also last-wqe-not-emitted,
 	// with the ULP named.
 	lw := w.Evaluate(Query{MinAge: 5 * time.Second, Rules: []string{RuleLastWQENotEmitted}})
-	if len(lw.Findings) != 3 || lw.Findings[0].ULP != "nvmet_rdma" {
+	if len(lw.Findings) != 3 || lw.Findings[0].ULP != "nvmet_rdma" || !strings.Contains(lw.Findings[0].Hint, "kernel QP of nvmet_rdma") {
 		t.Errorf("last-wqe-not-emitted: %+v", lw.Findings)
 	}
 
