@@ -74,7 +74,7 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 	f.DurationVar(&o.Interval, "interval", 2*time.Second, "time between netlink scans (ignored when the agent answers)")
 	f.StringVar(&o.AgentSocket, "agent-socket", agent.DefaultSocket, "ask the agent on this socket first")
 	f.BoolVar(&noAgent, "no-agent", false, "observe locally even when the agent runs")
-	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held at least this long")
+	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held, and SRQ QP drains waiting (at least 1s), at least this long")
 	f.StringArrayVar(&o.Rules, "rule", nil, "evaluate only this rule (repeatable)")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only (with the agent: skip the rules that need probes)")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
