@@ -128,11 +128,13 @@ type drainTrace struct {
 	notify chan struct{}
 }
 
-// tracer runs `rdmatool trace -j` on a device until the test ends, and
-// returns once its probes are attached.
+// tracer runs `rdmatool trace -j --kprobes` on a device until the test
+// ends, and returns once its probes are attached. Kretprobes see every
+// drain return; fexit misses those of drains in progress while another
+// program attaches to ib_drain_qp or detaches from it (the CLI watches).
 func tracer(t *testing.T, dev vmtest.Device) *drainTrace {
 	t.Helper()
-	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "trace", "-j", "--dev", string(dev))
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "trace", "-j", "--kprobes", "--dev", string(dev))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -26,8 +26,12 @@ type drainState struct {
 	DrainFunc  string
 	drainDepth int
 	// DrainTook is the longest drain that returned, DrainEnded when.
+	// DrainBound says DrainTook is an upper bound: the drain's return was
+	// not seen, and the QP's end (its destroy, or a scan that no longer
+	// listed it) closed it.
 	DrainTook  time.Duration
 	DrainEnded time.Time
+	DrainBound bool
 }
 
 // drainStarted records a drain's start. ib_drain_qp calls ib_drain_rq on a
@@ -53,8 +57,27 @@ func (h *History) drainEnded(ev Event) {
 	}
 	h.drainDepth, h.DrainSince, h.DrainFunc = 0, time.Time{}, ""
 	h.note(ev.Time, "probe", "%s returned after %s", ev.Drain, d.Round(time.Millisecond))
+	if d > h.DrainTook || h.DrainBound {
+		// A return seen late replaces the bound its QP's end gave.
+		h.DrainTook, h.DrainEnded, h.DrainBound = d, ev.Time, false
+	}
+}
+
+// drainClosed ends a drain whose return was not seen when its QP ends at
+// t: a QP is destroyed after its drain returns, so the drain took at most
+// until t. The kernel skips fexit programs for a call that was in
+// progress while any program was attached to or detached from the same
+// function (another rdmatool, a trace ending), so a long drain's return
+// can go unseen.
+func (h *History) drainClosed(t time.Time, source string) {
+	if h.DrainSince.IsZero() {
+		return
+	}
+	d := t.Sub(h.DrainSince)
+	h.note(t, source, "%s return not seen; the QP ended %s after it began", h.DrainFunc, d.Round(time.Millisecond))
+	h.drainDepth, h.DrainSince, h.DrainFunc = 0, time.Time{}, ""
 	if d > h.DrainTook {
-		h.DrainTook, h.DrainEnded = d, ev.Time
+		h.DrainTook, h.DrainEnded, h.DrainBound = d, t, true
 	}
 }
 
@@ -103,11 +126,15 @@ func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg Config) (F
 	}
 	f := base(RuleSRQDrainStalled, SeverityError, h, now.Sub(h.DrainEnded))
 	f.DrainSeconds = math.Round(h.DrainTook.Seconds()*1000) / 1000
+	took := h.DrainTook.Round(100 * time.Millisecond).String()
+	if h.DrainBound {
+		took = "up to " + took + " (its return was not seen; the QP ended then)"
+	}
 	if h.Destroyed {
 		f.State = "destroyed"
 	}
 	f.Hint = fmt.Sprintf("the drain of this SRQ QP of %s took %s: the kernel waited for IB_EVENT_QP_LAST_WQE_REACHED (%s) and the caller (a connection teardown, a port removal or a module unload) was blocked that long: %s",
-		owner, h.DrainTook.Round(100*time.Millisecond), why, fix)
+		owner, took, why, fix)
 	f.Spec = specDrainSRQ
 	return f, true
 }

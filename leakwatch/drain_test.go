@@ -149,3 +149,23 @@ func TestSRQDrainEndAfterScan(t *testing.T) {
 		t.Errorf("after 5 minutes: %+v", rep.Findings)
 	}
 }
+
+// The kernel skipped the fexit of a drain (a program attached to or
+// detached from ib_drain_qp while it slept): the destroy that follows
+// bounds the drain, and the finding says so.
+func TestSRQDrainReturnUnseen(t *testing.T) {
+	c := &clock{}
+	w := New(Config{Probes: true}, c.now)
+	w.Event(kernCreate(c.at(0), siw, 10, true))
+	w.Event(drain(c.at(2*time.Second), EventDrainStarted, siw, 10, "ib_drain_qp", 0))
+	w.Event(modify(c.at(2*time.Second), siw, 10, rdmanl.QPStateErr))
+	w.Event(ev(c.at(62*time.Second+300*time.Millisecond), EventQPDestroyed, siw, 10))
+	c.at(70 * time.Second)
+	rep := w.Evaluate(Query{MinAge: 5 * time.Second})
+	if len(rep.Findings) != 1 {
+		t.Fatalf("findings %+v", rep.Findings)
+	}
+	if f := rep.Findings[0]; f.Rule != RuleSRQDrainStalled || f.DrainSeconds != 60.3 || f.Draining || !strings.Contains(f.Hint, "up to 1m0.3s (its return was not seen") {
+		t.Errorf("finding %+v", f)
+	}
+}

@@ -98,6 +98,11 @@ type History struct {
 // unless a destroy event may still come.
 func (h *History) ended(t time.Time) {
 	h.Destroyed, h.DestroyedAt = true, t
+	source := "scan"
+	if h.DestroySeen {
+		source = "probe"
+	}
+	h.drainClosed(t, source)
 	h.keep = h.DestroySeen && !h.DeviceGone && h.OnSRQ && !(h.ErrBeforeDestroy && h.LastWQEBeforeDestroy)
 	// An SRQ QP whose drain was slow stays for srq-drain-stalled.
 	h.keep = h.keep || (h.OnSRQ && h.DrainTook >= slowDrain)
