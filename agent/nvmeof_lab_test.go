@@ -336,9 +336,21 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 		if !slices.Equal(got, targetSRQ) {
 			t.Errorf("%s: srq-drain-stalled for QPs %v, want the target's SRQ QPs %v (all findings %v)", who, got, targetSRQ, leaks(rep))
 		}
+		// While they wait, the same kernel QPs sit in Error on siw's SRQ
+		// without LAST_WQE_REACHED, as a user QP would.
+		var lastWQE []uint32
+		if draining {
+			lastWQE = targetSRQ
+		}
+		if got := findingQPNs(rep, leakwatch.RuleLastWQENotEmitted); !slices.Equal(got, lastWQE) {
+			t.Errorf("%s: last-wqe-not-emitted for QPs %v, want %v", who, got, lastWQE)
+		}
 		for _, f := range rep.Findings {
-			if f.Rule == leakwatch.RuleLastWQENotEmitted && slices.Contains(targetSRQ, f.QPN) && f.ULP == "nvmet_rdma" {
-				continue // kernel QPs waiting in Error on siw's SRQ, owner named
+			if f.Rule == leakwatch.RuleLastWQENotEmitted {
+				if f.ULP != "nvmet_rdma" || !strings.Contains(f.Hint, "kernel QP of nvmet_rdma") {
+					t.Errorf("%s: last-wqe-not-emitted qpn %d: ulp %q, hint %q", who, f.QPN, f.ULP, f.Hint)
+				}
+				continue
 			}
 			if f.Rule != leakwatch.RuleSRQDrainStalled {
 				t.Errorf("%s: unexpected finding %s qpn %d ulp %q", who, f.Rule, f.QPN, f.ULP)
