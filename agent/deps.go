@@ -14,10 +14,13 @@ import (
 // one. A Netlink serves one caller at a time: each scanner dials its own.
 type Netlink interface {
 	Devices(ctx context.Context) ([]rdmanl.Device, error)
-	Summaries(ctx context.Context) ([]rdmanl.Summary, error)
+	Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary, error)
 	QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error]
 	CMIDs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error]
 	SRQs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.SRQ, error]
+	// Rename renames a device (rename.Renamer), for RunOptions.Rename.
+	Rename(ctx context.Context, dev rdmanl.Device, name string) error
+	Contexts(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.Context, error]
 	Close() error
 }
 
@@ -43,6 +46,9 @@ type Deps struct {
 	OpenProbes func(ctx context.Context, log *slog.Logger) (EventSource, error)
 	// ProcRoot is /proc, where QP owners are resolved ("": not resolved).
 	ProcRoot string
+	// LearnDevice learns a device's facts (LearnDevice with /sys and /dev);
+	// nil learns nothing: no max_qp from the device, no provider table.
+	LearnDevice func(rdmanl.Device) DeviceFacts
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }

@@ -349,7 +349,7 @@ func runQPLeaks(t *testing.T, args ...string) (rep agent.CheckReport, code int, 
 // with the probes attached; stop sends SIGTERM and returns its exit status.
 func startAgent(t *testing.T, sock string, args ...string) (stop func() int) {
 	t.Helper()
-	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"agent", "--socket", sock}, args...)...)
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"agent", "--socket", sock, "--metrics-address", "127.0.0.1:0"}, args...)...)
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -459,5 +459,146 @@ func TestLabAgent(t *testing.T) {
 	if !strings.Contains(stderr, `msg="no agent, observing locally"`) || strings.Contains(stderr, "did not answer") {
 		t.Errorf("qp-leaks without the agent logged:\n%s", stderr)
 	}
+	w.Release(30 * time.Second)
+}
+
+// The agent gives a device its persistent name (map policy) when it starts
+// and again when the device is deleted and re-added under its kernel name,
+// and goes on answering through it.
+func TestLabAgentRenamesDevices(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	rdmatool := vmtest.Bin(t, "rdmatool")
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v: %s", name, args, err, out)
+		}
+	}
+	run("ip", "link", "add", "name", "ragent0", "address", "02:00:00:00:07:01", "type", "dummy")
+	t.Cleanup(func() { exec.Command("ip", "link", "del", "ragent0").Run() })
+	run("ip", "link", "set", "ragent0", "up")
+	run(rdmatool, "link", "add", "rxe7", "type", "rxe", "netdev", "ragent0")
+	t.Cleanup(func() {
+		for _, name := range []string{"lab_roce7", "rxe7"} {
+			exec.Command(rdmatool, "link", "delete", name).Run()
+		}
+	})
+	guid, err := os.ReadFile("/sys/class/infiniband/rxe7/node_guid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := filepath.Join(t.TempDir(), "names.conf")
+	if err := os.WriteFile(names, []byte(strings.TrimSpace(string(guid))+" lab_roce7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(dev string) func() bool {
+		return func() bool { _, err := os.Stat("/sys/class/infiniband/" + dev); return err == nil }
+	}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	// rxe7 was named by "link add": 6.11+ marks that user-assigned, hence
+	// --rename-force. Only the map names devices: rxe0 and siw0 keep theirs.
+	stop := startAgent(t, sock, "--interval", "1s", "--rename", "map", "--names-map", names, "--rename-force")
+	if !waitUntil(30*time.Second, exists("lab_roce7")) {
+		t.Fatal("the agent did not rename rxe7 to lab_roce7 at its start")
+	}
+	for _, dev := range []string{"rxe0", "siw0"} {
+		if !exists(dev)() {
+			t.Errorf("%s was renamed; the map does not name it", dev)
+		}
+	}
+	run(rdmatool, "link", "delete", "lab_roce7")
+	run(rdmatool, "link", "add", "rxe7", "type", "rxe", "netdev", "ragent0")
+	started := time.Now()
+	if !waitUntil(30*time.Second, exists("lab_roce7")) {
+		t.Fatal("the agent did not rename the re-added rxe7")
+	}
+	t.Logf("re-added rxe7 renamed to lab_roce7 after %s", time.Since(started).Round(time.Millisecond))
+	if !waitUntil(10*time.Second, func() bool {
+		st, err := agent.AskStatus(t.Context(), sock)
+		return err == nil && slices.Contains(st.Devices, "lab_roce7") && !slices.Contains(st.Devices, "rxe7")
+	}) {
+		st, err := agent.AskStatus(t.Context(), sock)
+		t.Errorf("agent status after the re-add: %+v, %v", st, err)
+	}
+	stop()
+}
+
+// SRQ QPs already in Error when qp-leaks or the agent starts get the
+// diagnosis their provider calls for, from the provider table: where it
+// never delivers LAST_WQE_REACHED, last-wqe-not-emitted; where it does, the
+// event was due before anyone watched: last-wqe-unhandled. (siw on 6.1
+// reports no QP state over netlink: nothing can be said there.)
+func TestLabErrBeforeWatching(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	for _, dev := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
+		t.Run(string(dev), func(t *testing.T) {
+			w := vmtest.StartWorkload(t, "--dev", string(dev), "--qps", "2", "--srq", "--to", "ERR", "--hold", "stdin")
+			w.WaitFor("ready", 30*time.Second)
+			var want []leak
+			switch {
+			case dev == vmtest.SIW && !vmtest.Fact(t, "netlink shows siw QP state"):
+			case vmtest.EmitsLastWQE(t, dev):
+				want = expect("last-wqe-unhandled", w, string(dev))
+			default:
+				want = expect("last-wqe-not-emitted", w, string(dev))
+			}
+			rep, _, stderr := runQPLeaks(t, "--no-agent", "--dev", string(dev), "--watch", "3s", "--min-age", "2s")
+			if rep.Probes != "on" {
+				t.Fatalf("qp-leaks without probes: %s %s", rep.ProbesError, stderr)
+			}
+			check(t, rep, want)
+			sock := filepath.Join(t.TempDir(), "agent.sock")
+			stop := startAgent(t, sock, "--interval", "1s")
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				rep, _, _ = runQPLeaks(t, "--agent-socket", sock, "--dev", string(dev), "--min-age", "2s")
+				if len(leaks(rep)) >= len(want) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			check(t, rep, want)
+			stop()
+			w.Release(30 * time.Second)
+		})
+	}
+}
+
+// qp-exhaustion needs no --max-qp: the agent asks each device its limit.
+// With a threshold low enough for the lab, 20 QPs on siw0 cross it; the
+// finding's limit is what ibv_devinfo reports.
+func TestLabQPExhaustionFromDevice(t *testing.T) {
+	vmtest.Require(t, vmtest.SIW)
+	out, err := exec.Command("ibv_devinfo", "-v", "-d", "siw0").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var maxQP uint64
+	for line := range strings.Lines(string(out)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "max_qp:"); ok {
+			maxQP, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	if maxQP == 0 {
+		t.Fatalf("ibv_devinfo has no max_qp:\n%s", out)
+	}
+	threshold := 10.0 / float64(maxQP) // 10 QPs
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	stop := startAgent(t, sock, "--interval", "1s", "--exhaustion-threshold", strconv.FormatFloat(threshold, 'g', -1, 64))
+	w := vmtest.StartWorkload(t, "--dev", "siw0", "--qps", "20", "--to", "INIT", "--hold", "stdin")
+	w.WaitFor("ready", 30*time.Second)
+	var rep agent.CheckReport
+	if !waitUntil(30*time.Second, func() bool {
+		rep, _, _ = runQPLeaks(t, "--agent-socket", sock, "--rule", "qp-exhaustion")
+		return len(rep.Findings) > 0
+	}) {
+		t.Fatalf("no qp-exhaustion: %+v", rep)
+	}
+	f := rep.Findings[0]
+	if f.Device != "siw0" || f.Limit != maxQP || f.Count < 20 || len(rep.Findings) != 1 {
+		t.Errorf("findings %+v; want siw0 only, limit %d (the device's), at least 20 QPs", rep.Findings, maxQP)
+	}
+	t.Logf("qp-exhaustion on siw0: %d of %d QPs (threshold %g)", f.Count, f.Limit, threshold)
+	stop()
 	w.Release(30 * time.Second)
 }

@@ -105,8 +105,8 @@ func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg Config) (F
 	threshold := max(cfg.MinAge, slowDrain)
 	owner := ownerName(h)
 	fix := fmt.Sprintf("run %s without an SRQ (use_srq=0 for nvmet_rdma and ib_srpt) or on a provider that delivers LAST_WQE_REACHED", owner)
-	why := dev.name + " does not deliver"
-	if dev.emitsLastWQE {
+	why := dev.name + " does not deliver it"
+	if lw, _ := dev.lastWQEKnown(); lw == LastWQEDelivered {
 		why = dev.name + " delivers it, yet not for this QP:"
 	}
 	if !h.DrainSince.IsZero() && !h.Destroyed {

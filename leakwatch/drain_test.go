@@ -1,6 +1,7 @@
 package leakwatch
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,12 @@ func TestSRQDrainStalled(t *testing.T) {
 	s := dump(c.at(time.Second), siw, kq(10, true), kq(11, true), kq(12, true), kq(13, false))
 	s.Devices[0].ULPs = map[uint32]string{10: "nvmet_rdma", 11: "nvmet_rdma", 12: "nvmet_rdma", 13: "nvme_rdma"}
 	w.Scan(s)
+	// Metrics count the QPs by owner with the ULP they serve.
+	tally := w.Tally(10)
+	if len(tally) != 1 || !slices.Contains(tally[0].Owners, OwnerQPs{Comm: "rdma_cm", ULP: "nvmet_rdma", QPs: 3}) ||
+		!slices.Contains(tally[0].Owners, OwnerQPs{Comm: "rdma_cm", ULP: "nvme_rdma", QPs: 1}) {
+		t.Errorf("tally %+v", tally)
+	}
 	start := c.at(10 * time.Second)
 	for _, n := range []uint32{10, 11, 12} {
 		w.Event(drain(start, EventDrainStarted, siw, n, "ib_drain_qp", 0))

@@ -142,9 +142,13 @@ type sample struct {
 type deviceState struct {
 	name         string
 	emitsLastWQE bool // a LAST_WQE_REACHED was seen on this device
-	gone         bool // no longer listed (DeviceGone) or unregistered
-	contexts     uint64
-	samples      []sample
+	// lastWQE and lastWQESource are the provider table's word, from scans.
+	lastWQE       LastWQE
+	lastWQESource string
+	maxQP         uint64 // as the device reported it
+	gone          bool   // no longer listed (DeviceGone) or unregistered
+	contexts      uint64
+	samples       []sample
 }
 
 // Watcher keeps QP histories from scans and probe events and evaluates the
@@ -161,6 +165,8 @@ type Watcher struct {
 	start time.Time
 	qps   map[qpKey]*History
 	devs  map[uint32]*deviceState
+	// zombies is the last look at the host's processes.
+	zombies zombieState
 }
 
 // New returns a watcher that reads the time from now.
@@ -194,6 +200,7 @@ func (w *Watcher) device(index uint32, name string) *deviceState {
 // gone; devices the snapshot does not hold are left as they are, so each
 // device can be scanned on its own schedule.
 func (w *Watcher) Scan(s Scan) {
+	w.scanZombies(s)
 	seen := map[qpKey]bool{}
 	scanned := map[uint32]bool{}
 	for _, ds := range s.Devices {
@@ -201,10 +208,11 @@ func (w *Watcher) Scan(s Scan) {
 		dev := w.device(ds.Device.Index, ds.Device.Name)
 		dev.gone = false
 		dev.contexts = ds.Contexts
-		dev.samples = append(dev.samples, sample{s.Time, len(ds.QPs)})
-		if len(dev.samples) > maxSamples {
-			dev.samples = dev.samples[1:]
+		dev.lastWQE, dev.lastWQESource = ds.LastWQE, ds.LastWQESource
+		if ds.MaxQP > 0 {
+			dev.maxQP = ds.MaxQP
 		}
+		dev.sample(s.Time, len(ds.QPs))
 		for _, qp := range ds.QPs {
 			k := qpKey{ds.Device.Index, qp.LQPN}
 			seen[k] = true
@@ -437,4 +445,32 @@ func (w *Watcher) Histories() []History {
 		out = append(out, c)
 	}
 	return out
+}
+
+// SetMaxQP replaces the QP limits per device name that qp-exhaustion uses
+// (a configuration reload).
+func (w *Watcher) SetMaxQP(max map[string]uint64) { w.cfg.MaxQP = max }
+
+// lastWQEKnown is what is known of the device's provider: an event seen
+// on it, else the provider table.
+func (d *deviceState) lastWQEKnown() (LastWQE, string) {
+	if d.emitsLastWQE {
+		return LastWQEDelivered, "seen delivered on " + d.name
+	}
+	return d.lastWQE, d.lastWQESource
+}
+
+// sample records the device's QPs in use at t, for qp-exhaustion's growth.
+func (d *deviceState) sample(t time.Time, qps int) {
+	d.samples = append(d.samples, sample{t, qps})
+	if len(d.samples) > maxSamples {
+		d.samples = d.samples[1:]
+	}
+}
+
+// CountQPs records how many QPs a device has in use at t (its resource
+// summary), between the scans that list them: qp-exhaustion follows the
+// growth from these too.
+func (w *Watcher) CountQPs(index uint32, name string, t time.Time, qps int) {
+	w.device(index, name).sample(t, qps)
 }

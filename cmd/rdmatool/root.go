@@ -26,7 +26,8 @@ func (g *globals) dial() (*rdmanl.Client, error) { return rdmanl.Dial() }
 // deps wires the check's dependencies: netlink, /proc and, when the probes
 // are available, the eBPF tracer.
 func (g *globals) deps() agent.Deps {
-	return agent.Deps{Log: g.logger(), Dial: agent.DialNetlink, ProcRoot: "/proc", OpenProbes: openProbes}
+	return agent.Deps{Log: g.logger(), Dial: agent.DialNetlink, ProcRoot: "/proc", OpenProbes: openProbes,
+		LearnDevice: func(d rdmanl.Device) agent.DeviceFacts { return agent.LearnDevice("/sys", "/dev", d) }}
 }
 
 // logger returns the CLI's logger: text on stderr, Warn unless -v.
