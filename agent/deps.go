@@ -17,6 +17,7 @@ type Netlink interface {
 	Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary, error)
 	QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error]
 	CMIDs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error]
+	SRQs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.SRQ, error]
 	// Rename renames a device (rename.Renamer), for RunOptions.Rename.
 	Rename(ctx context.Context, dev rdmanl.Device, name string) error
 	Contexts(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.Context, error]

@@ -15,7 +15,9 @@
 // sooner when probe events were lost; without probes, and for iWARP
 // devices (whose providers move QPs to RTS where the probes cannot see it),
 // every Interval; between dumps a scanner reads its device's resource
-// summary every Interval. Each device's facts (provider, max_qp from a
+// summary every Interval. A device with QPs that rdma_cm created for
+// kernel ULPs has its rdma_cm IDs and SRQs dumped with its QPs, to name
+// those ULPs (rdmanl.ULPIndex). Each device's facts (provider, max_qp from a
 // verbs query, the provider table's word on LAST_WQE_REACHED) are learned
 // once, when its scanner starts (LearnDevice). At most once a minute the
 // lister also looks at the host's processes for zombie contexts (ZombieContexts: deleted uverbs nodes held

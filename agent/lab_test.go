@@ -119,7 +119,7 @@ func withProbes(t *testing.T, run func(t *testing.T, probes bool, args []string)
 }
 
 // probeRules are the rules that need the probes.
-var probeRules = []string{"srq-destroy-without-last-wqe", "last-wqe-not-emitted", "last-wqe-unhandled"}
+var probeRules = []string{"srq-destroy-without-last-wqe", "last-wqe-not-emitted", "last-wqe-unhandled", "srq-drain-stalled"}
 
 // checkSkipped asserts the rules a run did not evaluate, and why: with
 // --no-probes the probe rules; qp-exhaustion always runs (the devices say

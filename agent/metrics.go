@@ -128,8 +128,8 @@ func NewCollector(st *State) prometheus.Collector {
 			append(dev, "resource")...),
 		qps: d("qps", "Live QPs the agent tracks, by type and state (state \"unknown\" where the provider does not report it).",
 			append(dev, "type", "state")...),
-		ownerQPs: d("owner_qps", fmt.Sprintf("Live QPs per owning process (pid and comm; pid 0 for kernel modules), the %d largest owners of each device; comm \"(other)\" counts the rest.", topOwners),
-			append(dev, "pid", "comm")...),
+		ownerQPs: d("owner_qps", fmt.Sprintf("Live QPs per owning process (pid and comm; pid 0 for kernel modules, with ulp the module that QPs rdma_cm created serve), the %d largest owners of each device; comm \"(other)\" counts the rest.", topOwners),
+			append(dev, "pid", "comm", "ulp")...),
 		findings:     d("findings", "Current qp-leaks findings (min age "+defaultMinAge.String()+"), by rule and severity.", append(dev, "rule", "severity")...),
 		ruleSkipped:  d("rule_skipped", "Rules the agent cannot evaluate now (1), with the reason.", "rule", "reason"),
 		maxQP:        d("device_max_qps", "The device's QP limit (max_qp): configured, else as the device reports it.", dev...),
@@ -212,15 +212,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for l, n := range byLabels {
 			gauge(c.qps, float64(n), t.Name, guid, l[0], l[1])
 		}
-		owners := map[[2]string]int{} // two owners may share a comm and have no pid
+		owners := map[[3]string]int{} // two owners may share a comm and have no pid
 		for _, o := range t.Owners {
-			owners[[2]string{strconv.FormatUint(uint64(o.TGID), 10), o.Comm}] += o.QPs
+			owners[[3]string{strconv.FormatUint(uint64(o.TGID), 10), o.Comm, o.ULP}] += o.QPs
 		}
 		for l, n := range owners {
-			gauge(c.ownerQPs, float64(n), t.Name, guid, l[0], l[1])
+			gauge(c.ownerQPs, float64(n), t.Name, guid, l[0], l[1], l[2])
 		}
 		if t.OtherQPs > 0 {
-			gauge(c.ownerQPs, float64(t.OtherQPs), t.Name, guid, "", "(other)")
+			gauge(c.ownerQPs, float64(t.OtherQPs), t.Name, guid, "", "(other)", "")
 		}
 	}
 	keys := make([]findingKey, 0, len(s.findings))

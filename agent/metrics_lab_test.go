@@ -79,7 +79,7 @@ func TestLabMetrics(t *testing.T) {
 	waitLab(t, 30*time.Second, exited, &logs, "the workload's QPs in /metrics", func() bool {
 		fams, body, _ = scrapeErr("http://" + addr + "/metrics")
 		errQPs, _ := value(fams, "rdmatool_qps", with(rxe, "type", "RC", "state", "ERR"))
-		owned, _ := value(fams, "rdmatool_owner_qps", with(rxe, "pid", pid, "comm", "qpwork"))
+		owned, _ := value(fams, "rdmatool_owner_qps", with(rxe, "pid", pid, "comm", "qpwork", "ulp", ""))
 		return errQPs >= 2 && owned >= 2
 	})
 	t.Logf("QPs in ERR in /metrics %.1fs after the workload was ready", time.Since(started).Seconds())

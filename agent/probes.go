@@ -11,7 +11,7 @@ import (
 
 // leakEvent converts a probe record into what leakwatch follows. ok is
 // false for records the rules do not use (device and port events,
-// registrations, drains).
+// registrations).
 func leakEvent(ev bpf.Event) (le leakwatch.Event, ok bool) {
 	le = leakwatch.Event{
 		Time: ev.Time, DevIndex: ev.DevIndex, DevName: ev.DevName,
@@ -33,6 +33,10 @@ func leakEvent(ev bpf.Event) (le leakwatch.Event, ok bool) {
 		le.Kind = leakwatch.EventDeviceUnregistered
 	case bpf.KindDeviceRename:
 		le.Kind = leakwatch.EventDeviceRenamed
+	case bpf.KindDrainStart:
+		le.Kind, le.Drain = leakwatch.EventDrainStarted, ev.Probe
+	case bpf.KindDrainEnd:
+		le.Kind, le.Drain, le.Duration = leakwatch.EventDrainEnded, ev.Probe, ev.Duration
 	default:
 		return leakwatch.Event{}, false
 	}

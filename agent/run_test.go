@@ -28,6 +28,7 @@ type fakeHost struct {
 	qps     map[uint32][]rdmanl.QP // by device index
 	cmIDs   map[uint32][]rdmanl.CMID
 	ctxs    map[uint32][]rdmanl.Context // verbs contexts by device index
+	srqs    map[uint32][]rdmanl.SRQ     // by device index
 	dumps   map[string]int              // QP dumps per device name
 	open    int                         // clients not closed
 	blockOn string                      // a device whose QP dump blocks until its ctx ends
@@ -105,6 +106,19 @@ func (c *fakeClient) QPs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOp
 		for _, q := range qps {
 			q.DevIndex, q.DevName = dev.Index, dev.Name
 			if !yield(q, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (c *fakeClient) SRQs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.SRQ, error] {
+	return func(yield func(rdmanl.SRQ, error) bool) {
+		c.h.mu.Lock()
+		srqs := slices.Clone(c.h.srqs[dev.Index])
+		c.h.mu.Unlock()
+		for _, s := range srqs {
+			if !yield(s, nil) {
 				return
 			}
 		}
@@ -339,5 +353,36 @@ func TestScanReadsCMIDsOnlyForUnreportedStates(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[uint32]bool{1: true}, sc.Devices[1].CMConnected); diff != "" {
 		t.Errorf("siw0's connected QPs (-want +got):\n%s", diff)
+	}
+}
+
+// QPs netlink reports as rdma_cm's get their ULP from the rdma_cm IDs and
+// SRQs; a device without such QPs has neither dumped.
+func TestScanNamesULPs(t *testing.T) {
+	host := newFakeHost(rxe, siw)
+	kern := func(n uint32, srq bool) rdmanl.QP {
+		q := qp(n, rdmanl.QPStateRTS, 0)
+		q.Owner = rdmanl.Owner{KernName: "rdma_cm"}
+		q.OnSRQ, q.SRQN = srq, 1
+		return q
+	}
+	host.qps[siw.Index] = []rdmanl.QP{kern(2, true), kern(3, true), kern(5, false)}
+	host.qps[rxe.Index] = []rdmanl.QP{qp(17, rdmanl.QPStateRTS, 42)}
+	host.cmIDs = map[uint32][]rdmanl.CMID{
+		siw.Index: {{LQPN: 2, Owner: rdmanl.Owner{KernName: "nvmet_rdma"}}, {LQPN: 5, Owner: rdmanl.Owner{KernName: "nvme_rdma"}}},
+		rxe.Index: {{LQPN: 17, Owner: rdmanl.Owner{PID: 42}}},
+	}
+	host.srqs = map[uint32][]rdmanl.SRQ{siw.Index: {{SRQN: 1, Owner: rdmanl.Owner{KernName: "nvmet_rdma"}}}}
+	nl, _ := host.dial()
+	defer nl.Close()
+	sc, _, err := scanner{nl: nl, now: time.Now}.scan(t.Context(), []rdmanl.Device{rxe, siw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sc.Devices[0].ULPs; got != nil {
+		t.Errorf("rxe0 has no rdma_cm QPs, yet ULPs %v", got)
+	}
+	if diff := cmp.Diff(map[uint32]string{2: "nvmet_rdma", 3: "nvmet_rdma", 5: "nvme_rdma"}, sc.Devices[1].ULPs); diff != "" {
+		t.Errorf("siw0's ULPs (-want +got):\n%s", diff)
 	}
 }

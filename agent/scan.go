@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
@@ -127,6 +128,7 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 		}
 	}
 	unfilled := false // a QP in RESET with a port: the provider reports no state
+	viaCM := false    // a kernel QP rdma_cm created for a ULP
 	for qp, err := range s.nl.QPs(ctx, dev, rdmanl.DumpOptions{}) {
 		if err != nil {
 			var pe *rdmanl.PartialError
@@ -140,6 +142,7 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 		}
 		ds.QPs = append(ds.QPs, qp)
 		unfilled = unfilled || (qp.State == rdmanl.QPStateReset && qp.Port != 0)
+		viaCM = viaCM || qp.Owner.KernName == "rdma_cm"
 		if pid := qp.Owner.PID; pid != 0 {
 			if _, done := ds.Owners[pid]; !done {
 				if p, ok := procs.Lookup(pid); ok {
@@ -148,22 +151,48 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 			}
 		}
 	}
+	if !unfilled && !viaCM {
+		return ds, nil
+	}
+	ids, err := collect(s.nl.CMIDs(ctx, dev, rdmanl.DumpOptions{}))
+	if err != nil {
+		return ds, err
+	}
 	if unfilled {
 		// Where the provider does not report QP states (siw before
 		// 6.2), a connected rdma_cm ID says its QP is connected.
 		ds.CMConnected = map[uint32]bool{}
-		for id, err := range s.nl.CMIDs(ctx, dev, rdmanl.DumpOptions{}) {
-			if err != nil {
-				var pe *rdmanl.PartialError
-				if errors.As(err, &pe) {
-					continue
-				}
-				return ds, err
-			}
+		for _, id := range ids {
 			if id.LQPN != 0 && id.State == rdmanl.CMStateConnect {
 				ds.CMConnected[id.LQPN] = true
 			}
 		}
 	}
+	if viaCM {
+		// Netlink names rdma_cm as the owner of the QPs it creates for
+		// kernel ULPs; their rdma_cm IDs and SRQs name the ULP.
+		srqs, err := collect(s.nl.SRQs(ctx, dev, rdmanl.DumpOptions{}))
+		if err != nil {
+			return ds, err
+		}
+		ds.ULPs = rdmanl.ULPs(ds.QPs, ids, srqs)
+	}
 	return ds, nil
+}
+
+// collect gathers a dump, skipping the entries of a partial answer that
+// did not decode.
+func collect[T any](seq iter.Seq2[T, error]) ([]T, error) {
+	var out []T
+	for v, err := range seq {
+		if err != nil {
+			var pe *rdmanl.PartialError
+			if errors.As(err, &pe) {
+				continue
+			}
+			return out, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

@@ -32,8 +32,11 @@
 //   - ib_dispatch_event: device and port events; ib_register_device
 //     (return), __ib_unregister_device, ib_device_rename.
 //   - ib_drain_qp, ib_drain_rq: entry and return with the time taken (a
-//     60 s drain on 7.x means the SRQ drain waited in vain for
-//     LAST_WQE_REACHED).
+//     60 s drain from 6.11 on means the SRQ drain waited in vain for
+//     LAST_WQE_REACHED). Under fentry/fexit a drain's return is lost when
+//     any program attaches to or detaches from the function while the drain
+//     sleeps: the kernel then patches the old trampoline to skip its fexit
+//     programs (bpf_tramp_image_put). Kprobes (Options.Kprobes) see it.
 //
 // A function a kernel lacks is skipped (logged at Debug, reported by
 // Probes); ib_uverbs_qp_event_handler exists only while ib_uverbs is

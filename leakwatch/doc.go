@@ -4,10 +4,14 @@
 // kernel: the agent from its eBPF probes) into per-QP histories, and runs
 // the leak rules (stale-error-qp, never-connected-qp,
 // srq-destroy-without-last-wqe, last-wqe-not-emitted, last-wqe-unhandled,
-// xrc-tgt-orphan, qp-exhaustion) over them. A scan may also carry what a
-// look at the host's processes found (Zombies): processes holding the
-// deleted uverbs node of an unregistered device with no verbs context on any
-// device, which zombie-uverbs-context reports.
+// xrc-tgt-orphan, qp-exhaustion, srq-drain-stalled) over them. A scan may
+// also carry what a look at the host's processes found (Zombies): processes
+// holding the deleted uverbs node of an unregistered device with no verbs
+// context on any device, which zombie-uverbs-context reports. Drains
+// (ib_drain_qp, ib_drain_rq) are events too: srq-drain-stalled reports an
+// SRQ QP's drain that waits, or waited, past the query's MinAge. A scan
+// may name the ULP of kernel QPs netlink reports as rdma_cm's
+// (DeviceScan.ULPs); findings carry it.
 //
 // It is pure logic: no system calls, no I/O, and time comes from a clock the
 // caller injects, so every rule is tested deterministically. It imports no

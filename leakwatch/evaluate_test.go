@@ -103,7 +103,7 @@ func TestEvaluateQuery(t *testing.T) {
 				{RuleStaleErrorQP, "siw0", 20, 43},
 				{RuleStaleErrorQP, "siw0", 21, 42},
 			},
-			wantSkipped: []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleQPExhaustion},
+			wantSkipped: []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleSRQDrainStalled, RuleQPExhaustion},
 			wantQPs:     4,
 		},
 		{

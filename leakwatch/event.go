@@ -19,6 +19,8 @@ const (
 	EventQPDestroyed                             // a destroy returned (or failed: Result)
 	EventDeviceUnregistered                      // the device is going away with all its QPs
 	EventDeviceRenamed                           // the device is now called NewName
+	EventDrainStarted                            // ib_drain_qp or ib_drain_rq began for a QP (Drain)
+	EventDrainEnded                              // that drain returned after Duration
 )
 
 // Event is one observation of the kernel, in time order. Which fields are
@@ -54,4 +56,8 @@ type Event struct {
 	LastWQE bool
 	// NewName is the device's name after a rename.
 	NewName string
+	// Drain is the drain function ("ib_drain_qp", "ib_drain_rq") and
+	// Duration how long it took (EventDrainEnded; 0 when unknown).
+	Drain    string
+	Duration time.Duration
 }

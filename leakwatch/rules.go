@@ -27,6 +27,7 @@ var qpRules = []qpRule{
 	{RuleLastWQENotEmitted, true, lastWQENotEmitted},
 	{RuleLastWQEUnhandled, true, lastWQEUnhandled},
 	{RuleXRCTgtOrphan, false, xrcTgtOrphan},
+	{RuleSRQDrainStalled, true, srqDrainStalled},
 }
 
 // Rules lists every rule ID in the order they are evaluated.
@@ -48,8 +49,8 @@ func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 	f := Finding{
 		Rule: rule, Severity: sev, Device: h.Device, QPN: h.QPN, Type: h.Type.String(),
 		State: h.State.String(), PID: h.Owner.PID, TGID: h.TGID, Comm: h.Comm, Cgroup: h.Cgroup, ContainerID: h.ContainerID,
-		KernName: h.Owner.KernName,
-		SRQ:      h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
+		KernName: h.Owner.KernName, ULP: h.ULP,
+		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
 		Evidence: append([]Evidence{}, h.Evidence...),
 	}
 	if h.Owner.KernName != "" && f.Comm == "" {
@@ -139,6 +140,9 @@ func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) 
 	}
 	f := base(RuleLastWQENotEmitted, SeverityError, h, age)
 	f.Hint = fmt.Sprintf("%s did not deliver IB_EVENT_QP_LAST_WQE_REACHED after this SRQ QP entered Error; a consumer waiting for it never destroys the QP: post a marker WR after Error, wait for its flush completion, then destroy", dev.name)
+	if h.Owner.Kernel() {
+		f.Hint += fmt.Sprintf(" (this is a kernel QP of %s: since 6.11 ib_drain_qp waits up to 60 s for the event, see %s)", ownerName(h), RuleSRQDrainStalled)
+	}
 	f.Spec = specNoLastWQE
 	return f, true
 }

@@ -15,9 +15,11 @@ type Group struct {
 	Severity Severity `json:"severity"`
 	// The owner, as the findings name it: process (TGID, else the thread
 	// PID), command, kernel module, cgroup and container.
-	PID         uint32 `json:"pid"`
-	Comm        string `json:"comm"`
-	KernName    string `json:"kern_name"`
+	PID      uint32 `json:"pid"`
+	Comm     string `json:"comm"`
+	KernName string `json:"kern_name"`
+	// ULP is the kernel module rdma_cm's QPs serve (Finding.ULP).
+	ULP         string `json:"ulp"`
 	Cgroup      string `json:"cgroup"`
 	ContainerID string `json:"container_id"`
 	Count       int    `json:"count"`
@@ -29,9 +31,9 @@ type Group struct {
 }
 
 type groupKey struct {
-	device, rule                  string
-	pid                           uint32
-	comm, kern, cgroup, container string
+	device, rule                       string
+	pid                                uint32
+	comm, kern, ulp, cgroup, container string
 }
 
 // Summarize groups findings by device, rule and owner, most severe and
@@ -45,13 +47,13 @@ func Summarize(fs []Finding) []Group {
 		if pid == 0 {
 			pid = f.PID
 		}
-		k := groupKey{f.Device, f.Rule, pid, f.Comm, f.KernName, f.Cgroup, f.ContainerID}
+		k := groupKey{f.Device, f.Rule, pid, f.Comm, f.KernName, f.ULP, f.Cgroup, f.ContainerID}
 		i, ok := idx[k]
 		if !ok {
 			i = len(groups)
 			idx[k] = i
 			groups = append(groups, Group{Device: f.Device, Rule: f.Rule, Severity: f.Severity, PID: pid, Comm: f.Comm,
-				KernName: f.KernName, Cgroup: f.Cgroup, ContainerID: f.ContainerID, Hint: f.Hint})
+				KernName: f.KernName, ULP: f.ULP, Cgroup: f.Cgroup, ContainerID: f.ContainerID, Hint: f.Hint})
 		}
 		g := &groups[i]
 		g.Count++

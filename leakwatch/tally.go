@@ -21,7 +21,10 @@ type QPClass struct {
 type OwnerQPs struct {
 	TGID uint32 // 0 for kernel QPs and owners that are gone
 	Comm string // the process's command, or the kernel module's name
-	QPs  int
+	// ULP is the kernel module the QPs serve when Comm is the rdma_cm
+	// that created them (History.ULP).
+	ULP string
+	QPs int
 }
 
 // DeviceTally counts a device's live QPs.
@@ -57,7 +60,7 @@ func (w *Watcher) Tally(topN int) []DeviceTally {
 		t.Classes[QPClass{Type: h.Type, State: h.State, StateKnown: h.StateKnown}]++
 		o := OwnerQPs{TGID: h.TGID, Comm: h.Comm}
 		if h.Owner.Kernel() {
-			o = OwnerQPs{Comm: h.Owner.KernName}
+			o = OwnerQPs{Comm: h.Owner.KernName, ULP: h.ULP}
 		} else if o.TGID == 0 {
 			o.TGID = h.Owner.PID
 		}

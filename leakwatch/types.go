@@ -31,7 +31,8 @@ const (
 // Config tunes the rules and the watcher. MinAge, Rules and MaxQP are what
 // Findings evaluates; Evaluate takes them per query instead.
 type Config struct {
-	// MinAge is how long a state must last before it is reported.
+	// MinAge is how long a state must last, or a drain wait, before it
+	// is reported.
 	MinAge time.Duration
 	// Rules limits evaluation to these rule IDs; empty means all.
 	Rules []string
@@ -61,7 +62,8 @@ type Config struct {
 // (retention, thresholds, whether probes feed the watcher) stays in the
 // watcher's Config.
 type Query struct {
-	// MinAge is how long a state must last before it is reported.
+	// MinAge is how long a state must last, or an SRQ QP's drain wait,
+	// before it is reported.
 	MinAge time.Duration
 	// Rules limits the evaluation to these rule IDs; empty means all.
 	// Unknown IDs select nothing (callers validate against Rules()).
@@ -101,6 +103,9 @@ type DeviceScan struct {
 	// Owners maps a QP owner PID (the thread id the kernel recorded) to
 	// what /proc says about it; absent owners have exited.
 	Owners map[uint32]Process
+	// ULPs names, per QPN, the kernel module that owns a kernel QP
+	// netlink reports as rdma_cm's (rdmanl.ULPs).
+	ULPs map[uint32]string
 	// CMConnected holds the QPNs whose rdma_cm ID is in CONNECT (connecting
 	// or connected). Scans fill it where the provider reports no QP state
 	// (RESET with a port), and only there is it read.
@@ -152,18 +157,27 @@ type Finding struct {
 	Comm string `json:"comm"` // "" when unknown
 	// Cgroup is the owner's cgroup v2 path ("" when unknown); ContainerID
 	// the container id that path names ("" when none).
-	Cgroup      string     `json:"cgroup"`
-	ContainerID string     `json:"container_id"`
-	KernName    string     `json:"kern_name"`
-	SRQ         bool       `json:"srq"`  // attached to an SRQ
-	SRQN        uint32     `json:"srqn"` // meaningful when srq is true
-	AgeSeconds  float64    `json:"age_seconds"`
-	Evidence    []Evidence `json:"evidence"`
-	Hint        string     `json:"hint"`
-	Spec        string     `json:"spec"`
+	Cgroup      string `json:"cgroup"`
+	ContainerID string `json:"container_id"`
+	KernName    string `json:"kern_name"`
+	// ULP is the kernel module a kernel QP serves when its kern_name is
+	// the rdma_cm that created it for that module ("nvmet_rdma"); "" when
+	// not known or not a kernel QP.
+	ULP        string     `json:"ulp"`
+	SRQ        bool       `json:"srq"`  // attached to an SRQ
+	SRQN       uint32     `json:"srqn"` // meaningful when srq is true
+	AgeSeconds float64    `json:"age_seconds"`
+	Evidence   []Evidence `json:"evidence"`
+	Hint       string     `json:"hint"`
+	Spec       string     `json:"spec"`
 	// Count and Limit are set by qp-exhaustion (QPs in use and max_qp).
 	Count uint64 `json:"count"`
 	Limit uint64 `json:"limit"`
+	// DrainSeconds is how long a drain of the QP has waited (still
+	// running) or took (returned); set by srq-drain-stalled.
+	DrainSeconds float64 `json:"drain_seconds"`
+	// Draining says that drain has not returned yet.
+	Draining bool `json:"draining"`
 }
 
 // Skipped is a rule that was not evaluated, and why.

@@ -52,8 +52,11 @@ type History struct {
 	EverRTS     bool
 
 	Owner rdmanl.Owner
-	TGID  uint32 // the process of Owner.PID, when known
-	Comm  string
+	// ULP is the kernel module a kernel QP of rdma_cm serves (from the
+	// scans' DeviceScan.ULPs).
+	ULP  string
+	TGID uint32 // the process of Owner.PID, when known
+	Comm string
 	// Cgroup and ContainerID locate the owner (from /proc, at the last
 	// scan that found it).
 	Cgroup      string
@@ -78,6 +81,9 @@ type History struct {
 	LastWQEBeforeDestroy bool
 	DeviceGone           bool // destroyed by device unregistration
 
+	// drainState is what the probes saw of the QP's drains.
+	drainState
+
 	inScan bool
 	// keep says the destroy rules may report this destroyed QP, so it is
 	// kept for Config.Retain; others go after goneRetain.
@@ -92,7 +98,14 @@ type History struct {
 // unless a destroy event may still come.
 func (h *History) ended(t time.Time) {
 	h.Destroyed, h.DestroyedAt = true, t
+	source := "scan"
+	if h.DestroySeen {
+		source = "probe"
+	}
+	h.drainClosed(t, source)
 	h.keep = h.DestroySeen && !h.DeviceGone && h.OnSRQ && !(h.ErrBeforeDestroy && h.LastWQEBeforeDestroy)
+	// An SRQ QP whose drain was slow stays for srq-drain-stalled.
+	h.keep = h.keep || (h.OnSRQ && h.DrainTook >= slowDrain)
 	// An SRQ QP a scan found gone may still get its destroy event (it
 	// waited in the ring buffer) and become reportable: its evidence stays
 	// until then.
@@ -133,9 +146,9 @@ type deviceState struct {
 	lastWQE       LastWQE
 	lastWQESource string
 	maxQP         uint64 // as the device reported it
-	gone         bool // no longer listed (DeviceGone) or unregistered
-	contexts     uint64
-	samples      []sample
+	gone          bool   // no longer listed (DeviceGone) or unregistered
+	contexts      uint64
+	samples       []sample
 }
 
 // Watcher keeps QP histories from scans and probe events and evaluates the
@@ -210,6 +223,9 @@ func (w *Watcher) Scan(s Scan) {
 				h.note(s.Time, "scan", "first seen")
 			}
 			h.Device, h.Type, h.Owner = dev.name, qp.Type, qp.Owner
+			if ulp := ds.ULPs[qp.LQPN]; ulp != "" {
+				h.ULP = ulp
+			}
 			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
 			if p, ok := ds.Owners[qp.Owner.PID]; ok {
 				h.TGID, h.Comm, h.Cgroup, h.ContainerID = p.TGID, p.Comm, p.Cgroup, p.ContainerID
@@ -377,6 +393,19 @@ func (w *Watcher) Event(ev Event) {
 		h.LastWQEBeforeDestroy = h.LastWQECount > 0
 		h.note(ev.Time, "probe", "destroyed in state %s", h.State)
 		h.ended(ev.Time)
+	case EventDrainStarted, EventDrainEnded:
+		// A scan that ran while this event waited in the ring buffer
+		// may have missed the QP already (the drain returned, then the
+		// QP was destroyed): its history still takes the drain, and
+		// the destroy event that follows it.
+		if h == nil || !h.Destroyed || h.DestroySeen || h.DeviceGone {
+			h = get()
+		}
+		if ev.Kind == EventDrainStarted {
+			h.drainStarted(ev)
+		} else {
+			h.drainEnded(ev)
+		}
 	case EventDeviceUnregistered:
 		dev.gone = true
 		for _, q := range w.qps {

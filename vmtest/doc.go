@@ -7,7 +7,8 @@
 // vmlab builds, for each kernel of the matrix (Debian bookworm's 6.1,
 // bookworm-security's 6.12 and the newest 7.x from sid), an initramfs from
 // Debian packages with ib_core, ib_uverbs, rdma_cm, rdma_rxe, a siw module
-// built from linux-source, rdma-core, perftest and iproute2's rdma. It boots
+// built from linux-source, the NVMe-oF target and host modules (nvmet_rdma,
+// nvme_rdma) with null_blk, rdma-core, perftest and iproute2's rdma. It boots
 // it under QEMU (TCG unless a stock kernel can run on KVM) with no network
 // card. The guest's /init makes two dummy netdevs with fixed MAC addresses
 // and on them rxe0 (soft RoCE) and siw0 (soft iWARP), mounts the module tree
@@ -24,5 +25,7 @@
 //
 // The C workloads in vmtest/workloads create the situations (QP pairs, SRQs,
 // spec and non-spec teardown, churn); Workload runs one and reads its JSON
-// lines.
+// lines. StartNVMeoF runs kernel ULPs instead: an nvmet_rdma target (with
+// or without SRQs) exporting null_blk through configfs, and an nvme_rdma
+// host connected to it through /dev/nvme-fabrics.
 package vmtest

@@ -19,6 +19,11 @@ var facts = map[string]map[string]bool{
 	// 6.11 on, so one probe sees the events of kernel and user QPs; before,
 	// ib_uverbs_qp_event_handler sees user QPs' only (bpf.Tracer.Probes).
 	"ib_core has __ib_qp_event_handler": {"6.1": false, "6.12": true, "7.x": true},
+	// ib_drain_qp moves a QP on an SRQ to Error and waits up to 60 s for
+	// LAST_WQE_REACHED (__ib_drain_srq, from 6.11); before, it drained only
+	// the send queue of such a QP and returned at once. Measured with
+	// nvmet_rdma use_srq=1 over siw, which never delivers the event.
+	"ib_drain_qp waits for LAST_WQE_REACHED on SRQ QPs": {"6.1": false, "6.12": true, "7.x": true},
 	// Debian builds ib_core with module BTF and the kernel attaches
 	// fentry/fexit (BPF trampolines) to its functions.
 	"fentry attaches to ib_core": {"6.1": true, "6.12": true, "7.x": true},

@@ -118,3 +118,51 @@ func TestLastWQEReached(t *testing.T) {
 		})
 	}
 }
+
+// TestLabNVMeoF runs the NVMe-oF workload where it takes seconds: over rxe
+// with and without SRQs and over siw without, connected, with I/O, then
+// disconnected and the port removed. (siw with use_srq=1 stalls for a
+// minute on kernels with the SRQ drain; agent and cmd/rdmatool test that.)
+func TestLabNVMeoF(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	for _, c := range []struct {
+		dev    vmtest.Device
+		useSRQ bool
+	}{{vmtest.RXE, false}, {vmtest.RXE, true}, {vmtest.SIW, false}} {
+		t.Run(fmt.Sprintf("%s/use_srq=%v", c.dev, c.useSRQ), func(t *testing.T) {
+			n := vmtest.StartNVMeoF(t, vmtest.NVMeoFOptions{Device: c.dev, UseSRQ: c.useSRQ})
+			if n.Queues != 3 {
+				t.Errorf("%s has %d queues, want 3 (admin and 2 I/O)", n.Ctrl, n.Queues)
+			}
+			if got := n.IO(t, 64); got != 2*64*4096 {
+				t.Errorf("I/O moved %d bytes, want %d", got, 2*64*4096)
+			}
+			kernQPs := 0
+			qps := vmtest.RdmaJSON(t, "res", "show", "qp", "link", string(c.dev))
+			for _, qp := range qps {
+				if qp["comm"] == "rdma_cm" && qp["type"] == "RC" {
+					kernQPs++
+				}
+			}
+			// three QPs on each side: the host's and the target's
+			if kernQPs != 6 {
+				t.Errorf("rdma res show qp: %d RC QPs of [rdma_cm] on %s, want 6: %v", kernQPs, c.dev, qps)
+			}
+			srqs := 0
+			for _, srq := range vmtest.RdmaJSON(t, "res", "show", "srq") {
+				if srq["ifname"] == string(c.dev) && srq["comm"] == "nvmet_rdma" {
+					srqs++
+				}
+			}
+			if (srqs > 0) != c.useSRQ {
+				t.Errorf("rdma res show srq: %d SRQs of nvmet_rdma on %s with use_srq=%v", srqs, c.dev, c.useSRQ)
+			}
+			d := n.Disconnect(t)
+			p := n.RemovePort(t)
+			t.Logf("%s use_srq=%v on %s: disconnect %s, port removal %s", c.dev, c.useSRQ, vmtest.Kernel(), d, p)
+			if d > 10*time.Second || p > 10*time.Second {
+				t.Errorf("teardown took %s (disconnect) and %s (port removal), want seconds", d, p)
+			}
+		})
+	}
+}

@@ -21,7 +21,7 @@ func filterQPs() []qpRow {
 	}
 	rows := make([]qpRow, len(qps))
 	for i, q := range qps {
-		rows[i] = qpRowOf(q, nil)
+		rows[i] = qpRowOf(q, nil, rdmanl.ULPIndex{})
 	}
 	return rows
 }

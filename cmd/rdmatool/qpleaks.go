@@ -82,7 +82,7 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 	f.DurationVar(&o.Interval, "interval", 2*time.Second, "time between netlink scans (ignored when the agent answers)")
 	f.StringVar(&o.AgentSocket, "agent-socket", agent.DefaultSocket, "ask the agent on this socket first")
 	f.BoolVar(&noAgent, "no-agent", false, "observe locally even when the agent runs")
-	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held at least this long")
+	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held, and SRQ QP drains waiting (at least 1s), at least this long")
 	f.StringArrayVar(&o.Rules, "rule", nil, "evaluate only this rule (repeatable)")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only (with the agent: skip the rules that need probes)")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
@@ -118,6 +118,8 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	for _, f := range rep.Findings {
 		owner := "no owner process (creator gone or in another pid namespace)"
 		switch {
+		case f.KernName != "" && f.ULP != "":
+			owner = "kernel [" + f.KernName + "] ulp " + f.ULP
 		case f.KernName != "":
 			owner = "kernel [" + f.KernName + "]"
 		case f.PID != 0 && f.Comm != "" && f.TGID != 0:
@@ -164,6 +166,11 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 				}
 				if f.TGID != 0 && f.TGID != f.PID {
 					srq += fmt.Sprintf(" thread %d", f.PID)
+				}
+				if f.Draining {
+					srq += " draining"
+				} else if f.DrainSeconds > 0 {
+					srq += fmt.Sprintf(" drain took %.1fs", f.DrainSeconds)
 				}
 				fmt.Fprintf(bw, "  %-8s %-29s qpn %d %s %s%s for %.1fs\n", f.Severity, f.Rule, f.QPN, f.Type, f.State, srq, f.AgeSeconds)
 			}
@@ -219,6 +226,8 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 func groupOwner(g leakwatch.Group) string {
 	owner := "no owner process"
 	switch {
+	case g.KernName != "" && g.ULP != "":
+		owner = "kernel [" + g.KernName + "] ulp " + g.ULP
 	case g.KernName != "":
 		owner = "kernel [" + g.KernName + "]"
 	case g.Rule == leakwatch.RuleQPExhaustion:

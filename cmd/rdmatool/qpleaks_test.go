@@ -198,6 +198,28 @@ func TestRenderLeaksThreads(t *testing.T) {
 	}
 }
 
+// Kernel QPs of rdma_cm are grouped under their ULP; a drain still
+// waiting, or one that took long, is said on the finding's line.
+func TestRenderLeaksULPDrain(t *testing.T) {
+	t.Parallel()
+	f := leakwatch.Finding{Rule: leakwatch.RuleSRQDrainStalled, Severity: leakwatch.SeverityCritical, Device: "siw0", Type: "RC", State: "ERR",
+		Comm: "rdma_cm", KernName: "rdma_cm", ULP: "nvmet_rdma", SRQ: true, SRQN: 1, QPN: 20, AgeSeconds: 12, DrainSeconds: 12, Draining: true, Hint: "run it without an SRQ"}
+	done := f
+	done.QPN, done.Severity, done.State, done.Draining, done.DrainSeconds, done.AgeSeconds = 21, leakwatch.SeverityError, "destroyed", false, 60.3, 5
+	var rep agent.CheckReport
+	rep.Findings = []leakwatch.Finding{f, done}
+	var b strings.Builder
+	if err := renderLeaks(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"siw0  kernel [rdma_cm] ulp nvmet_rdma\n", "qpn 20 RC ERR srqn 1 draining for 12.0s", "qpn 21 RC destroyed srqn 1 drain took 60.3s for 5.0s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text report:\n%s\nwant %q", out, want)
+		}
+	}
+}
+
 // A zombie context belongs to no device: its group says so, and its line
 // names the deleted node instead of a QP.
 func TestRenderLeaksZombie(t *testing.T) {

@@ -24,7 +24,7 @@ func BenchmarkQPListingJSON(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		row := qpRowOf(qps[i%len(qps)], procs)
+		row := qpRowOf(qps[i%len(qps)], procs, rdmanl.ULPIndex{})
 		if !flt.match(row) {
 			b.Fatal("no filter matched nothing")
 		}

@@ -85,6 +85,8 @@ func TestTextLineRows(t *testing.T) {
 	onSRQ.OnSRQ, onSRQ.SRQN = true, 0
 	ud := rdmanl.QP{DevName: "siw0", DevIndex: 1, Port: 1, LQPN: 3, Type: rdmanl.QPTypeUD, State: rdmanl.QPStateRTS, PDN: 1, Owner: rdmanl.Owner{PID: 77}}
 	gsi := rdmanl.QP{DevName: "rxe0", Port: 1, LQPN: 1, Type: rdmanl.QPTypeGSI, State: rdmanl.QPStateRTS, Owner: rdmanl.Owner{KernName: "ib_core"}}
+	target := rdmanl.QP{DevName: "siw0", Port: 1, LQPN: 20, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, OnSRQ: true, SRQN: 1, Owner: rdmanl.Owner{KernName: "rdma_cm"}}
+	nvmet := rdmanl.NewULPIndex(nil, []rdmanl.SRQ{{SRQN: 1, Owner: rdmanl.Owner{KernName: "nvmet_rdma"}}})
 	unbound := rdmanl.QP{DevName: "rxe0", LQPN: 19, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateReset, PDN: 2, OnSRQ: true, SRQN: 3, Owner: rdmanl.Owner{PID: 1234}}
 	dev := rdmanl.Device{
 		Index: 0, Name: "rxe0", Ports: 1, CapFlags: 0x1000, NodeGUID: 0x020000fffe000101, SysImageGUID: 0x020000fffe000101,
@@ -101,33 +103,37 @@ func TestTextLineRows(t *testing.T) {
 		bug     string
 	}{
 		{
-			name: "QP on an SRQ, details", row: qpRowOf(onSRQ, nil), details: true,
+			name: "QP on an SRQ, details", row: qpRowOf(onSRQ, nil, rdmanl.ULPIndex{}), details: true,
 			want: "link rxe0/1 lqpn 17 rqpn 18 type RC state RTS rq-psn 100 sq-psn 200 path-mig-state MIGRATED pdn 2 srqn 0 pid 1234",
 		},
 		{
-			name: "QP without a port, on an SRQ, details", row: qpRowOf(unbound, nil), details: true,
+			name: "QP without a port, on an SRQ, details", row: qpRowOf(unbound, nil, rdmanl.ULPIndex{}), details: true,
 			want: "link rxe0/- lqpn 19 type RC state RESET rq-psn 0 sq-psn 0 pdn 2 srqn 3 pid 1234",
 			bug:  bugEmptyValue,
 		},
 		{
-			name: "QP on an SRQ", row: qpRowOf(onSRQ, nil),
+			name: "QP on an SRQ", row: qpRowOf(onSRQ, nil, rdmanl.ULPIndex{}),
 			want: "link rxe0/1 lqpn 17 rqpn 18 type RC state RTS pdn 2 srqn 0 pid 1234",
 		},
 		{
-			name: "user RC QP", row: qpRowOf(userRC, nil),
+			name: "user RC QP", row: qpRowOf(userRC, nil, rdmanl.ULPIndex{}),
 			want: "link rxe0/1 lqpn 17 rqpn 18 type RC state RTS pdn 2 pid 1234",
 		},
 		{
-			name: "user RC QP, details", row: qpRowOf(userRC, nil), details: true,
+			name: "user RC QP, details", row: qpRowOf(userRC, nil, rdmanl.ULPIndex{}), details: true,
 			want: "link rxe0/1 lqpn 17 rqpn 18 type RC state RTS rq-psn 100 sq-psn 200 path-mig-state MIGRATED pdn 2 pid 1234",
 		},
 		{
-			name: "UD QP has no path migration state, details", row: qpRowOf(ud, nil), details: true,
+			name: "UD QP has no path migration state, details", row: qpRowOf(ud, nil, rdmanl.ULPIndex{}), details: true,
 			want: "link siw0/1 lqpn 3 type UD state RTS rq-psn 0 sq-psn 0 pdn 1 pid 77",
 			bug:  bugEmptyValue,
 		},
 		{
-			name: "kernel QP", row: qpRowOf(gsi, nil),
+			name: "kernel QP of rdma_cm for a ULP", row: qpRowOf(target, nil, nvmet),
+			want: "link siw0/1 lqpn 20 type RC state ERR srqn 1 comm [rdma_cm] ulp nvmet_rdma",
+		},
+		{
+			name: "kernel QP", row: qpRowOf(gsi, nil, rdmanl.ULPIndex{}),
 			want: "link rxe0/1 lqpn 1 type GSI state RTS comm [ib_core]",
 			bug:  bugKernelComm,
 		},
@@ -209,9 +215,9 @@ func TestTextLineRows(t *testing.T) {
 // listRows are three QPs as `rdmatool res qp -j` lists them.
 func listRows() []qpRow {
 	return []qpRow{
-		qpRowOf(rdmanl.QP{DevName: "rxe0", Port: 1, LQPN: 1, Type: rdmanl.QPTypeGSI, State: rdmanl.QPStateRTS, Owner: rdmanl.Owner{KernName: "ib_core"}}, nil),
-		qpRowOf(rdmanl.QP{DevName: "rxe0", Port: 1, LQPN: 17, RQPN: 18, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, PDN: 2, HasPathMig: true, Owner: rdmanl.Owner{PID: 1234}}, nil),
-		qpRowOf(rdmanl.QP{DevIndex: 1, DevName: "siw0", Port: 1, LQPN: 0x12345, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateRTS, PDN: 3, OnSRQ: true, SRQN: 0, Owner: rdmanl.Owner{PID: 99}}, nil),
+		qpRowOf(rdmanl.QP{DevName: "rxe0", Port: 1, LQPN: 1, Type: rdmanl.QPTypeGSI, State: rdmanl.QPStateRTS, Owner: rdmanl.Owner{KernName: "ib_core"}}, nil, rdmanl.ULPIndex{}),
+		qpRowOf(rdmanl.QP{DevName: "rxe0", Port: 1, LQPN: 17, RQPN: 18, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, PDN: 2, HasPathMig: true, Owner: rdmanl.Owner{PID: 1234}}, nil, rdmanl.ULPIndex{}),
+		qpRowOf(rdmanl.QP{DevIndex: 1, DevName: "siw0", Port: 1, LQPN: 0x12345, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateRTS, PDN: 3, OnSRQ: true, SRQN: 0, Owner: rdmanl.Owner{PID: 99}}, nil, rdmanl.ULPIndex{}),
 	}
 }
 

@@ -129,7 +129,13 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 			}
 		}
 	case "qp":
-		err = listRes(ctx, req.flt, devs, opts, c.QPs, func(v rdmanl.QP) qpRow { return qpRowOf(v, procs) }, lw, log)
+		for _, d := range devs {
+			ulps := ulpIndex(ctx, c, d, log)
+			conv := func(v rdmanl.QP) qpRow { return qpRowOf(v, procs, ulps) }
+			if err = listRes(ctx, req.flt, []rdmanl.Device{d}, opts, c.QPs, conv, lw, log); err != nil {
+				break
+			}
+		}
 	case "cq":
 		err = listRes(ctx, req.flt, devs, opts, c.CQs, func(v rdmanl.CQ) cqRow { return cqRowOf(v, procs) }, lw, log)
 	case "mr":
@@ -147,6 +153,29 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 		return err
 	}
 	return lw.close()
+}
+
+// ulpIndex reads dev's rdma_cm IDs and SRQs, which name the ULPs of the
+// QPs rdma_cm created. Without them the QPs are listed all the same, with
+// a warning and no ULP.
+func ulpIndex(ctx context.Context, c *rdmanl.Client, dev rdmanl.Device, log interface{ Warn(string, ...any) }) rdmanl.ULPIndex {
+	var ids []rdmanl.CMID
+	var srqs []rdmanl.SRQ
+	for id, err := range c.CMIDs(ctx, dev, rdmanl.DumpOptions{}) {
+		if err != nil {
+			log.Warn("no ULP names: cannot read the rdma_cm IDs", "device", dev.Name, "err", err)
+			return rdmanl.ULPIndex{}
+		}
+		ids = append(ids, id)
+	}
+	for srq, err := range c.SRQs(ctx, dev, rdmanl.DumpOptions{}) {
+		if err != nil {
+			log.Warn("no ULP names: cannot read the SRQs", "device", dev.Name, "err", err)
+			return rdmanl.ULPIndex{}
+		}
+		srqs = append(srqs, srq)
+	}
+	return rdmanl.NewULPIndex(ids, srqs)
 }
 
 type dumpFunc[T any] func(context.Context, rdmanl.Device, rdmanl.DumpOptions) iter.Seq2[T, error]

@@ -103,7 +103,10 @@ type qpRow struct {
 	Comm         string `json:"comm" txt:"-"`
 	KernName     string `json:"kern_name" txt:"-"`
 	CommText     string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
-	Subtype      string `json:"subtype" txt:"nz"`
+	// ULP is the kernel module a QP netlink reports as rdma_cm's serves
+	// (rdmanl.ULPIndex); "" otherwise.
+	ULP     string `json:"ulp" txt:"nz"`
+	Subtype string `json:"subtype" txt:"nz"`
 }
 
 func resLink(dev string, port uint32) string {
@@ -113,7 +116,7 @@ func resLink(dev string, port uint32) string {
 	return "link " + dev + "/" + strconv.FormatUint(uint64(port), 10) // per QP row: no Sprintf
 }
 
-func qpRowOf(q rdmanl.QP, procs *owner.Resolver) qpRow {
+func qpRowOf(q rdmanl.QP, procs *owner.Resolver, ulps rdmanl.ULPIndex) qpRow {
 	r := qpRow{
 		IfIndex: q.DevIndex, IfName: q.DevName, Link: resLink(q.DevName, q.Port), Port: q.Port,
 		LQPN: q.LQPN, RQPN: q.RQPN, Type: q.Type.String(), State: q.State.String(),
@@ -126,6 +129,7 @@ func qpRowOf(q rdmanl.QP, procs *owner.Resolver) qpRow {
 		r.PathMigState = q.PathMigState.String()
 	}
 	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(q.Owner, procs)
+	r.ULP = ulps.Of(q)
 	return r
 }
 

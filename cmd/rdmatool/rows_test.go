@@ -34,9 +34,9 @@ func TestRowJSON(t *testing.T) {
 	}{
 		{
 			name: "kernel-owned QP",
-			row:  qpRowOf(rdmanl.QP{DevName: "rxe0", Port: 1, LQPN: 1, Type: rdmanl.QPTypeGSI, State: rdmanl.QPStateRTS, SQPSN: 0x5a, Owner: rdmanl.Owner{KernName: "ib_core"}}, nil),
+			row:  qpRowOf(rdmanl.QP{DevName: "rxe0", Port: 1, LQPN: 1, Type: rdmanl.QPTypeGSI, State: rdmanl.QPStateRTS, SQPSN: 0x5a, Owner: rdmanl.Owner{KernName: "ib_core"}}, nil, rdmanl.ULPIndex{}),
 			want: `{"ifindex":0,"ifname":"rxe0","port":1,"lqpn":1,"rqpn":0,"type":"GSI","state":"RTS","rq_psn":0,"sq_psn":90,
-				"path_mig_state":"","pdn":0,"srq":false,"srqn":0,"pid":0,"comm":"ib_core","kern_name":"ib_core","subtype":""}`,
+				"path_mig_state":"","pdn":0,"srq":false,"srqn":0,"pid":0,"comm":"ib_core","kern_name":"ib_core","ulp":"","subtype":""}`,
 		},
 		{
 			name: "user QP on SRQ 0",
@@ -44,15 +44,15 @@ func TestRowJSON(t *testing.T) {
 				DevIndex: 1, DevName: "siw0", Port: 1, LQPN: 17, RQPN: 18, HasRQPN: true, RQPSN: 1, SQPSN: 2,
 				HasPathMig: true, PathMigState: 2, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, PDN: 3,
 				OnSRQ: true, SRQN: 0, Owner: rdmanl.Owner{PID: 1234},
-			}, nil),
+			}, nil, rdmanl.ULPIndex{}),
 			want: `{"ifindex":1,"ifname":"siw0","port":1,"lqpn":17,"rqpn":18,"type":"RC","state":"ERR","rq_psn":1,"sq_psn":2,
-				"path_mig_state":"ARMED","pdn":3,"srq":true,"srqn":0,"pid":1234,"comm":"","kern_name":"","subtype":""}`,
+				"path_mig_state":"ARMED","pdn":3,"srq":true,"srqn":0,"pid":1234,"comm":"","kern_name":"","ulp":"","subtype":""}`,
 		},
 		{
 			name: "QP without SRQ, owner gone",
-			row:  qpRowOf(rdmanl.QP{DevName: "rxe0", LQPN: 0xffffff, Type: rdmanl.QPTypeDriver, State: 9, Subtype: "DCT"}, nil),
+			row:  qpRowOf(rdmanl.QP{DevName: "rxe0", LQPN: 0xffffff, Type: rdmanl.QPTypeDriver, State: 9, Subtype: "DCT"}, nil, rdmanl.ULPIndex{}),
 			want: `{"ifindex":0,"ifname":"rxe0","port":0,"lqpn":16777215,"rqpn":0,"type":"DRIVER","state":"unknown(9)","rq_psn":0,"sq_psn":0,
-				"path_mig_state":"","pdn":0,"srq":false,"srqn":0,"pid":0,"comm":"","kern_name":"","subtype":"DCT"}`,
+				"path_mig_state":"","pdn":0,"srq":false,"srqn":0,"pid":0,"comm":"","kern_name":"","ulp":"","subtype":"DCT"}`,
 		},
 		{
 			name: "SRQ with QP ranges",
@@ -186,12 +186,12 @@ func TestRowOwnerFromProc(t *testing.T) {
 		t.Skipf("no /proc/self/comm: %v", err)
 	}
 	pid := uint32(os.Getpid())
-	row := qpRowOf(rdmanl.QP{DevName: "rxe0", LQPN: 17, Owner: rdmanl.Owner{PID: pid}}, procs)
+	row := qpRowOf(rdmanl.QP{DevName: "rxe0", LQPN: 17, Owner: rdmanl.Owner{PID: pid}}, procs, rdmanl.ULPIndex{})
 	if row.PID != pid || row.Comm != strings.TrimSpace(string(comm)) || row.KernName != "" {
 		t.Errorf("owner = pid %d comm %q kern_name %q, want pid %d comm %q kern_name \"\"",
 			row.PID, row.Comm, row.KernName, pid, strings.TrimSpace(string(comm)))
 	}
-	kern := qpRowOf(rdmanl.QP{DevName: "rxe0", LQPN: 1, Owner: rdmanl.Owner{KernName: "ib_core"}}, procs)
+	kern := qpRowOf(rdmanl.QP{DevName: "rxe0", LQPN: 1, Owner: rdmanl.Owner{KernName: "ib_core"}}, procs, rdmanl.ULPIndex{})
 	if kern.PID != 0 || kern.Comm != "ib_core" || kern.KernName != "ib_core" {
 		t.Errorf("kernel owner = pid %d comm %q kern_name %q, want 0, ib_core, ib_core", kern.PID, kern.Comm, kern.KernName)
 	}

@@ -51,4 +51,8 @@ var guestModules = []struct {
 	{"ib_core", false}, {"ib_uverbs", false}, {"ib_umad", true},
 	{"ib_cm", false}, {"iw_cm", false}, {"rdma_cm", false}, {"rdma_ucm", false},
 	{"rdma_rxe", false}, {"siw", false},
+	// NVMe-oF over RDMA (vmtest.StartNVMeoF): a null block device, the
+	// host and the target. configfs is built in on Debian.
+	{"configfs", true}, {"null_blk", false}, {"nvme_core", false}, {"nvme_fabrics", false},
+	{"nvme_rdma", false}, {"nvmet", false}, {"nvmet_rdma", false},
 }

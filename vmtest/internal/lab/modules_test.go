@@ -232,6 +232,12 @@ func TestModuleClosureGuestModules(t *testing.T) {
 	deps, err := parseModulesDep(strings.NewReader(modulesDep + `kernel/net/9p/9p.ko.xz: kernel/net/9p/9pnet.ko.xz
 kernel/drivers/net/dummy.ko.xz:
 kernel/drivers/infiniband/core/ib_umad.ko.xz: kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/drivers/block/null_blk/null_blk.ko.xz:
+kernel/drivers/nvme/host/nvme-core.ko.xz:
+kernel/drivers/nvme/host/nvme-fabrics.ko.xz: kernel/drivers/nvme/host/nvme-core.ko.xz
+kernel/drivers/nvme/host/nvme-rdma.ko.xz: kernel/drivers/nvme/host/nvme-fabrics.ko.xz kernel/drivers/nvme/host/nvme-core.ko.xz kernel/drivers/infiniband/core/rdma_cm.ko.xz kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/drivers/nvme/target/nvmet.ko.xz: kernel/drivers/nvme/host/nvme-core.ko.xz
+kernel/drivers/nvme/target/nvmet-rdma.ko.xz: kernel/drivers/nvme/target/nvmet.ko.xz kernel/drivers/infiniband/core/rdma_cm.ko.xz kernel/drivers/infiniband/core/ib_core.ko.xz
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +253,8 @@ kernel/drivers/infiniband/core/ib_umad.ko.xz: kernel/drivers/infiniband/core/ib_
 		t.Fatal(err)
 	}
 	wantLoad := []string{"9pnet_virtio", "9p", "dummy", "crc32_pclmul", "ib_core", "ib_uverbs", "ib_umad",
-		"ib_cm", "iw_cm", "rdma_cm", "rdma_ucm", "rdma_rxe", "siw"}
+		"ib_cm", "iw_cm", "rdma_cm", "rdma_ucm", "rdma_rxe", "siw",
+		"null_blk", "nvme_core", "nvme_fabrics", "nvme_rdma", "nvmet", "nvmet_rdma"}
 	if diff := cmp.Diff(wantLoad, load); diff != "" {
 		t.Errorf("load (-want +got):\n%s", diff)
 	}
@@ -259,6 +266,9 @@ kernel/drivers/infiniband/core/ib_umad.ko.xz: kernel/drivers/infiniband/core/ib_
 		core + "iw_cm.ko.xz", core + "rdma_cm.ko.xz", core + "rdma_ucm.ko.xz",
 		"kernel/net/ipv4/udp_tunnel.ko.xz", "kernel/net/ipv6/ip6_udp_tunnel.ko.xz",
 		"kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko.xz", "extra/siw.ko",
+		"kernel/drivers/block/null_blk/null_blk.ko.xz", "kernel/drivers/nvme/host/nvme-core.ko.xz",
+		"kernel/drivers/nvme/host/nvme-fabrics.ko.xz", "kernel/drivers/nvme/host/nvme-rdma.ko.xz",
+		"kernel/drivers/nvme/target/nvmet.ko.xz", "kernel/drivers/nvme/target/nvmet-rdma.ko.xz",
 	}
 	if diff := cmp.Diff(wantFiles, files); diff != "" {
 		t.Errorf("files (-want +got):\n%s", diff)

@@ -1,0 +1,140 @@
+package leakwatch
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// RuleSRQDrainStalled is the rule ID for a drain (ib_drain_qp) of an SRQ
+// QP that waits, or waited, at least MinAge and at least a second. Stable
+// API like the other rule IDs.
+const RuleSRQDrainStalled = "srq-drain-stalled"
+
+// slowDrain is the shortest drain srq-drain-stalled reports whatever
+// MinAge; an SRQ QP whose drain took that long is kept for Config.Retain
+// once destroyed, so that the rule can report it afterwards.
+const slowDrain = time.Second
+
+const specDrainSRQ = "IB spec 10.3.1 (LAST_WQE_REACHED); since Linux 6.11 ib_drain_qp waits up to 60 s for it on each SRQ QP (__ib_drain_srq)"
+
+// drainState is what the probes saw of a QP's drains.
+type drainState struct {
+	// DrainSince is when the outermost running drain began (zero: none
+	// running); DrainFunc is its function.
+	DrainSince time.Time
+	DrainFunc  string
+	drainDepth int
+	// DrainTook is the longest drain that returned, DrainEnded when.
+	// DrainBound says DrainTook is an upper bound: the drain's return was
+	// not seen, and the QP's end (its destroy, or a scan that no longer
+	// listed it) closed it.
+	DrainTook  time.Duration
+	DrainEnded time.Time
+	DrainBound bool
+}
+
+// drainStarted records a drain's start. ib_drain_qp calls ib_drain_rq on a
+// QP without an SRQ: nested drains count as the outermost.
+func (h *History) drainStarted(ev Event) {
+	if h.drainDepth == 0 {
+		h.DrainSince, h.DrainFunc = ev.Time, ev.Drain
+		h.note(ev.Time, "probe", "%s began", ev.Drain)
+	}
+	h.drainDepth++
+}
+
+// drainEnded records a drain's return; one whose start the probes missed
+// counts with the duration the probe measured.
+func (h *History) drainEnded(ev Event) {
+	if h.drainDepth > 1 {
+		h.drainDepth--
+		return
+	}
+	d := ev.Duration
+	if d == 0 && !h.DrainSince.IsZero() {
+		d = ev.Time.Sub(h.DrainSince)
+	}
+	h.drainDepth, h.DrainSince, h.DrainFunc = 0, time.Time{}, ""
+	h.note(ev.Time, "probe", "%s returned after %s", ev.Drain, d.Round(time.Millisecond))
+	if d > h.DrainTook || h.DrainBound {
+		// A return seen late replaces the bound its QP's end gave.
+		h.DrainTook, h.DrainEnded, h.DrainBound = d, ev.Time, false
+	}
+}
+
+// drainClosed ends a drain whose return was not seen when its QP ends at
+// t: a QP is destroyed after its drain returns, so the drain took at most
+// until t. The kernel skips fexit programs for a call that was in
+// progress while any program was attached to or detached from the same
+// function (another rdmatool, a trace ending), so a long drain's return
+// can go unseen.
+func (h *History) drainClosed(t time.Time, source string) {
+	if h.DrainSince.IsZero() {
+		return
+	}
+	d := t.Sub(h.DrainSince)
+	h.note(t, source, "%s return not seen; the QP ended %s after it began", h.DrainFunc, d.Round(time.Millisecond))
+	h.drainDepth, h.DrainSince, h.DrainFunc = 0, time.Time{}, ""
+	if d > h.DrainTook {
+		h.DrainTook, h.DrainEnded, h.DrainBound = d, t, true
+	}
+}
+
+// ownerName names who owns h's QP for a hint: the ULP, else the kernel
+// module, else the process.
+func ownerName(h *History) string {
+	switch {
+	case h.ULP != "":
+		return h.ULP
+	case h.Owner.KernName != "":
+		return h.Owner.KernName
+	case h.Comm != "":
+		return h.Comm
+	}
+	return "its owner"
+}
+
+// srqDrainStalled: a drain of an SRQ QP has waited at least MinAge (and at
+// least slowDrain) and not returned (its caller is blocked: critical), or
+// returned after that long (the caller was blocked that long: error).
+func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+	if !h.OnSRQ {
+		return Finding{}, false
+	}
+	threshold := max(cfg.MinAge, slowDrain)
+	owner := ownerName(h)
+	fix := fmt.Sprintf("run %s without an SRQ (use_srq=0 for nvmet_rdma and ib_srpt) or on a provider that delivers LAST_WQE_REACHED", owner)
+	why := dev.name + " does not deliver it"
+	if lw, _ := dev.lastWQEKnown(); lw == LastWQEDelivered {
+		why = dev.name + " delivers it, yet not for this QP:"
+	}
+	if !h.DrainSince.IsZero() && !h.Destroyed {
+		wait := now.Sub(h.DrainSince)
+		if wait < threshold {
+			return Finding{}, false
+		}
+		f := base(RuleSRQDrainStalled, SeverityCritical, h, wait)
+		f.DrainSeconds, f.Draining = f.AgeSeconds, true
+		f.Hint = fmt.Sprintf("%s of this SRQ QP of %s has waited %s for IB_EVENT_QP_LAST_WQE_REACHED (%s); the kernel waits up to 60 s per SRQ QP and the caller (a connection teardown, a port removal or a module unload) is blocked until then: %s",
+			h.DrainFunc, owner, wait.Round(100*time.Millisecond), why, fix)
+		f.Spec = specDrainSRQ
+		return f, true
+	}
+	if h.DrainTook < threshold {
+		return Finding{}, false
+	}
+	f := base(RuleSRQDrainStalled, SeverityError, h, now.Sub(h.DrainEnded))
+	f.DrainSeconds = math.Round(h.DrainTook.Seconds()*1000) / 1000
+	took := h.DrainTook.Round(100 * time.Millisecond).String()
+	if h.DrainBound {
+		took = "up to " + took + " (its return was not seen; the QP ended then)"
+	}
+	if h.Destroyed {
+		f.State = "destroyed"
+	}
+	f.Hint = fmt.Sprintf("the drain of this SRQ QP of %s took %s: the kernel waited for IB_EVENT_QP_LAST_WQE_REACHED (%s) and the caller (a connection teardown, a port removal or a module unload) was blocked that long: %s",
+		owner, took, why, fix)
+	f.Spec = specDrainSRQ
+	return f, true
+}
