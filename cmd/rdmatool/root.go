@@ -82,6 +82,8 @@ only), 2 error, 130 interrupted.`,
 		newQPLeaksCmd(g),
 		newAgentCmd(g),
 		newRenameCmd(g),
+		newResetCmd(g),
+		newResetHelperCmd(),
 		newDocsCmd(),
 	)
 	return root
