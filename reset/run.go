@@ -456,23 +456,26 @@ func startObserving(ctx context.Context, c *rdmanl.Client, o Options, t target) 
 		defer pc.Close()
 		tick := time.NewTicker(pollEvery)
 		defer tick.Stop()
-		present := true
+		// A relink can be over between two polls: a new index says the
+		// device left and came back.
+		present, index := true, t.dev.Index
 		for {
 			devs, err := pc.Devices(ctx)
 			if err == nil {
-				here := false
+				here, idx := false, uint32(0)
 				for _, d := range devs {
 					if d.Name == t.dev.Name || (t.kind == "pci" && d.NodeGUID == t.dev.NodeGUID) {
-						here = true
+						here, idx = true, d.Index
 					}
 				}
-				if here != present {
-					kind := "gone"
-					if here {
-						kind = "back"
-					}
-					ob.add(Event{Time: time.Now().UTC(), Kind: kind, Device: t.dev.Name, Source: "netlink"})
-					present = here
+				now := time.Now().UTC()
+				if present && (!here || idx != index) {
+					ob.add(Event{Time: now, Kind: "gone", Device: t.dev.Name, Index: index, Source: "netlink"})
+					present = false
+				}
+				if !present && here {
+					ob.add(Event{Time: now, Kind: "back", Device: t.dev.Name, Index: idx, Source: "netlink"})
+					present, index = true, idx
 				}
 			}
 			select {
