@@ -216,7 +216,7 @@ func TestLabResetSoftware(t *testing.T) {
 			// The audit record: one JSON line on stderr.
 			var audit struct {
 				Msg, Device, Method, Result, Who string
-				Duration float64 `json:"duration_seconds"`
+				Duration                         float64 `json:"duration_seconds"`
 			}
 			if err := json.Unmarshal([]byte(lastLine(r.stderr)), &audit); err != nil || audit.Msg != "reset" ||
 				audit.Device != string(d) || audit.Method != "relink" || audit.Result != "done" || !strings.HasPrefix(audit.Who, "uid 0") || audit.Duration <= 0 {
