@@ -232,6 +232,9 @@ func TestModuleClosureGuestModules(t *testing.T) {
 	deps, err := parseModulesDep(strings.NewReader(modulesDep + `kernel/net/9p/9p.ko.xz: kernel/net/9p/9pnet.ko.xz
 kernel/drivers/net/dummy.ko.xz:
 kernel/drivers/infiniband/core/ib_umad.ko.xz: kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/drivers/net/ethernet/intel/e1000e/e1000e.ko.xz: kernel/drivers/ptp/ptp.ko.xz kernel/drivers/pps/pps_core.ko.xz
+kernel/drivers/ptp/ptp.ko.xz: kernel/drivers/pps/pps_core.ko.xz
+kernel/drivers/pps/pps_core.ko.xz:
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +250,7 @@ kernel/drivers/infiniband/core/ib_umad.ko.xz: kernel/drivers/infiniband/core/ib_
 		t.Fatal(err)
 	}
 	wantLoad := []string{"9pnet_virtio", "9p", "dummy", "crc32_pclmul", "ib_core", "ib_uverbs", "ib_umad",
-		"ib_cm", "iw_cm", "rdma_cm", "rdma_ucm", "rdma_rxe", "siw"}
+		"ib_cm", "iw_cm", "rdma_cm", "rdma_ucm", "rdma_rxe", "siw", "e1000e"}
 	if diff := cmp.Diff(wantLoad, load); diff != "" {
 		t.Errorf("load (-want +got):\n%s", diff)
 	}
@@ -259,6 +262,7 @@ kernel/drivers/infiniband/core/ib_umad.ko.xz: kernel/drivers/infiniband/core/ib_
 		core + "iw_cm.ko.xz", core + "rdma_cm.ko.xz", core + "rdma_ucm.ko.xz",
 		"kernel/net/ipv4/udp_tunnel.ko.xz", "kernel/net/ipv6/ip6_udp_tunnel.ko.xz",
 		"kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko.xz", "extra/siw.ko",
+		"kernel/drivers/pps/pps_core.ko.xz", "kernel/drivers/ptp/ptp.ko.xz", "kernel/drivers/net/ethernet/intel/e1000e/e1000e.ko.xz",
 	}
 	if diff := cmp.Diff(wantFiles, files); diff != "" {
 		t.Errorf("files (-want +got):\n%s", diff)
