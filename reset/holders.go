@@ -70,8 +70,9 @@ type usage struct {
 
 // scanUsage finds who uses dev: netlink for the QPs and MRs and their
 // owners, /proc for the processes with its uverbs device open.
-func scanUsage(ctx context.Context, c *rdmanl.Client, sysRoot, procRoot string, dev rdmanl.Device) (usage, error) {
-	var u usage
+func scanUsage(ctx context.Context, c *rdmanl.Client, procRoot string, t target) (usage, error) {
+	u := usage{holders: []Holder{}}
+	dev := t.dev
 	res, err := owner.NewResolver(procRoot)
 	if err != nil {
 		res = nil // a nil Resolver resolves nothing; pids are still shown
@@ -110,7 +111,7 @@ func scanUsage(ctx context.Context, c *rdmanl.Client, sysRoot, procRoot string, 
 		u.mrs++
 		get(mr.Owner.PID).MRs++
 	}
-	scan, err := holdersOf(sysRoot, procRoot, dev.Name)
+	scan, err := holdersOf(procRoot, t.uverbs, t.hasUverbs)
 	if err != nil {
 		return u, err
 	}
@@ -131,18 +132,25 @@ func scanUsage(ctx context.Context, c *rdmanl.Client, sysRoot, procRoot string, 
 	return u, nil
 }
 
-// holdersOf lists the processes with dev's uverbs device open.
-func holdersOf(sysRoot, procRoot, dev string) (owner.HolderScan, error) {
-	num, ok, err := uverbsDevNum(sysRoot, dev)
-	if err != nil {
-		return owner.HolderScan{}, fmt.Errorf("reset: find the uverbs device of %s: %w", dev, err)
-	}
+// holdersOf lists the processes with the uverbs device num open (none
+// when the device has no uverbs device: ok false). The number is read
+// before the reset: once the removal has begun, sysfs no longer lists it.
+func holdersOf(procRoot string, num owner.DevNum, ok bool) (owner.HolderScan, error) {
 	if !ok {
 		return owner.HolderScan{}, nil
 	}
 	scan, err := owner.Holders(procRoot, func(f owner.OpenFile) bool { return f.Dev == num })
 	if err != nil {
-		return owner.HolderScan{}, fmt.Errorf("reset: holders of %s: %w", dev, err)
+		return owner.HolderScan{}, fmt.Errorf("reset: holders of uverbs device %s: %w", num, err)
 	}
 	return scan, nil
+}
+
+// holderOf converts a /proc holder.
+func holderOf(oh owner.Holder) Holder {
+	h := Holder{PID: oh.PID, Comm: oh.Comm, Cgroup: oh.Cgroup, ContainerID: oh.ContainerID, Files: []string{}}
+	for _, f := range oh.Files {
+		h.Files = append(h.Files, f.Path)
+	}
+	return h
 }

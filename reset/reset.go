@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/sysfs"
@@ -238,6 +239,9 @@ type target struct {
 	netdev  string // the first port's netdev
 	fn      *sysfs.PCIFunction
 	offered []Method
+	// uverbs is the device's uverbs character device, when hasUverbs.
+	uverbs    owner.DevNum
+	hasUverbs bool
 }
 
 // softKind says which software provider dev is, from what it reports: rxe
@@ -273,6 +277,9 @@ func inspect(ctx context.Context, c *rdmanl.Client, sysRoot string, name string)
 		}
 	}
 	t.kind = softKind(sysRoot, dev)
+	if t.uverbs, t.hasUverbs, err = uverbsDevNum(sysRoot, name); err != nil {
+		return t, fmt.Errorf("reset: find the uverbs device of %s: %w", name, err)
+	}
 	var fn sysfs.PCIFunction
 	switch {
 	case t.kind != "" && t.netdev != "":

@@ -67,7 +67,7 @@ func Run(ctx context.Context, c *rdmanl.Client, o Options) (Report, error) {
 			return rep, err
 		}
 	}
-	u, err := scanUsage(ctx, c, o.sysRoot(), o.procRoot(), t.dev)
+	u, err := scanUsage(ctx, c, o.procRoot(), t)
 	if err != nil {
 		return rep, err
 	}
@@ -135,7 +135,7 @@ func persistentName(ctx context.Context, c *rdmanl.Client, o Options, rep *Repor
 func act(ctx context.Context, c *rdmanl.Client, o Options, t target, rep *Report) error {
 	if o.Grace > 0 {
 		gs := time.Now()
-		left, err := awaitHolders(ctx, o, t.dev.Name, o.Grace)
+		left, err := awaitHolders(ctx, o, t, o.Grace)
 		rep.GraceSeconds = time.Since(gs).Seconds()
 		if err != nil {
 			return err
@@ -213,23 +213,19 @@ wait:
 
 // awaitHolders waits up to grace for the processes holding dev's uverbs
 // device to close it, and returns those that still hold it.
-func awaitHolders(ctx context.Context, o Options, dev string, grace time.Duration) ([]Holder, error) {
+func awaitHolders(ctx context.Context, o Options, t target, grace time.Duration) ([]Holder, error) {
 	ctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	for {
-		scan, err := holdersOf(o.sysRoot(), o.procRoot(), dev)
+		scan, err := holdersOf(o.procRoot(), t.uverbs, t.hasUverbs)
 		if err != nil {
 			return nil, err
 		}
 		left := []Holder{}
 		for _, oh := range scan.Holders {
-			h := Holder{PID: oh.PID, Comm: oh.Comm, Cgroup: oh.Cgroup, ContainerID: oh.ContainerID, Files: []string{}}
-			for _, f := range oh.Files {
-				h.Files = append(h.Files, f.Path)
-			}
-			left = append(left, h)
+			left = append(left, holderOf(oh))
 		}
 		if len(left) == 0 {
 			return left, nil
@@ -239,7 +235,7 @@ func awaitHolders(ctx context.Context, o Options, dev string, grace time.Duratio
 			if err := context.Cause(ctx); !errors.Is(err, context.DeadlineExceeded) {
 				return left, err
 			}
-			o.log().Info("grace period over", "device", dev, "holders", len(left))
+			o.log().Info("grace period over", "device", t.dev.Name, "holders", len(left))
 			return left, nil
 		case <-tick.C:
 		}
@@ -250,15 +246,13 @@ func awaitHolders(ctx context.Context, o Options, dev string, grace time.Duratio
 // time, naming who it waits for.
 func timedOut(o Options, t target, rep *Report, removed bool, h *helperProc) error {
 	rep.Result = ResultWaiting
-	scan, err := holdersOf(o.sysRoot(), o.procRoot(), t.dev.Name)
-	if err == nil {
-		for _, oh := range scan.Holders {
-			hh := Holder{PID: oh.PID, Comm: oh.Comm, Cgroup: oh.Cgroup, ContainerID: oh.ContainerID, Files: []string{}}
-			for _, f := range oh.Files {
-				hh.Files = append(hh.Files, f.Path)
-			}
-			rep.WaitingOn = append(rep.WaitingOn, hh)
-		}
+	rep.WaitingOn = rep.WaitingOn[:0]
+	scan, err := holdersOf(o.procRoot(), t.uverbs, t.hasUverbs)
+	if err != nil {
+		o.log().Warn("holders not listed", "device", t.dev.Name, "err", err)
+	}
+	for _, oh := range scan.Holders {
+		rep.WaitingOn = append(rep.WaitingOn, holderOf(oh))
 	}
 	var who []string
 	for _, hh := range rep.WaitingOn {

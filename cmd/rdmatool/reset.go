@@ -25,7 +25,7 @@ func newResetCmd(g *globals) *cobra.Command {
 		method          string
 		grace, timeout  time.Duration
 		dryRun, yes     bool
-		noProbes        bool
+		probes          bool
 		policies, mapFl string
 	)
 	cmd := &cobra.Command{
@@ -60,9 +60,9 @@ or is killed to abandon it.
 A name the rename policies (--policy, --map) give the device is its
 persistent name and is applied again through them; any other name is
 restored as it was. Every reset writes one JSON audit record to stderr;
-with -j the report goes to stdout as one JSON object. With the eBPF probes
-(root) the report lists the kernel's device events (DEVICE_FATAL,
-unregister, register); without them, when netlink saw the device leave and
+with -j the report goes to stdout as one JSON object. With --probes (eBPF,
+root) the report lists the kernel's device events (DEVICE_FATAL,
+unregister, register); without, when netlink saw the device leave and
 return.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -97,7 +97,7 @@ return.`,
 				return err
 			}
 			defer c.Close()
-			if yes && !dryRun && !noProbes {
+			if probes && yes && !dryRun {
 				if t, err := bpf.Open(g.logger(), bpf.Options{}); err == nil {
 					defer t.Close()
 					o.Observe = probeObserver{t}
@@ -123,7 +123,7 @@ return.`,
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "return after this long, the reset unfinished if it must wait for holders")
 	f.BoolVar(&dryRun, "dry-run", false, "show what the reset would do and destroy, and do nothing")
 	f.BoolVar(&yes, "yes", false, "reset: without it nothing is changed")
-	f.BoolVar(&noProbes, "no-probes", false, "watch the device through netlink only, without eBPF probes")
+	f.BoolVar(&probes, "probes", false, "list the kernel's device events from eBPF probes (they take a moment to attach)")
 	f.StringVar(&policies, "policy", rename.DefaultPolicies, "rename policies that give the persistent name: map, guid, pci")
 	f.StringVar(&mapFl, "map", rename.DefaultMapFile, "map file of \"GUID NAME\" lines (the default may be missing)")
 	return cmd
