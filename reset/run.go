@@ -199,7 +199,7 @@ wait:
 		rep.Events = obs.stop()
 		return timedOut(o, t, rep, removed, h)
 	}
-	after, err := awaitBack(ctx, c, o, t)
+	after, err := awaitBack(ctx, c, o, t, rep.PersistentName != "")
 	rep.Events = obs.stop()
 	rep.After = after
 	if err != nil {
@@ -310,7 +310,7 @@ func failedState(t target, rep *Report, removed bool, h *helperProc) (state, nex
 // awaitBack waits for the device to be back: for a software device by
 // its name, for a PCI device by its node GUID; then for its ports to be
 // ACTIVE, and re-applies its persistent name.
-func awaitBack(ctx context.Context, c *rdmanl.Client, o Options, t target) (*After, error) {
+func awaitBack(ctx context.Context, c *rdmanl.Client, o Options, t target, persistent bool) (*After, error) {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	var dev rdmanl.Device
@@ -361,17 +361,25 @@ func awaitBack(ctx context.Context, c *rdmanl.Client, o Options, t target) (*Aft
 	if !a.SameGUID {
 		return a, fmt.Errorf("reset: %s came back with node GUID %s, not %s", dev.Name, dev.NodeGUID, t.dev.NodeGUID)
 	}
-	// The name: a PCI device comes back under the kernel's name.
-	ro := o.Rename
-	ro.Devices, ro.All, ro.DryRun, ro.Force, ro.SysRoot = []string{dev.Name}, false, false, true, o.SysRoot
-	persistent := false
-	if job, err := rename.Prepare(ro); err == nil {
-		if rr, err := job.Run(ctx, c); err == nil && len(rr.Renames) == 1 && rr.Renames[0].To == t.dev.Name {
-			r := rr.Renames[0]
-			a.Name, a.Device, persistent = &r, r.To, true
+	// The name: a persistent one is applied again through the rename
+	// policies; any other is restored as it was (a PCI device comes back
+	// under the kernel's name).
+	if persistent {
+		ro := o.Rename
+		ro.Devices, ro.All, ro.DryRun, ro.Force, ro.SysRoot = []string{dev.Name}, false, false, true, o.SysRoot
+		job, err := rename.Prepare(ro)
+		if err != nil {
+			return a, err
 		}
-	}
-	if !persistent && dev.Name != t.dev.Name {
+		rr, err := job.Run(ctx, c)
+		if err != nil {
+			return a, err
+		}
+		if len(rr.Renames) == 1 {
+			r := rr.Renames[0]
+			a.Name, a.Device = &r, r.To
+		}
+	} else if dev.Name != t.dev.Name {
 		if err := c.Rename(ctx, dev, t.dev.Name); err != nil {
 			return a, err
 		}
@@ -503,7 +511,7 @@ func bounce(ctx context.Context, c *rdmanl.Client, o Options, t target, rep *Rep
 			}
 		}
 	}
-	after, err := awaitBack(ctx, c, o, t)
+	after, err := awaitBack(ctx, c, o, t, rep.PersistentName != "")
 	rep.After = after
 	if err != nil {
 		return err
