@@ -439,3 +439,152 @@ func TestLabResetEvents(t *testing.T) {
 		})
 	}
 }
+
+// labNIC is the guest's emulated PCI NIC (vmtest/internal/lab/qemu.go):
+// an e1000e with no network behind it, alone behind a PCI bridge.
+const (
+	labNICMAC  = "02:00:00:00:03:01"
+	labNICGUID = "0000:00ff:fe00:0301" // rxe's EUI-64 of the MAC
+	labNICAddr = "203.0.113.1/24"      // a documentation range
+)
+
+// pciNetdev finds the lab NIC's netdev and PCI function.
+func pciNetdev(t *testing.T) (netdev, addr string) {
+	t.Helper()
+	ents, err := os.ReadDir("/sys/class/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		mac, _ := os.ReadFile(filepath.Join("/sys/class/net", e.Name(), "address"))
+		if strings.TrimSpace(string(mac)) == labNICMAC {
+			target, err := os.Readlink(filepath.Join("/sys/class/net", e.Name(), "device"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e.Name(), filepath.Base(target)
+		}
+	}
+	t.Fatalf("the lab guest on kernel %s has no NIC with MAC %s", vmtest.Kernel(), labNICMAC)
+	return "", ""
+}
+
+func sh(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestLabResetPCI: rxe on the emulated PCI NIC; unbind/bind and a function
+// reset take the NIC away under it, and rdmatool brings back the driver,
+// the netdev (name, address, up), the rxe device and its name.
+func TestLabResetPCI(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	c := client(t)
+	netdev, addr := pciNetdev(t)
+	sh(t, "ip", "link", "set", netdev, "up")
+	sh(t, "ip", "addr", "add", labNICAddr, "dev", netdev)
+	t.Cleanup(func() { exec.Command("ip", "addr", "del", labNICAddr, "dev", netdev).Run() })
+	const name = "rxepci"
+	if err := c.LinkAdd(t.Context(), name, "rxe", netdev); err != nil {
+		t.Fatal(err)
+	}
+	var g rdmanl.GUID
+	if err := g.UnmarshalText([]byte(labNICGUID)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if d, ok := byGUID(t, c, g); ok {
+			c.LinkDelete(context.Background(), rdmanl.Device{Index: d.Index, Name: d.Name})
+		}
+	})
+	awaitDevice(t, c, g, name, 30*time.Second)
+
+	fn := fmt.Sprintf("/sys/bus/pci/devices/%s", addr)
+	methods, _ := os.ReadFile(filepath.Join(fn, "reset_method"))
+	t.Logf("kernel %s: %s (%s) reset_method %q", vmtest.Kernel(), addr, netdev, strings.TrimSpace(string(methods)))
+
+	r := rdmatool(t, nil, "reset", name, "--dry-run", "-j")
+	rep := r.report(t)
+	if rep.PCI != addr || rep.Driver != "e1000e" || !slices.Contains(rep.Offered, reset.MethodUnbind) || !slices.Contains(rep.Offered, reset.MethodPCIReset) {
+		t.Fatalf("plan: PCI %q driver %q offered %v, want %s e1000e with unbind and pci-reset", rep.PCI, rep.Driver, rep.Offered, addr)
+	}
+	for _, m := range []reset.Method{reset.MethodUnbind, reset.MethodPCIReset} {
+		t.Run(string(m), func(t *testing.T) {
+			r := rdmatool(t, nil, "reset", name, "--method", string(m), "--yes", "-j", "--timeout", "60s")
+			if r.code != 0 {
+				t.Fatalf("exit %d", r.code)
+			}
+			rep := r.report(t)
+			if rep.Result != reset.ResultDone || rep.After == nil || !rep.After.SameGUID || rep.After.Device != name ||
+				len(rep.After.Ports) != 1 || rep.After.Ports[0].State != "ACTIVE" || rep.After.Ports[0].Netdev != netdev {
+				t.Errorf("result %q after %+v: want %s back on %s, same GUID, ACTIVE", rep.Result, rep.After, name, netdev)
+			}
+			d := awaitDevice(t, c, g, name, 10*time.Second)
+			if d.Index == rep.Index {
+				t.Errorf("%s kept index %d: the NIC was not unbound", name, d.Index)
+			}
+			// The stack under it: the driver, the netdev's name, address and up state.
+			drv, _ := os.Readlink(filepath.Join(fn, "driver"))
+			if filepath.Base(drv) != "e1000e" {
+				t.Errorf("%s driver %q, want e1000e", addr, drv)
+			}
+			if out := sh(t, "ip", "-br", "addr", "show", "dev", netdev); !strings.Contains(out, labNICAddr) || !strings.Contains(out, "UP") {
+				t.Errorf("netdev after the reset: %q, want UP with %s", out, labNICAddr)
+			}
+			log, _ := os.ReadFile(rep.HelperLog)
+			if wasReset := strings.Contains(string(log), "resetting the PCI function"); wasReset != (m == reset.MethodPCIReset) {
+				t.Errorf("helper log says the function was reset: %v, want %v:\n%s", wasReset, m == reset.MethodPCIReset, log)
+			}
+			if after, _ := os.ReadFile(filepath.Join(fn, "reset_method")); string(after) != string(methods) {
+				t.Errorf("reset_method %q after the reset, want %q as before", after, methods)
+			}
+		})
+	}
+}
+
+// TestLabResetNetdevBounce: the lighter reset sets the netdev down and up;
+// the device and a workload's QPs survive it.
+func TestLabResetNetdevBounce(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	c := client(t)
+	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "2", "--hold", "stdin")
+	w.WaitFor("ready", 60*time.Second)
+	qpns := func() []uint32 {
+		d, err := c.Device(context.Background(), "rxe0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint32
+		for qp, err := range c.QPs(context.Background(), d, rdmanl.DumpOptions{}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if qp.Owner.PID == uint32(w.PID()) {
+				out = append(out, qp.LQPN)
+			}
+		}
+		return out
+	}
+	before, _ := byGUID(t, c, guidOf(t, vmtest.RXE))
+	qpsBefore := qpns()
+	r := rdmatool(t, nil, "reset", "rxe0", "--method", "netdev-bounce", "--yes", "-j")
+	if r.code != 0 {
+		t.Fatalf("exit %d", r.code)
+	}
+	rep := r.report(t)
+	if rep.Result != reset.ResultDone || rep.After == nil || rep.After.Ports[0].State != "ACTIVE" || rep.HelperPID != 0 {
+		t.Errorf("result %q after %+v helper %d: want done, ACTIVE, no helper", rep.Result, rep.After, rep.HelperPID)
+	}
+	after := awaitDevice(t, c, guidOf(t, vmtest.RXE), "rxe0", 10*time.Second)
+	if after.Index != before.Index {
+		t.Errorf("index %d -> %d: the bounce re-created the device", before.Index, after.Index)
+	}
+	if got := qpns(); len(qpsBefore) != 2 || !slices.Equal(got, qpsBefore) {
+		t.Errorf("QPs of the workload %v before, %v after: want the same two", qpsBefore, got)
+	}
+	w.Release(30 * time.Second)
+}
