@@ -53,4 +53,8 @@ var guestModules = []struct {
 	{"rdma_rxe", false}, {"siw", false},
 	// The emulated PCI NIC the reset tests unbind and reset (qemu.go).
 	{"e1000e", false},
+	// Compiled from linux-source like siw (siw.go); its devlink reload
+	// re-creates its ports. Optional: where it does not build, the reset
+	// tests show devlink reload's refusal instead.
+	{"netdevsim", true},
 }
