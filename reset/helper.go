@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -30,15 +31,20 @@ import (
 // Step is what the helper carries out. JSON field names are its protocol
 // with Run (the same binary).
 type Step struct {
-	Method  Method `json:"method"`
-	Device  string `json:"device"`
-	Index   uint32 `json:"index"`
-	Kind    string `json:"kind"`   // "rxe", "siw" or "pci"
-	Netdev  string `json:"netdev"` // a software device's netdev
-	PCI     string `json:"pci"`
-	Driver  string `json:"driver"`
-	FLR     bool   `json:"flr"` // pci-reset: the function offers FLR
-	SysRoot string `json:"sys_root"`
+	Method Method `json:"method"`
+	Device string `json:"device"`
+	Index  uint32 `json:"index"`
+	Kind   string `json:"kind"`   // "rxe", "siw" or "pci"
+	Netdev string `json:"netdev"` // a software device's netdev
+	PCI    string `json:"pci"`
+	Driver string `json:"driver"`
+	FLR    bool   `json:"flr"` // pci-reset: the function offers FLR
+	// DevlinkBus and DevlinkDev name the devlink instance to reload;
+	// DevDir is the device whose netdevs come back after it.
+	DevlinkBus string `json:"devlink_bus"`
+	DevlinkDev string `json:"devlink_dev"`
+	DevDir     string `json:"dev_dir"`
+	SysRoot    string `json:"sys_root"`
 	// Wait bounds each wait after the removal (the netdev coming back, the
 	// old device leaving).
 	Wait time.Duration `json:"wait"`
@@ -100,7 +106,7 @@ func runStep(ctx context.Context, s Step, log *slog.Logger, removed func()) (str
 		removed()
 		log.Info("adding it again", "netdev", s.Netdev)
 		return s.Netdev, c.LinkAdd(ctx, s.Device, s.Kind, s.Netdev)
-	case MethodUnbind, MethodPCIReset:
+	case MethodDevlinkReload, MethodUnbind, MethodPCIReset:
 		var nst netdevState
 		soft := s.Kind == "rxe" || s.Kind == "siw"
 		if soft {
@@ -108,9 +114,19 @@ func runStep(ctx context.Context, s Step, log *slog.Logger, removed func()) (str
 				return "", err
 			}
 		}
-		log.Info("unbinding the PCI function", "pci", s.PCI, "driver", s.Driver)
-		if err := unbindPCI(s.SysRoot, s.PCI, s.Driver); err != nil {
-			return "", err
+		netdevs := func() ([]string, error) { return sysfs.PCINetdevs(s.SysRoot, s.PCI) }
+		if s.Method == MethodDevlinkReload {
+			h := devlinkHandle{bus: s.DevlinkBus, dev: s.DevlinkDev}
+			log.Info("reloading the driver through devlink", "devlink", h.String())
+			if err := devlinkReload(h); err != nil {
+				return "", err
+			}
+			netdevs = func() ([]string, error) { return netdevsIn(s.DevDir) }
+		} else {
+			log.Info("unbinding the PCI function", "pci", s.PCI, "driver", s.Driver)
+			if err := unbindPCI(s.SysRoot, s.PCI, s.Driver); err != nil {
+				return "", err
+			}
 		}
 		removed()
 		if s.Method == MethodPCIReset {
@@ -124,14 +140,16 @@ func runStep(ctx context.Context, s Step, log *slog.Logger, removed func()) (str
 				return "", err
 			}
 		}
-		log.Info("binding the PCI function", "pci", s.PCI, "driver", s.Driver)
-		if err := bindPCI(s.SysRoot, s.PCI, s.Driver); err != nil {
-			return "", err
+		if s.Method != MethodDevlinkReload {
+			log.Info("binding the PCI function", "pci", s.PCI, "driver", s.Driver)
+			if err := bindPCI(s.SysRoot, s.PCI, s.Driver); err != nil {
+				return "", err
+			}
 		}
 		if !soft {
 			return "", nil
 		}
-		netdev, err := waitNetdev(ctx, s.SysRoot, s.PCI, s.Wait)
+		netdev, err := waitNetdev(ctx, netdevs, s.Wait)
 		if err != nil {
 			return "", err
 		}
@@ -157,14 +175,28 @@ func runStep(ctx context.Context, s Step, log *slog.Logger, removed func()) (str
 // device node it marks, not a container's own node for the same device).
 const pollEvery = 50 * time.Millisecond
 
-// waitNetdev waits for the PCI function's netdev to appear after a bind.
-func waitNetdev(ctx context.Context, sysRoot, addr string, limit time.Duration) (string, error) {
+// netdevsIn lists the netdevs of the device directory dir (dir/net).
+func netdevsIn(dir string) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(dir, "net"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names, err
+}
+
+// waitNetdev waits for a netdev to appear in what list returns (after a
+// bind or a reload).
+func waitNetdev(ctx context.Context, list func() ([]string, error), limit time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
 	for {
-		names, err := sysfs.PCINetdevs(sysRoot, addr)
+		names, err := list()
 		if err != nil {
 			return "", err
 		}
@@ -173,7 +205,7 @@ func waitNetdev(ctx context.Context, sysRoot, addr string, limit time.Duration) 
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("reset: wait for a netdev on %s: %w", addr, ctx.Err())
+			return "", fmt.Errorf("reset: wait for the netdev to return: %w", ctx.Err())
 		case <-t.C:
 		}
 	}

@@ -588,3 +588,86 @@ func TestLabResetNetdevBounce(t *testing.T) {
 	}
 	w.Release(30 * time.Second)
 }
+
+// TestLabResetDevlink: devlink reload (driver_reinit) of netdevsim, which
+// destroys and re-creates its ports, with rxe on its port's netdev:
+// rdmatool brings back the netdev (name, MAC, address, up) and rxe. A
+// driver with no devlink instance (e1000e) is refused before anything
+// changes.
+func TestLabResetDevlink(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	c := client(t)
+	netdev, _ := pciNetdev(t)
+	if err := c.LinkAdd(t.Context(), "rxenodl", "rxe", netdev); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if d, err := c.Device(context.Background(), "rxenodl"); err == nil {
+			c.LinkDelete(context.Background(), d)
+		}
+	})
+	before := snapshot(t, c)
+	r := rdmatool(t, nil, "reset", "rxenodl", "--method", "devlink-reload", "--yes")
+	if r.code != 2 || !strings.Contains(r.stderr, "method devlink-reload: not offered by rxenodl") || !strings.Contains(r.stderr, "no devlink instance") {
+		t.Errorf("devlink-reload on e1000e: exit %d, want 2 and a refusal naming the missing devlink instance", r.code)
+	}
+	if diff := cmp.Diff(before, snapshot(t, c)); diff != "" {
+		t.Errorf("devices changed (-before +after):\n%s", diff)
+	}
+
+	_, err := os.Stat("/sys/bus/netdevsim/new_device")
+	if has := err == nil; has != vmtest.Fact(t, "lab has netdevsim") {
+		t.Fatalf("netdevsim present: %v, want %v", has, !has)
+	}
+	if err != nil {
+		return
+	}
+	const id, mac, guid, name = "10", "02:00:00:00:04:01", "0000:00ff:fe00:0401", "rxensim"
+	if err := os.WriteFile("/sys/bus/netdevsim/new_device", []byte(id+" 1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile("/sys/bus/netdevsim/del_device", []byte(id), 0) })
+	dir := "/sys/bus/netdevsim/devices/netdevsim" + id
+	var nd string
+	for deadline := time.Now().Add(10 * time.Second); nd == ""; {
+		ents, _ := os.ReadDir(filepath.Join(dir, "net"))
+		if len(ents) > 0 {
+			nd = ents[0].Name()
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no netdev under %s", dir)
+		} else {
+			time.Sleep(50 * time.Millisecond) // sysfs has no event to await here
+		}
+	}
+	sh(t, "ip", "link", "set", nd, "address", mac)
+	sh(t, "ip", "link", "set", nd, "up")
+	sh(t, "ip", "addr", "add", "203.0.113.65/26", "dev", nd)
+	if err := c.LinkAdd(t.Context(), name, "rxe", nd); err != nil {
+		t.Fatal(err)
+	}
+	var g rdmanl.GUID
+	if err := g.UnmarshalText([]byte(guid)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if d, ok := byGUID(t, c, g); ok {
+			c.LinkDelete(context.Background(), rdmanl.Device{Index: d.Index, Name: d.Name})
+		}
+	})
+	d0 := awaitDevice(t, c, g, name, 30*time.Second)
+	r = rdmatool(t, nil, "reset", name, "--method", "devlink-reload", "--yes", "-j", "--timeout", "60s")
+	if r.code != 0 {
+		t.Fatalf("exit %d", r.code)
+	}
+	rep := r.report(t)
+	if rep.Result != reset.ResultDone || rep.After == nil || !rep.After.SameGUID || rep.After.Device != name {
+		t.Errorf("result %q after %+v, want %s back with node GUID %s", rep.Result, rep.After, name, guid)
+	}
+	d1 := awaitDevice(t, c, g, name, 10*time.Second)
+	if d1.Index == d0.Index {
+		t.Errorf("%s kept index %d: the reload did not re-create it", name, d1.Index)
+	}
+	if out := sh(t, "ip", "-br", "addr", "show", "dev", nd); !strings.Contains(out, "203.0.113.65/26") {
+		t.Errorf("netdev after the reload: %q, want %s back with its address", out, nd)
+	}
+}

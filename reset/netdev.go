@@ -19,9 +19,10 @@ import (
 // connections derive from them). The MAC address comes back from the
 // hardware.
 type netdevState struct {
-	Name  string       `json:"name"`
-	Up    bool         `json:"up"`
-	Addrs []netdevAddr `json:"addrs"`
+	Name  string           `json:"name"`
+	MAC   net.HardwareAddr `json:"mac"` // a driver may pick a new one (netdevsim)
+	Up    bool             `json:"up"`
+	Addrs []netdevAddr     `json:"addrs"`
 }
 
 type netdevAddr struct {
@@ -54,6 +55,9 @@ func readNetdev(name string) (netdevState, error) {
 		return netdevState{}, err
 	}
 	st := netdevState{Name: name, Up: l.Flags&unix.IFF_UP != 0, Addrs: []netdevAddr{}}
+	if l.Attributes != nil {
+		st.MAC = l.Attributes.Address
+	}
 	addrs, err := c.Address.List()
 	if err != nil {
 		return netdevState{}, fmt.Errorf("reset: list addresses of %s: %w", name, err)
@@ -108,6 +112,13 @@ func restoreNetdev(cur string, st netdevState) error {
 		err := c.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: l.Index, Attributes: &rtnetlink.LinkAttributes{Name: st.Name}})
 		if err != nil {
 			return fmt.Errorf("reset: rename netdev %s to %s: %w", cur, st.Name, err)
+		}
+	}
+	// The MAC address gives rxe its node GUID.
+	if len(st.MAC) > 0 && (l.Attributes == nil || l.Attributes.Address.String() != st.MAC.String()) {
+		err := c.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: l.Index, Attributes: &rtnetlink.LinkAttributes{Address: st.MAC}})
+		if err != nil {
+			return fmt.Errorf("reset: set the MAC address of %s to %s: %w", st.Name, st.MAC, err)
 		}
 	}
 	for _, a := range st.Addrs {

@@ -24,11 +24,16 @@ type Method string
 // Methods.
 const (
 	// MethodAuto picks the device's first offered method in the order
-	// relink, pci-reset, unbind.
+	// relink, devlink-reload, pci-reset, unbind.
 	MethodAuto Method = "auto"
 	// MethodRelink removes a software device (rxe, siw) with DELLINK and
 	// adds it again with NEWLINK on the same netdev under the same name.
 	MethodRelink Method = "relink"
+	// MethodDevlinkReload asks the driver of the device (for a software
+	// device, of its netdev) to re-initialise through devlink reload
+	// (driver_reinit); a software device is re-created on the netdev that
+	// comes back.
+	MethodDevlinkReload Method = "devlink-reload"
 	// MethodUnbind unbinds the PCI function's driver through sysfs and
 	// binds it again. For a software device, the function behind its
 	// netdev; the software device is re-created on the function's netdev.
@@ -42,7 +47,7 @@ const (
 )
 
 // methods are the methods by name, in the order auto tries them.
-var methods = []Method{MethodRelink, MethodPCIReset, MethodUnbind, MethodNetdevBounce}
+var methods = []Method{MethodRelink, MethodDevlinkReload, MethodPCIReset, MethodUnbind, MethodNetdevBounce}
 
 // ParseMethod parses a method name.
 func ParseMethod(s string) (Method, error) {
@@ -239,6 +244,10 @@ type target struct {
 	netdev  string // the first port's netdev
 	fn      *sysfs.PCIFunction
 	offered []Method
+	// devDir is the device the RDMA device depends on (its netdev's for
+	// rxe and siw); devlink its devlink instance, if it has one.
+	devDir  string
+	devlink *devlinkHandle
 	// uverbs is the device's uverbs character device, when hasUverbs.
 	uverbs    owner.DevNum
 	hasUverbs bool
@@ -301,6 +310,21 @@ func inspect(ctx context.Context, c *rdmanl.Client, sysRoot string, name string)
 	if t.kind == "rxe" || t.kind == "siw" {
 		if t.netdev != "" {
 			t.offered = append(t.offered, MethodRelink)
+			t.devDir = filepath.Join(sysRoot, "class", "net", t.netdev, "device")
+		}
+	} else {
+		t.devDir = filepath.Join(sysRoot, "class", "infiniband", name, "device")
+	}
+	if t.devDir != "" {
+		if h, err := deviceHandle(t.devDir); err == nil {
+			ok, err := hasDevlink(h)
+			if err != nil {
+				return t, err
+			}
+			if ok {
+				t.devlink = &h
+				t.offered = append(t.offered, MethodDevlinkReload)
+			}
 		}
 	}
 	if t.fn != nil && t.fn.Driver != "" && (t.kind == "pci" || t.netdev != "") {
@@ -351,6 +375,11 @@ func (t target) describe() string {
 			d = "no driver"
 		}
 		parts = append(parts, fmt.Sprintf("PCI %s, %s", t.fn.Addr, d))
+	}
+	if t.devlink != nil {
+		parts = append(parts, "devlink "+t.devlink.String())
+	} else {
+		parts = append(parts, "no devlink instance")
 	}
 	return strings.Join(parts, ", ")
 }

@@ -54,10 +54,10 @@ func TestChoose(t *testing.T) {
 		{"auto on rxe", rxe, MethodAuto, MethodRelink, ""},
 		{"default is auto", rxe, "", MethodRelink, ""},
 		{"bounce on request", rxe, MethodNetdevBounce, MethodNetdevBounce, ""},
-		{"not offered", rxe, MethodPCIReset, "", "method pci-reset: not offered by rxe0 (software rxe, on dummy0; it offers relink, netdev-bounce)"},
+		{"not offered", rxe, MethodPCIReset, "", "method pci-reset: not offered by rxe0 (software rxe, on dummy0, no devlink instance; it offers relink, netdev-bounce)"},
 		{"unbind under rxe", rxePCI, MethodUnbind, MethodUnbind, ""},
 		{"auto on a HCA without reset", hca, MethodAuto, MethodUnbind, ""},
-		{"nothing applies", none, MethodAuto, "", "odd0 (no PCI function and no software provider): no reset method applies"},
+		{"nothing applies", none, MethodAuto, "", "odd0 (no PCI function and no software provider, no devlink instance): no reset method applies"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,12 +70,12 @@ func TestChoose(t *testing.T) {
 }
 
 func TestParseMethod(t *testing.T) {
-	for _, m := range []string{"auto", "relink", "pci-reset", "unbind", "netdev-bounce"} {
+	for _, m := range []string{"auto", "relink", "devlink-reload", "pci-reset", "unbind", "netdev-bounce"} {
 		if got, err := ParseMethod(m); err != nil || string(got) != m {
 			t.Errorf("ParseMethod(%q) = %q, %v", m, got, err)
 		}
 	}
-	for _, m := range []string{"", "flr", "Relink", "devlink-reload"} {
+	for _, m := range []string{"", "flr", "Relink", "reload"} {
 		if _, err := ParseMethod(m); err == nil {
 			t.Errorf("ParseMethod(%q) accepted", m)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -155,6 +156,12 @@ func act(ctx context.Context, c *rdmanl.Client, o Options, t target, rep *Report
 	if t.fn != nil {
 		step.PCI, step.Driver, step.FLR = t.fn.Addr, t.fn.Driver, t.fn.OffersReset("flr")
 	}
+	if t.devlink != nil {
+		step.DevlinkBus, step.DevlinkDev = t.devlink.bus, t.devlink.dev
+		if real, err := filepath.EvalSymlinks(t.devDir); err == nil {
+			step.DevDir = real // the netdev's link goes with the netdev
+		}
+	}
 	logDir := o.LogDir
 	if logDir == "" {
 		logDir = "/run/rdmatool"
@@ -265,6 +272,8 @@ func timedOut(o Options, t target, rep *Report, removed bool, h *helperProc) err
 	switch rep.Method {
 	case MethodUnbind, MethodPCIReset:
 		what = fmt.Sprintf("unbind %s from %s", t.fn.Addr, t.fn.Driver)
+	case MethodDevlinkReload:
+		what = "reload devlink " + t.devlink.String()
 	}
 	if removed {
 		rep.State = fmt.Sprintf("%s was removed; the helper is bringing it back", t.dev.Name)

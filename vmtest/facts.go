@@ -31,6 +31,9 @@ var facts = map[string]map[string]bool{
 	"siw relink shows unregister":   {"6.1": true, "6.12": true, "7.x": true},
 	"siw relink shows register":     {"6.1": true, "6.12": true, "7.x": true},
 	"siw relink shows device_fatal": {"6.1": false, "6.12": false, "7.x": false},
+	// netdevsim compiles out of tree from Debian's linux-source (lab/siw.go)
+	// and its devlink reload re-creates its ports.
+	"lab has netdevsim": {"6.1": true, "6.12": true, "7.x": true},
 }
 
 // Fact returns whether the guest's kernel shows the named behaviour, failing
