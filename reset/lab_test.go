@@ -478,6 +478,27 @@ func sh(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// addRXE adds rxe device name on netdev, waits for its port to be ACTIVE
+// under its node GUID guid, and deletes it when the test ends, whatever it
+// is called then.
+func addRXE(t *testing.T, c *rdmanl.Client, name, netdev, guid string) rdmanl.GUID {
+	t.Helper()
+	var g rdmanl.GUID
+	if err := g.UnmarshalText([]byte(guid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LinkAdd(t.Context(), name, "rxe", netdev); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if d, ok := byGUID(t, c, g); ok {
+			c.LinkDelete(context.Background(), rdmanl.Device{Index: d.Index, Name: d.Name})
+		}
+	})
+	awaitDevice(t, c, g, name, 30*time.Second)
+	return g
+}
+
 // TestLabResetPCI: rxe on the emulated PCI NIC; unbind/bind and a function
 // reset take the NIC away under it, and rdmatool brings back the driver,
 // the netdev (name, address, up), the rxe device and its name.
@@ -489,19 +510,7 @@ func TestLabResetPCI(t *testing.T) {
 	sh(t, "ip", "addr", "add", labNICAddr, "dev", netdev)
 	t.Cleanup(func() { exec.Command("ip", "addr", "del", labNICAddr, "dev", netdev).Run() })
 	const name = "rxepci"
-	if err := c.LinkAdd(t.Context(), name, "rxe", netdev); err != nil {
-		t.Fatal(err)
-	}
-	var g rdmanl.GUID
-	if err := g.UnmarshalText([]byte(labNICGUID)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if d, ok := byGUID(t, c, g); ok {
-			c.LinkDelete(context.Background(), rdmanl.Device{Index: d.Index, Name: d.Name})
-		}
-	})
-	awaitDevice(t, c, g, name, 30*time.Second)
+	g := addRXE(t, c, name, netdev, labNICGUID)
 
 	fn := fmt.Sprintf("/sys/bus/pci/devices/%s", addr)
 	methods, _ := os.ReadFile(filepath.Join(fn, "reset_method"))
@@ -642,19 +651,8 @@ func TestLabResetDevlink(t *testing.T) {
 	sh(t, "ip", "link", "set", nd, "address", mac)
 	sh(t, "ip", "link", "set", nd, "up")
 	sh(t, "ip", "addr", "add", "203.0.113.65/26", "dev", nd)
-	if err := c.LinkAdd(t.Context(), name, "rxe", nd); err != nil {
-		t.Fatal(err)
-	}
-	var g rdmanl.GUID
-	if err := g.UnmarshalText([]byte(guid)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if d, ok := byGUID(t, c, g); ok {
-			c.LinkDelete(context.Background(), rdmanl.Device{Index: d.Index, Name: d.Name})
-		}
-	})
-	d0 := awaitDevice(t, c, g, name, 30*time.Second)
+	g := addRXE(t, c, name, nd, guid)
+	d0, _ := byGUID(t, c, g)
 	r = rdmatool(t, nil, "reset", name, "--method", "devlink-reload", "--yes", "-j", "--timeout", "60s")
 	if r.code != 0 {
 		t.Fatalf("exit %d", r.code)

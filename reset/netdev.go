@@ -43,17 +43,30 @@ func linkByName(c *rtnetlink.Conn, name string) (rtnetlink.LinkMessage, error) {
 	return m, nil
 }
 
-// readNetdev reads the netdev's state.
-func readNetdev(name string) (netdevState, error) {
+// withLink dials route netlink and calls fn with netdev name's link.
+func withLink(name string, fn func(c *rtnetlink.Conn, l rtnetlink.LinkMessage) error) error {
 	c, err := rtnetlink.Dial(nil)
 	if err != nil {
-		return netdevState{}, fmt.Errorf("reset: route netlink: %w", err)
+		return fmt.Errorf("reset: route netlink: %w", err)
 	}
 	defer c.Close()
 	l, err := linkByName(c, name)
 	if err != nil {
-		return netdevState{}, err
+		return err
 	}
+	return fn(c, l)
+}
+
+// readNetdev reads the netdev's state.
+func readNetdev(name string) (st netdevState, err error) {
+	err = withLink(name, func(c *rtnetlink.Conn, l rtnetlink.LinkMessage) error {
+		st, err = readLink(c, name, l)
+		return err
+	})
+	return st, err
+}
+
+func readLink(c *rtnetlink.Conn, name string, l rtnetlink.LinkMessage) (netdevState, error) {
 	st := netdevState{Name: name, Up: l.Flags&unix.IFF_UP != 0, Addrs: []netdevAddr{}}
 	if l.Attributes != nil {
 		st.MAC = l.Attributes.Address
@@ -77,15 +90,10 @@ func readNetdev(name string) (netdevState, error) {
 
 // setLinkUp sets netdev name up or down.
 func setLinkUp(name string, up bool) error {
-	c, err := rtnetlink.Dial(nil)
-	if err != nil {
-		return fmt.Errorf("reset: route netlink: %w", err)
-	}
-	defer c.Close()
-	l, err := linkByName(c, name)
-	if err != nil {
-		return err
-	}
+	return withLink(name, func(c *rtnetlink.Conn, l rtnetlink.LinkMessage) error { return setUp(c, name, l, up) })
+}
+
+func setUp(c *rtnetlink.Conn, name string, l rtnetlink.LinkMessage, up bool) error {
 	var flags uint32
 	if up {
 		flags = unix.IFF_UP
@@ -99,15 +107,10 @@ func setLinkUp(name string, up bool) error {
 // restoreNetdev gives netdev cur (the function's netdev after a rebind)
 // the name, addresses and up state st recorded.
 func restoreNetdev(cur string, st netdevState) error {
-	c, err := rtnetlink.Dial(nil)
-	if err != nil {
-		return fmt.Errorf("reset: route netlink: %w", err)
-	}
-	defer c.Close()
-	l, err := linkByName(c, cur)
-	if err != nil {
-		return err
-	}
+	return withLink(cur, func(c *rtnetlink.Conn, l rtnetlink.LinkMessage) error { return restoreLink(c, cur, l, st) })
+}
+
+func restoreLink(c *rtnetlink.Conn, cur string, l rtnetlink.LinkMessage, st netdevState) error {
 	if cur != st.Name { // a down netdev can be renamed
 		err := c.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: l.Index, Attributes: &rtnetlink.LinkAttributes{Name: st.Name}})
 		if err != nil {
@@ -136,10 +139,7 @@ func restoreNetdev(cur string, st netdevState) error {
 		}
 	}
 	if st.Up {
-		err := c.Link.Set(&rtnetlink.LinkMessage{Family: unix.AF_UNSPEC, Index: l.Index, Flags: unix.IFF_UP, Change: unix.IFF_UP})
-		if err != nil {
-			return fmt.Errorf("reset: set %s up: %w", st.Name, err)
-		}
+		return setUp(c, st.Name, l, true)
 	}
 	return nil
 }
