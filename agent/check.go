@@ -19,6 +19,9 @@ type CheckOptions struct {
 	Rules    []string
 	NoProbes bool
 	MaxQP    map[string]uint64
+	// Limit caps the findings reported QP by QP (0: all); the report's
+	// summary counts them all.
+	Limit int
 	// AgentSocket is where Check asks the agent first ("" never asks);
 	// AgentTimeout bounds the wait for its answer (0: only ctx does).
 	AgentSocket  string
@@ -147,9 +150,9 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 		// everything they read until then.
 		context.AfterFunc(watchCtx, stopProbes)
 	}
-	sc := scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}
+	sc := scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now, zombies: true}
 	scan := func() error {
-		s, err := sc.scan(ctx, devs)
+		s, _, err := sc.scan(ctx, devs)
 		if err != nil {
 			return err
 		}
@@ -189,7 +192,7 @@ loop:
 	if err := scan(); err != nil {
 		return CheckReport{}, err
 	}
-	rep, _ := st.report(leakwatch.Query{MinAge: o.MinAge, Rules: o.Rules, Device: o.Device}, "local")
+	rep, _ := st.report(leakwatch.Query{MinAge: o.MinAge, Rules: o.Rules, Device: o.Device, Limit: o.Limit}, "local")
 	return rep, nil
 }
 

@@ -83,8 +83,8 @@ func get(ctx context.Context, socket, path string, query url.Values, v any) erro
 }
 
 // Ask asks the agent listening on socket for its qp-leaks report, with the
-// options of a qp-leaks run: Device, MinAge, Rules, MaxQP and NoProbes
-// (the rules that need probes are skipped). Watch and Interval do not
+// options of a qp-leaks run: Device, MinAge, Rules, MaxQP, NoProbes (the
+// rules that need probes are skipped) and Limit. Watch and Interval do not
 // apply: the agent has been observing since it started. The caller's ctx
 // bounds the wait. A missing socket, or one nobody accepts on, gives an
 // error wrapping ErrNoAgent.
@@ -103,6 +103,7 @@ func Ask(ctx context.Context, socket string, o CheckOptions) (CheckReport, error
 	if o.NoProbes {
 		q.Set("no_probes", "1")
 	}
+	q.Set("limit", strconv.Itoa(o.Limit))
 	var rep CheckReport
 	if err := get(ctx, socket, "/v1/qp-leaks", q, &rep); err != nil {
 		return CheckReport{}, err

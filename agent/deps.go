@@ -14,9 +14,12 @@ import (
 // one. A Netlink serves one caller at a time: each scanner dials its own.
 type Netlink interface {
 	Devices(ctx context.Context) ([]rdmanl.Device, error)
-	Summaries(ctx context.Context) ([]rdmanl.Summary, error)
+	Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary, error)
 	QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error]
 	CMIDs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error]
+	// Rename renames a device (rename.Renamer), for RunOptions.Rename.
+	Rename(ctx context.Context, dev rdmanl.Device, name string) error
+	Contexts(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.Context, error]
 	Close() error
 }
 

@@ -8,18 +8,31 @@
 // probe reader, which applies every event to the history as it arrives; a
 // device lister, which lists the devices every RunOptions.Interval and
 // starts or stops one scanner per device; and the scanners, each of which
-// dumps its device's QPs every Interval on a netlink socket of its own, so a
-// slow dump of one device holds back neither the probe events nor the other
-// devices. A State holds the history (one leakwatch.Watcher) behind a
-// mutex. When Run's context ends it stops every goroutine and waits for it.
+// dumps its device's QPs on a netlink socket of its own, so a slow dump of
+// one device holds back neither the probe events nor the other devices.
+// With the probes attached a device is dumped once and then every
+// RunOptions.Reconcile (on hardware each dumped QP is a firmware query),
+// sooner when probe events were lost; without probes, and for iWARP
+// devices (whose providers move QPs to RTS where the probes cannot see it),
+// every Interval. After each listing the lister also looks at the host's
+// processes for zombie contexts (ZombieContexts: deleted uverbs nodes held
+// open, the verbs contexts of every device dumped only when there are
+// some), which belong to no device. A State holds the history (one
+// leakwatch.Watcher) behind a mutex. When Run's context ends it stops
+// every goroutine and waits for it.
+//
+// With RunOptions.Rename, every device the lister sees appear (at the
+// start, and after a reset or re-registration brings it back under its
+// kernel name) gets its persistent name through package rename, logged.
 //
 // # One-shot checks
 //
 // CheckOnce observes the host for a --watch with the probes (when they
-// load) and netlink scans every --interval, then evaluates the rules over
-// what it saw. Check, what `rdmatool qp-leaks` calls, asks a running agent
-// first (Ask) and runs CheckOnce only when no agent is there (ErrNoAgent);
-// an agent that refuses the question is an error.
+// load) and netlink scans every --interval, each with a look for zombie
+// contexts, then evaluates the rules over what it saw. Check, what
+// `rdmatool qp-leaks` calls, asks a running agent first (Ask) and runs
+// CheckOnce only when no agent is there (ErrNoAgent); an agent that refuses
+// the question is an error.
 //
 // # Socket
 //
@@ -31,11 +44,39 @@
 // in "observed_since"; GET /v1/status returns a Status. Errors are
 // {"error":"..."} with 400 (bad query) or 404 (unknown device or path).
 //
+// # Metrics
+//
+// With RunOptions.MetricsAddress set the agent also serves Prometheus
+// metrics at /metrics over TCP (NewCollector, client_golang): QPs by
+// device, type and state, the largest owners per device, resources in use
+// (netlink's summary), current findings by rule and severity (an
+// evaluation at most five seconds old), probe events and lost events,
+// scans, scan errors and durations, max_qp where configured; every device
+// series is labelled with the device name and its node GUID. A scrape
+// reads the State only: it never waits on netlink or the probes.
+//
+// # Configuration
+//
+// LoadConfig reads the agent's YAML file (DefaultConfig), checking every
+// key and value and naming the line of the first problem; Config.Apply
+// lays it under the command line's flags. On SIGHUP Run calls
+// RunOptions.Reload (ReloadFrom in the CLI): max_qp and the reconcile
+// interval change at once, a bad file or a change only a restart can make
+// is refused and logged.
+//
+// # systemd
+//
+// Under systemd (Type=notify) Run sends READY=1 once it serves the socket,
+// WATCHDOG=1 at half of WatchdogSec for as long as the State answers, and
+// STOPPING=1 when its context ends (github.com/coreos/go-systemd).
+//
 // # Privileges
 //
 // Netlink scans need no privileges; the probes need CAP_BPF and
 // CAP_PERFMON (see package bpf), and without them the agent runs on netlink
-// only and says why. Owners are resolved through /proc (package owner).
+// only and says why. Owners are resolved through /proc (package owner);
+// zombie contexts of other users' processes are seen only with root or
+// CAP_SYS_PTRACE (the rule says how many processes it could not read).
 // While ib_core is not loaded (no NETLINK_RDMA, nothing to probe) the agent
 // serves the socket and tries again every RunOptions.Retry.
 // packaging/systemd has the unit.

@@ -51,7 +51,7 @@ func tracingPrograms(t *testing.T) int {
 // stderr in logs, without waiting for it.
 func spawnAgent(t *testing.T, sock string, logs *strings.Builder) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "agent", "--socket", sock, "--interval", "1s")
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "agent", "--socket", sock, "--interval", "1s", "--metrics-address", "127.0.0.1:0")
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

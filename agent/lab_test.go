@@ -349,7 +349,7 @@ func runQPLeaks(t *testing.T, args ...string) (rep agent.CheckReport, code int, 
 // with the probes attached; stop sends SIGTERM and returns its exit status.
 func startAgent(t *testing.T, sock string, args ...string) (stop func() int) {
 	t.Helper()
-	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"agent", "--socket", sock}, args...)...)
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"agent", "--socket", sock, "--metrics-address", "127.0.0.1:0"}, args...)...)
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -460,4 +460,65 @@ func TestLabAgent(t *testing.T) {
 		t.Errorf("qp-leaks without the agent logged:\n%s", stderr)
 	}
 	w.Release(30 * time.Second)
+}
+
+// The agent gives a device its persistent name (map policy) when it starts
+// and again when the device is deleted and re-added under its kernel name,
+// and goes on answering through it.
+func TestLabAgentRenamesDevices(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	rdmatool := vmtest.Bin(t, "rdmatool")
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v: %s", name, args, err, out)
+		}
+	}
+	run("ip", "link", "add", "name", "ragent0", "address", "02:00:00:00:07:01", "type", "dummy")
+	t.Cleanup(func() { exec.Command("ip", "link", "del", "ragent0").Run() })
+	run("ip", "link", "set", "ragent0", "up")
+	run(rdmatool, "link", "add", "rxe7", "type", "rxe", "netdev", "ragent0")
+	t.Cleanup(func() {
+		for _, name := range []string{"lab_roce7", "rxe7"} {
+			exec.Command(rdmatool, "link", "delete", name).Run()
+		}
+	})
+	guid, err := os.ReadFile("/sys/class/infiniband/rxe7/node_guid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := filepath.Join(t.TempDir(), "names.conf")
+	if err := os.WriteFile(names, []byte(strings.TrimSpace(string(guid))+" lab_roce7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(dev string) func() bool {
+		return func() bool { _, err := os.Stat("/sys/class/infiniband/" + dev); return err == nil }
+	}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	// rxe7 was named by "link add": 6.11+ marks that user-assigned, hence
+	// --rename-force. Only the map names devices: rxe0 and siw0 keep theirs.
+	stop := startAgent(t, sock, "--interval", "1s", "--rename", "map", "--names-map", names, "--rename-force")
+	if !waitUntil(30*time.Second, exists("lab_roce7")) {
+		t.Fatal("the agent did not rename rxe7 to lab_roce7 at its start")
+	}
+	for _, dev := range []string{"rxe0", "siw0"} {
+		if !exists(dev)() {
+			t.Errorf("%s was renamed; the map does not name it", dev)
+		}
+	}
+	run(rdmatool, "link", "delete", "lab_roce7")
+	run(rdmatool, "link", "add", "rxe7", "type", "rxe", "netdev", "ragent0")
+	started := time.Now()
+	if !waitUntil(30*time.Second, exists("lab_roce7")) {
+		t.Fatal("the agent did not rename the re-added rxe7")
+	}
+	t.Logf("re-added rxe7 renamed to lab_roce7 after %s", time.Since(started).Round(time.Millisecond))
+	if !waitUntil(10*time.Second, func() bool {
+		st, err := agent.AskStatus(t.Context(), sock)
+		return err == nil && slices.Contains(st.Devices, "lab_roce7") && !slices.Contains(st.Devices, "rxe7")
+	}) {
+		st, err := agent.AskStatus(t.Context(), sock)
+		t.Errorf("agent status after the re-add: %+v, %v", st, err)
+	}
+	stop()
 }

@@ -65,7 +65,9 @@ func followProbes(ctx context.Context, src EventSource, st *State, device string
 				continue
 			}
 			if le, ok := leakEvent(ev); ok {
-				st.Event(le)
+				st.probeEvent(ev.Kind.String(), &le)
+			} else {
+				st.probeEvent(ev.Kind.String(), nil)
 			}
 		}
 		return nil

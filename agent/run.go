@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,11 +17,15 @@ import (
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rename"
 	"golang.org/x/sync/errgroup"
 )
 
 // DefaultSocket is where the agent listens and the CLI asks.
 const DefaultSocket = "/run/rdmatool/agent.sock"
+
+// DefaultReconcile is RunOptions.Reconcile's default.
+const DefaultReconcile = 5 * time.Minute
 
 // idleTimeout is how long the agent keeps an idle client connection open.
 const idleTimeout = 30 * time.Second
@@ -27,9 +34,14 @@ const idleTimeout = 30 * time.Second
 type RunOptions struct {
 	// Socket is the unix socket the agent serves (DefaultSocket when "").
 	Socket string
-	// Interval is the time between netlink scans of each device, and
-	// between listings of the devices (default 10s).
+	// Interval is the time between listings of the devices and, without
+	// probes (and on iWARP devices always), between netlink QP dumps of
+	// each device (default 10s).
 	Interval time.Duration
+	// Reconcile is the time between netlink QP dumps of a device while the
+	// probes feed the history (default 5 minutes); a device is dumped
+	// sooner, at the next Interval, when probe events were lost.
+	Reconcile time.Duration
 	// NoProbes runs on netlink only.
 	NoProbes bool
 	// MaxQP is the QP limit per device name, for qp-exhaustion.
@@ -39,8 +51,26 @@ type RunOptions struct {
 	// Retry is how often the agent tries again to open netlink and the
 	// probes while ib_core is not loaded (default 1 minute).
 	Retry time.Duration
-	// Version is reported by /v1/status.
+	// Version is reported by /v1/status and the metrics.
 	Version string
+	// MetricsAddress is the TCP address /metrics is served on; "" serves
+	// none.
+	MetricsAddress string
+	// Rename, when set, gives every device the agent sees appear (at its
+	// start, and after a reset or a re-registration) its persistent name
+	// through the rename policies, as the udev rule does on hosts that run
+	// udev; Devices and All are the agent's to set.
+	Rename *rename.Options
+	// Reload, when set, is called on SIGHUP for the options to change: an
+	// error refuses the reload (logged) and the agent keeps its options.
+	Reload func() (Reloadable, error)
+}
+
+// Reloadable are the options a running agent takes on SIGHUP; the others
+// (socket, metrics address, probes, interval) take a restart.
+type Reloadable struct {
+	MaxQP     map[string]uint64
+	Reconcile time.Duration
 }
 
 // Run is the agent. Until ctx ends it serves the socket, follows the probe
@@ -63,6 +93,9 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	if o.Interval <= 0 {
 		o.Interval = 10 * time.Second
 	}
+	if o.Reconcile <= 0 {
+		o.Reconcile = DefaultReconcile
+	}
 	if o.Retry <= 0 {
 		o.Retry = time.Minute
 	}
@@ -81,6 +114,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		cfg.ProbesReason = "disabled by --no-probes"
 	}
 	st := NewState(cfg, d.Now, o.Version)
+	st.setReconcile(o.Reconcile)
 
 	ln, err := Listen(o.Socket)
 	if err != nil {
@@ -89,29 +123,67 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		}
 		return err
 	}
+	var mln net.Listener
+	if o.MetricsAddress != "" {
+		if mln, err = listenMetrics(o.MetricsAddress); err != nil {
+			if nl != nil {
+				nl.Close()
+			}
+			ln.Close()
+			return err
+		}
+	}
 	srv := newServer(NewHandler(st), log, idleTimeout)
-	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds())
+	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds(), "reconcile_seconds", o.Reconcile.Seconds())
+	var msrv *http.Server
+	if mln != nil {
+		msrv = newServer(metricsHandler(st, log), log, idleTimeout)
+		log.Info("serving metrics", "address", mln.Addr().String())
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	notifyReady(log)
+	g.Go(func() error {
+		watchdog(gctx, st, log)
+		return nil
+	})
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("agent: serve %s: %w", o.Socket, err)
 		}
 		return nil
 	})
+	if msrv != nil {
+		g.Go(func() error {
+			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("agent: serve metrics on %s: %w", mln.Addr(), err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
+		notifyStopping()
 		// Let queries in flight finish, briefly: the history is still
 		// there to answer them.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(sctx)
+		if msrv != nil {
+			msrv.Shutdown(sctx)
+		}
 		return nil
 	})
 	g.Go(func() error {
 		runProbes(gctx, d, o, st, log)
 		return nil
 	})
+	if o.Reload != nil {
+		g.Go(func() error {
+			reloadOnHUP(gctx, o.Reload, st, log)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		runDevices(gctx, d, o, st, nl, log)
 		return nil
@@ -230,10 +302,18 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 					}
 				}
 				st.setDevices(devs, gone, d.Now())
+				// Zombie contexts belong to no device: the host's
+				// processes are looked at here, once a listing.
+				st.Zombies(scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.lookForZombies(ctx), d.Now())
 				for _, dev := range devs {
 					if r, ok := scanners[dev.Index]; ok {
 						r.dev.Store(&dev) // renamed, maybe
 						continue
+					}
+					if o.Rename != nil {
+						// The scanner starts under the old name; the next
+						// listing gives it the new one.
+						applyName(ctx, nl, *o.Rename, dev, log)
 					}
 					r := running{dev: &atomic.Pointer[rdmanl.Device]{}}
 					r.dev.Store(&dev)
@@ -260,9 +340,10 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 	}
 }
 
-// scanLoop scans one device every Interval on a netlink client of its own
-// until ctx ends. dev is the device as last listed (its name follows
-// renames).
+// scanLoop dumps one device's QPs on a netlink client of its own until
+// ctx ends: every Interval, or with probes every Reconcile (State.dumpDue);
+// at the Intervals in between it reads the device's resource summary.
+// dev is the device as last listed (its name follows renames).
 func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.Pointer[rdmanl.Device], log *slog.Logger) {
 	var nl Netlink
 	defer func() {
@@ -272,6 +353,7 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 	}()
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
+	var last dumpMark
 	for {
 		cur := *dev.Load()
 		err := error(nil)
@@ -281,15 +363,40 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 				nl = nil
 			}
 		}
-		if nl != nil {
-			var sc leakwatch.Scan
-			sc, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.scan(ctx, []rdmanl.Device{cur})
-			if err == nil && len(sc.Devices) > 0 && st.Scan(sc) {
-				log.Info("scan succeeded again", "device", cur.Name)
-			}
-			if err != nil { // a fresh socket next time
+		due := st.dumpDue(cur, last)
+		if nl != nil && !due {
+			// Between dumps the counts of resources in use stay current:
+			// one small request, no firmware query per QP.
+			var sum rdmanl.Summary
+			sum, serr := nl.Summary(ctx, cur)
+			switch {
+			case serr == nil:
+				st.setResources([]rdmanl.Summary{sum}, cur.Name)
+			case errors.Is(serr, rdmanl.ErrNoDevice):
+				// gone: the next listing stops this scanner
+			default:
+				err = serr
 				nl.Close()
 				nl = nil
+			}
+		}
+		if due {
+			if nl != nil {
+				mark := st.mark()
+				var sc leakwatch.Scan
+				var sums []rdmanl.Summary
+				sc, sums, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.scan(ctx, []rdmanl.Device{cur})
+				if err == nil && len(sc.Devices) > 0 {
+					last = mark
+					if st.Scan(sc) {
+						log.Info("scan succeeded again", "device", cur.Name)
+					}
+					st.setResources(sums, cur.Name)
+				}
+				if err != nil { // a fresh socket next time
+					nl.Close()
+					nl = nil
+				}
 			}
 		}
 		if ctx.Err() != nil {
@@ -303,5 +410,47 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// reloadOnHUP applies reload's options on every SIGHUP until ctx ends. A
+// reload that fails changes nothing.
+func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), st *State, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		r, err := reload()
+		if err != nil {
+			log.Error("configuration reload refused, keeping the running one", "err", err)
+			continue
+		}
+		st.reload(r)
+		log.Info("configuration reloaded", "reconcile_seconds", r.Reconcile.Seconds(), "max_qp", r.MaxQP)
+	}
+}
+
+// applyName gives a device that appeared its persistent name and logs what
+// was done, or why not.
+func applyName(ctx context.Context, nl Netlink, o rename.Options, dev rdmanl.Device, log *slog.Logger) {
+	o.Devices, o.All = []string{dev.Name}, false
+	rep, err := rename.Run(ctx, nl, o)
+	for _, r := range rep.Renames {
+		switch r.Status {
+		case rename.StatusRenamed:
+			log.Info("device renamed", "device", r.From, "name", r.To, "node_guid", r.NodeGUID.String(), "policy", r.Policy, "reason", r.Reason)
+		case rename.StatusFailed:
+			log.Warn("device rename failed", "device", r.From, "name", r.To, "node_guid", r.NodeGUID.String(), "err", r.Error)
+		default:
+			log.Debug("device name kept", "device", r.From, "status", r.Status, "reason", r.Reason)
+		}
+	}
+	if err != nil && len(rep.Renames) == 0 {
+		log.Warn("device rename failed", "device", dev.Name, "err", err)
 	}
 }

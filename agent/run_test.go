@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,9 +27,11 @@ type fakeHost struct {
 	devs    []rdmanl.Device
 	qps     map[uint32][]rdmanl.QP // by device index
 	cmIDs   map[uint32][]rdmanl.CMID
-	dumps   map[string]int // QP dumps per device name
-	open    int            // clients not closed
-	blockOn string         // a device whose QP dump blocks until its ctx ends
+	ctxs    map[uint32][]rdmanl.Context // verbs contexts by device index
+	dumps   map[string]int              // QP dumps per device name
+	open    int                         // clients not closed
+	blockOn string                      // a device whose QP dump blocks until its ctx ends
+	renames int                         // devices renamed through a client
 }
 
 func newFakeHost(devs ...rdmanl.Device) *fakeHost {
@@ -71,8 +74,15 @@ func (c *fakeClient) Devices(ctx context.Context) ([]rdmanl.Device, error) {
 	return slices.Clone(c.h.devs), ctx.Err()
 }
 
-func (c *fakeClient) Summaries(ctx context.Context) ([]rdmanl.Summary, error) {
-	return nil, ctx.Err()
+// Summary counts a device's QPs, as the kernel's summary does.
+func (c *fakeClient) Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary, error) {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	if !slices.ContainsFunc(c.h.devs, func(d rdmanl.Device) bool { return d.Index == dev.Index }) {
+		return rdmanl.Summary{}, &rdmanl.Error{Op: "summarize resources of " + dev.Name, Err: rdmanl.ErrNoDevice}
+	}
+	return rdmanl.Summary{DevIndex: dev.Index, DevName: dev.Name,
+		Counts: []rdmanl.ResourceCount{{Name: "pd", Current: 1}, {Name: "qp", Current: uint64(len(c.h.qps[dev.Index]))}}}, ctx.Err()
 }
 
 func (c *fakeClient) QPs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error] {
@@ -108,6 +118,36 @@ func (c *fakeClient) CMIDs(ctx context.Context, dev rdmanl.Device, _ rdmanl.Dump
 		c.h.mu.Unlock()
 		for _, id := range ids {
 			if !yield(id, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Rename renames a device of the host, as the kernel would.
+func (c *fakeClient) Rename(_ context.Context, dev rdmanl.Device, name string) error {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	for i, d := range c.h.devs {
+		if d.Name == name {
+			return syscall.EEXIST
+		}
+		if d.Index == dev.Index {
+			c.h.devs[i].Name = name
+			c.h.renames++
+			return nil
+		}
+	}
+	return rdmanl.ErrNoDevice
+}
+
+func (c *fakeClient) Contexts(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.Context, error] {
+	return func(yield func(rdmanl.Context, error) bool) {
+		c.h.mu.Lock()
+		ctxs := slices.Clone(c.h.ctxs[dev.Index])
+		c.h.mu.Unlock()
+		for _, x := range ctxs {
+			if !yield(x, nil) {
 				return
 			}
 		}
@@ -173,7 +213,7 @@ func TestRunPerDevice(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Retry: time.Hour, Version: "test"})
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: 10 * time.Millisecond, Retry: time.Hour, Version: "test"})
 	}()
 	status := func() Status {
 		st, err := AskStatus(context.Background(), sock)
@@ -290,7 +330,7 @@ func TestScanReadsCMIDsOnlyForUnreportedStates(t *testing.T) {
 	}
 	nl, _ := host.dial()
 	defer nl.Close()
-	sc, err := scanner{nl: nl, now: time.Now}.scan(t.Context(), []rdmanl.Device{rxe, siw})
+	sc, _, err := scanner{nl: nl, now: time.Now}.scan(t.Context(), []rdmanl.Device{rxe, siw})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,44 +16,110 @@ type scanner struct {
 	nl       Netlink
 	procRoot string
 	now      func() time.Time
+	// zombies makes every scan look at the host's processes for zombie
+	// contexts too (lookForZombies).
+	zombies bool
 }
 
-// scan dumps the QPs and counts the user contexts of each of devs, and
-// resolves the QP owners through /proc: process, command name, cgroup and
-// container. A device that goes away during its dump is left out of the
-// scan (its QPs are not taken as destroyed one by one); other errors end
-// the scan.
-func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan, error) {
+// scan dumps the QPs and counts the user contexts of each of devs (its
+// resource summary, one request per device), and resolves the QP owners
+// through /proc: process, command name, cgroup and container. A device
+// that goes away during its scan is left out (its QPs are not taken as
+// destroyed one by one); other errors end the scan. It returns the
+// resource summaries it read too.
+func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan, []rdmanl.Summary, error) {
 	procs, _ := owner.NewResolver(s.procRoot) // without /proc, owners have no comm
 	sc := leakwatch.Scan{Started: s.now()}
-	sums, err := s.nl.Summaries(ctx)
-	if err != nil {
-		return sc, err
-	}
+	var sums []rdmanl.Summary
 	for _, dev := range devs {
-		ds, err := s.scanDevice(ctx, dev, sums, procs)
+		sum, err := s.nl.Summary(ctx, dev)
 		if errors.Is(err, rdmanl.ErrNoDevice) {
 			continue
 		}
 		if err != nil {
-			return sc, err
+			return sc, nil, err
+		}
+		sums = append(sums, sum)
+		ds, err := s.scanDevice(ctx, dev, sum, procs)
+		if errors.Is(err, rdmanl.ErrNoDevice) {
+			continue
+		}
+		if err != nil {
+			return sc, nil, err
 		}
 		sc.Devices = append(sc.Devices, ds)
 	}
+	if s.zombies {
+		sc.Zombies = s.lookForZombies(ctx)
+	}
 	sc.Time = s.now()
-	return sc, nil
+	return sc, sums, nil
 }
 
-func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sums []rdmanl.Summary, procs *owner.Resolver) (leakwatch.DeviceScan, error) {
-	ds := leakwatch.DeviceScan{Device: dev, Owners: map[uint32]leakwatch.Process{}}
-	for _, sum := range sums {
-		if sum.DevIndex != dev.Index {
-			continue
-		}
-		for _, cnt := range sum.Counts {
-			if cnt.Name == "ctx" {
-				ds.Contexts = cnt.Current
+// lookForZombies looks at the host's processes for zombie contexts
+// (zombie-uverbs-context). What fails is said in Zombies.Err, and the rule
+// is skipped with it: the QP scan goes on.
+func (s scanner) lookForZombies(ctx context.Context) *leakwatch.Zombies {
+	z := &leakwatch.Zombies{Contexts: []leakwatch.ZombieContext{}}
+	if s.procRoot == "" {
+		z.Err = "no /proc to read"
+		return z
+	}
+	hs, err := owner.Holders(s.procRoot, owner.ZombieFiles)
+	if err == nil {
+		var zs []owner.ZombieContext
+		if zs, err = ZombieContexts(ctx, s.nl, hs, s.procRoot); err == nil {
+			z.Unreadable = len(hs.Unreadable)
+			for _, c := range zs {
+				lz := leakwatch.ZombieContext{PID: c.PID, Comm: c.Comm, Cgroup: c.Cgroup, ContainerID: c.ContainerID}
+				for _, f := range c.Files {
+					lz.Files = append(lz.Files, fmt.Sprintf("fd %d %s", f.FD, f.Path))
+				}
+				z.Contexts = append(z.Contexts, lz)
 			}
+			return z
+		}
+	}
+	z.Err = err.Error()
+	return z
+}
+
+// ZombieContexts finds the zombie contexts (owner.ZombieContexts) in scan,
+// a Holders scan whose filter keeps deleted uverbs nodes (owner.RDMAFiles,
+// owner.ZombieFiles): the verbs contexts of every device nl lists are
+// dumped, and only when some process holds such a node.
+func ZombieContexts(ctx context.Context, nl Netlink, scan owner.HolderScan, procRoot string) ([]owner.ZombieContext, error) {
+	if len(owner.ZombieContexts(scan, nil, nil)) == 0 {
+		return []owner.ZombieContext{}, nil // no deleted uverbs node open: no dump needed
+	}
+	devs, err := nl.Devices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var owners []uint32
+	for _, dev := range devs {
+		for c, err := range nl.Contexts(ctx, dev, rdmanl.DumpOptions{}) {
+			if err == nil {
+				owners = append(owners, c.Owner.PID)
+				continue
+			}
+			// The error ends the dump. A partial one keeps the entries
+			// that decoded; a device gone since the listing has none.
+			var pe *rdmanl.PartialError
+			if !errors.As(err, &pe) && !errors.Is(err, rdmanl.ErrNoDevice) {
+				return nil, err
+			}
+		}
+	}
+	procs, _ := owner.NewResolver(procRoot) // nil: owner ids taken as processes
+	return owner.ZombieContexts(scan, owners, procs), nil
+}
+
+func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.Summary, procs *owner.Resolver) (leakwatch.DeviceScan, error) {
+	ds := leakwatch.DeviceScan{Device: dev, Owners: map[uint32]leakwatch.Process{}}
+	for _, cnt := range sum.Counts {
+		if cnt.Name == "ctx" {
+			ds.Contexts = cnt.Current
 		}
 	}
 	unfilled := false // a QP in RESET with a port: the provider reports no state

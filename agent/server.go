@@ -20,7 +20,7 @@ import (
 
 // The socket speaks HTTP/1.1:
 //
-//	GET /v1/qp-leaks?dev=D&min_age=5s&rule=R&rule=R2&max_qp=D=N&no_probes=1
+//	GET /v1/qp-leaks?dev=D&min_age=5s&rule=R&rule=R2&max_qp=D=N&no_probes=1&limit=N
 //	GET /v1/status
 //
 // Both answer a JSON object. /v1/qp-leaks returns the CheckReport that
@@ -106,13 +106,13 @@ func parseQuery(v url.Values) (leakwatch.Query, error) {
 	q := leakwatch.Query{MinAge: defaultMinAge}
 	for name, vals := range v {
 		switch name {
-		case "dev", "min_age", "no_probes":
+		case "dev", "min_age", "no_probes", "limit":
 			if len(vals) != 1 {
 				return q, fmt.Errorf("agent: parameter %s given %d times", name, len(vals))
 			}
 		case "rule", "max_qp":
 		default:
-			return q, fmt.Errorf("agent: unknown parameter %s (valid: dev, min_age, rule, max_qp, no_probes)", quote(name))
+			return q, fmt.Errorf("agent: unknown parameter %s (valid: dev, min_age, rule, max_qp, no_probes, limit)", quote(name))
 		}
 	}
 	q.Device = v.Get("dev")
@@ -133,6 +133,13 @@ func parseQuery(v url.Values) (leakwatch.Query, error) {
 			return q, fmt.Errorf("agent: query: %w", err)
 		}
 		q.MaxQP = m
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 31)
+		if err != nil {
+			return q, fmt.Errorf("agent: limit %s: want a number of findings, 0 for all", quote(s))
+		}
+		q.Limit = int(n)
 	}
 	switch v.Get("no_probes") {
 	case "", "0", "false":

@@ -71,6 +71,7 @@ func history(t *testing.T) (*State, *clock) {
 		}
 		st.Scan(s)
 	}
+	st.Zombies(&leakwatch.Zombies{}, c.set(55*time.Second)) // a look at the processes found none
 	st.setLost(3)
 	c.set(60 * time.Second)
 	return st, c
@@ -247,6 +248,8 @@ func TestBadQueries(t *testing.T) {
 		{"/v1/qp-leaks?watch=10s", 400, `agent: unknown parameter \"watch\"`},
 		{"/v1/qp-leaks?max_qp=rxe0", 400, `agent: query: leakwatch: max_qp \"rxe0\": want DEV=N with N \u003e 0`},
 		{"/v1/qp-leaks?no_probes=maybe", 400, `agent: no_probes \"maybe\": want 1 or 0`},
+		{"/v1/qp-leaks?limit=-1", 400, `agent: limit \"-1\": want a number of findings, 0 for all`},
+		{"/v1/qp-leaks?limit=99999999999", 400, `agent: limit \"99999999999\"`},
 		{"/v1/qp-leaks?dev=mlx5_0", 404, `agent: no RDMA device \"mlx5_0\"`},
 		{"/v1/status?x=1", 400, `agent: /v1/status takes no parameters`},
 		{"/v2/qp-leaks", 404, `agent: no such endpoint \"GET\" \"/v2/qp-leaks\"`},
@@ -627,5 +630,29 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(b), "HTTP/1.1 200 OK") {
 		t.Errorf("answer %q", b)
+	}
+}
+
+// limit caps the findings listed QP by QP; the summary still counts all.
+func TestAskLimit(t *testing.T) {
+	st, _ := history(t)
+	sock := serve(t, st)
+	all, err := Ask(t.Context(), sock, CheckOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all.FindingsTotal < 2 || len(all.Findings) != all.FindingsTotal || all.FindingsOmitted != 0 {
+		t.Fatalf("limit 0: %d listed of %d, %d omitted", len(all.Findings), all.FindingsTotal, all.FindingsOmitted)
+	}
+	one, err := Ask(t.Context(), sock, CheckOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := 0
+	for _, g := range one.Summary {
+		counted += g.Count
+	}
+	if len(one.Findings) != 1 || one.FindingsOmitted != all.FindingsTotal-1 || one.FindingsTotal != all.FindingsTotal || counted != all.FindingsTotal {
+		t.Errorf("limit 1: %d listed, %d omitted, total %d, summary counts %d; all: %d", len(one.Findings), one.FindingsOmitted, one.FindingsTotal, counted, all.FindingsTotal)
 	}
 }

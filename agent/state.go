@@ -51,21 +51,111 @@ type State struct {
 	// before one): a scan that ends after its device went away is dropped.
 	listed map[uint32]bool
 	lost   uint64
+	// What the metrics export besides the history.
+	guids    map[string]string // node GUID by device name, from the listing
+	dev      map[string]*devMetrics
+	events   map[string]uint64 // probe events read, by kind
+	listedOK bool              // the last device listing succeeded
+	// probesSince is when the probes last attached.
+	probesSince time.Time
+	reconcile   time.Duration     // between QP dumps under the probes
+	maxQP       map[string]uint64 // by device name, as configured
+	// The last evaluation for the metrics, and when it was made.
+	findings   map[findingKey]int
+	skipped    []leakwatch.Skipped
+	findingsAt time.Time
+}
+
+// devMetrics are a device's scan counters and its last resource counts.
+type devMetrics struct {
+	scans, scanErrors uint64
+	lastScan          time.Time
+	lastScanDuration  time.Duration
+	resources         []rdmanl.ResourceCount
+}
+
+// devMetric returns the device's counters, made on first use.
+func (s *State) devMetric(name string) *devMetrics {
+	m := s.dev[name]
+	if m == nil {
+		m = &devMetrics{}
+		s.dev[name] = m
+	}
+	return m
 }
 
 // NewState returns a State whose watcher has cfg and reads the time from
 // now; version is what Status reports.
 func NewState(cfg leakwatch.Config, now func() time.Time, version string) *State {
 	return &State{w: leakwatch.New(cfg, now), now: now, version: version, probeErr: cfg.ProbesReason,
-		devices: []string{}, scanErrs: map[string]string{}}
+		devices: []string{}, scanErrs: map[string]string{},
+		guids: map[string]string{}, dev: map[string]*devMetrics{}, events: map[string]uint64{}, maxQP: cfg.MaxQP}
 }
 
 // SetProbes says whether probe events feed the history, and why not.
 func (s *State) SetProbes(on bool, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if on && !s.probes {
+		s.probesSince = s.now()
+	}
 	s.probes, s.probeErr = on, reason
 	s.w.SetProbes(on, reason)
+}
+
+// iWARP reports whether a device is iWARP: its provider moves QPs to RTS
+// inside its own connection manager, where the probes do not see it.
+func iWARP(d rdmanl.Device) bool { return d.Protocol == "iw" || d.NodeType.String() == "rnic" }
+
+// dumpMark is what a device's scanner remembers of its last dump.
+type dumpMark struct {
+	started time.Time // when the last successful dump began (zero: none yet)
+	lost    uint64    // the probes' lost events then
+}
+
+// mark is a dumpMark for a dump beginning now.
+func (s *State) mark() dumpMark {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return dumpMark{started: s.now(), lost: s.lost}
+}
+
+// dumpDue says whether dev is due for a netlink QP dump, its last
+// successful one being last. Without probes, and on iWARP devices, every
+// interval is; with probes, a device is dumped once after they attached
+// and then every reconcile, or at the next interval when probe events
+// were lost since its last dump. On hardware every QP a dump lists costs a
+// firmware query: the probes are what keeps the history current.
+func (s *State) dumpDue(dev rdmanl.Device, last dumpMark) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case last.started.IsZero() || !s.probes || iWARP(dev):
+		return true
+	case last.started.Before(s.probesSince): // the history's baseline under the probes
+		return true
+	case s.lost != last.lost:
+		return true
+	}
+	return s.now().Sub(last.started) >= s.reconcile
+}
+
+func (s *State) setReconcile(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reconcile = d
+}
+
+// reload applies reloaded options.
+func (s *State) reload(r Reloadable) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.Reconcile > 0 {
+		s.reconcile = r.Reconcile
+	}
+	s.maxQP = r.MaxQP
+	s.w.SetMaxQP(r.MaxQP)
+	s.findingsAt = time.Time{} // the metrics' findings follow at once
 }
 
 // Event folds a probe event into the history.
@@ -73,6 +163,17 @@ func (s *State) Event(ev leakwatch.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.w.Event(ev)
+}
+
+// probeEvent counts a probe event of kind read from the probes, and folds
+// it into the history when it is one the rules follow (le not nil).
+func (s *State) probeEvent(kind string, le *leakwatch.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events[kind]++
+	if le != nil {
+		s.w.Event(*le)
+	}
 }
 
 // Scan folds a netlink scan of some devices into the history; a device it
@@ -94,9 +195,23 @@ func (s *State) Scan(sc leakwatch.Scan) (recovered bool) {
 			delete(s.scanErrs, ds.Device.Name)
 		}
 		s.scans++
+		m := s.devMetric(ds.Device.Name)
+		m.scans++
+		m.lastScan = sc.Time
+		if !sc.Started.IsZero() {
+			m.lastScanDuration = sc.Time.Sub(sc.Started)
+		}
 	}
 	s.lastScan = sc.Time
 	return recovered
+}
+
+// Zombies folds a look at the host's processes for zombie contexts, made
+// at t, into the history.
+func (s *State) Zombies(z *leakwatch.Zombies, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w.Scan(leakwatch.Scan{Time: t, Zombies: z})
 }
 
 // scanFailed records a failed scan of device ("" for the device listing)
@@ -106,6 +221,11 @@ func (s *State) scanFailed(device string, err error) (changed bool) {
 	defer s.mu.Unlock()
 	_, failed := s.scanErrs[device]
 	s.scanErrs[device] = err.Error()
+	if device != "" {
+		s.devMetric(device).scanErrors++
+	} else {
+		s.listedOK = false
+	}
 	return !failed
 }
 
@@ -116,7 +236,22 @@ func (s *State) scanSucceeded(device string) (recovered bool) {
 	defer s.mu.Unlock()
 	_, failed := s.scanErrs[device]
 	delete(s.scanErrs, device)
+	if device == "" {
+		s.listedOK = true
+	}
 	return failed
+}
+
+// setResources records the devices' resource counts (netlink's summary)
+// for those of names.
+func (s *State) setResources(sums []rdmanl.Summary, names ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sum := range sums {
+		if slices.Contains(names, sum.DevName) && slices.Contains(s.devices, sum.DevName) {
+			s.devMetric(sum.DevName).resources = slices.Clone(sum.Counts)
+		}
+	}
 }
 
 // setDevices records the devices the host has now; gone lists the indexes
@@ -131,6 +266,15 @@ func (s *State) setDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 		s.listed[d.Index] = true
 	}
 	s.devices = names
+	clear(s.guids)
+	for _, d := range devs {
+		s.guids[d.Name] = d.NodeGUID.String()
+	}
+	for name := range s.dev {
+		if !slices.Contains(names, name) {
+			delete(s.dev, name) // a renamed device's series end with its name
+		}
+	}
 	for _, index := range gone {
 		s.w.DeviceGone(index, at)
 	}

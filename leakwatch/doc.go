@@ -4,7 +4,10 @@
 // kernel: the agent from its eBPF probes) into per-QP histories, and runs
 // the leak rules (stale-error-qp, never-connected-qp,
 // srq-destroy-without-last-wqe, last-wqe-not-emitted, last-wqe-unhandled,
-// xrc-tgt-orphan, qp-exhaustion) over them.
+// xrc-tgt-orphan, qp-exhaustion) over them. A scan may also carry what a
+// look at the host's processes found (Zombies): processes holding the
+// deleted uverbs node of an unregistered device with no verbs context on any
+// device, which zombie-uverbs-context reports.
 //
 // It is pure logic: no system calls, no I/O, and time comes from a clock the
 // caller injects, so every rule is tested deterministically. It imports no

@@ -35,7 +35,7 @@ func Rules() []string {
 	for _, r := range qpRules {
 		ids = append(ids, r.id)
 	}
-	return append(ids, RuleQPExhaustion)
+	return append(ids, RuleQPExhaustion, RuleZombieUverbsContext)
 }
 
 const (
@@ -127,7 +127,10 @@ func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg C
 // lastWQENotEmitted: an SRQ QP has been in ERR for at least MinAge (the
 // move seen by a probe) and the provider never delivered LAST_WQE_REACHED.
 func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
-	if h.Destroyed || !h.OnSRQ || h.ErrAt.IsZero() || h.State != rdmanl.QPStateErr || h.LastWQECount > 0 {
+	if h.ErrAt.IsZero() {
+		return lastWQENotEmittedBefore(h, dev, now, cfg)
+	}
+	if h.Destroyed || !h.OnSRQ || h.State != rdmanl.QPStateErr || h.LastWQECount > 0 {
 		return Finding{}, false
 	}
 	age := now.Sub(h.ErrAt)
@@ -140,9 +143,44 @@ func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) 
 	return f, true
 }
 
+// erredBefore reports whether an SRQ QP was in Error, not destroyed, when
+// rdmatool began watching it (no probe saw it enter Error, no event came),
+// and for how long it has been seen so.
+func erredBefore(h *History, now time.Time) (time.Duration, bool) {
+	if h.Destroyed || !h.OnSRQ || !h.ErrAt.IsZero() || !h.StateKnown || h.State != rdmanl.QPStateErr || h.LastWQECount > 0 {
+		return 0, false
+	}
+	return now.Sub(h.StateSince), true
+}
+
+// lastWQENotEmittedBefore: an SRQ QP already in Error when watching began,
+// on a provider known never to deliver LAST_WQE_REACHED.
+func lastWQENotEmittedBefore(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+	age, ok := erredBefore(h, now)
+	known, source := dev.lastWQEKnown()
+	if !ok || age < cfg.MinAge || known != LastWQENever {
+		return Finding{}, false
+	}
+	f := base(RuleLastWQENotEmitted, SeverityError, h, age)
+	f.Hint = fmt.Sprintf("rdmatool did not see this SRQ QP enter Error (it was in Error when watching began, or the provider moved it there), and %s never delivers IB_EVENT_QP_LAST_WQE_REACHED (%s); a consumer waiting for it never destroys the QP: post a marker WR after Error, wait for its flush completion, then destroy", dev.name, source)
+	f.Spec = specNoLastWQE
+	return f, true
+}
+
 // lastWQEUnhandled: LAST_WQE_REACHED was delivered but the QP was not
-// destroyed within MinAge.
-func lastWQEUnhandled(h *History, _ *deviceState, now time.Time, cfg Config) (Finding, bool) {
+// destroyed within MinAge; or the QP was in Error before watching began on
+// a provider known to deliver it, so the event was due then.
+func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+	if age, ok := erredBefore(h, now); ok {
+		known, source := dev.lastWQEKnown()
+		if age < cfg.MinAge || known != LastWQEDelivered {
+			return Finding{}, false
+		}
+		f := base(RuleLastWQEUnhandled, SeverityError, h, age)
+		f.Hint = fmt.Sprintf("rdmatool did not see this SRQ QP enter Error (it was in Error when watching began, or the provider moved it there), and %s delivers LAST_WQE_REACHED (%s), so the event was due then, yet the QP is still there: the consumer has no handler for it or lost it; drain and destroy when it arrives", dev.name, source)
+		f.Spec = specSRQTeardown
+		return f, true
+	}
 	if h.Destroyed || !h.OnSRQ || h.LastWQECount == 0 {
 		return Finding{}, false
 	}
@@ -297,6 +335,13 @@ func (w *Watcher) Evaluate(q Query) Report {
 				Reason: "max_qp unknown for " + strings.Join(unknown, ", ") + " (netlink does not report it; set it per device)"})
 		}
 	}
+	if enabled(RuleZombieUverbsContext) {
+		fs, skipped := w.zombieFindings(q, now)
+		rep.Findings = append(rep.Findings, fs...)
+		if skipped != nil {
+			rep.SkippedRules = append(rep.SkippedRules, *skipped)
+		}
+	}
 	rep.Findings = dropSuperseded(rep.Findings)
 	sort.Slice(rep.Findings, func(i, j int) bool {
 		a, b := rep.Findings[i], rep.Findings[j]
@@ -306,21 +351,31 @@ func (w *Watcher) Evaluate(q Query) Report {
 		if a.QPN != b.QPN {
 			return a.QPN < b.QPN
 		}
-		return a.Rule < b.Rule
+		if a.Rule != b.Rule {
+			return a.Rule < b.Rule
+		}
+		return a.PID < b.PID
 	})
+	rep.Summary = Summarize(rep.Findings)
+	rep.FindingsTotal = len(rep.Findings)
+	rep.Findings, rep.FindingsOmitted = limitFindings(rep.Findings, q.Limit)
 	return rep
 }
 
 // dropSuperseded removes stale-error-qp for QPs that a more specific SRQ
 // rule already explains, so each leak is reported once, for its cause.
 func dropSuperseded(fs []Finding) []Finding {
-	specific := map[string]bool{}
+	type qp struct {
+		dev string
+		qpn uint32
+	}
+	specific := map[qp]bool{}
 	for _, f := range fs {
 		if f.Rule == RuleLastWQENotEmitted || f.Rule == RuleLastWQEUnhandled {
-			specific[fmt.Sprintf("%s/%d", f.Device, f.QPN)] = true
+			specific[qp{f.Device, f.QPN}] = true
 		}
 	}
 	return slices.DeleteFunc(fs, func(f Finding) bool {
-		return f.Rule == RuleStaleErrorQP && specific[fmt.Sprintf("%s/%d", f.Device, f.QPN)]
+		return f.Rule == RuleStaleErrorQP && specific[qp{f.Device, f.QPN}]
 	})
 }

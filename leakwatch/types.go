@@ -73,6 +73,9 @@ type Query struct {
 	// SkipProbeRules, when not empty, skips the rules that need probe
 	// events with this reason, as if the probes were off.
 	SkipProbeRules string
+	// Limit caps the findings reported QP by QP (0: all); the summary
+	// counts them all.
+	Limit int
 }
 
 // Process is what /proc said about a QP owner.
@@ -101,6 +104,11 @@ type DeviceScan struct {
 	// or connected). Scans fill it where the provider reports no QP state
 	// (RESET with a port), and only there is it read.
 	CMConnected map[uint32]bool
+	// LastWQE is what the provider table says of this device's provider
+	// on this kernel (ProviderLastWQE), LastWQESource where that comes
+	// from; an event seen on the device overrides it.
+	LastWQE       LastWQE
+	LastWQESource string
 }
 
 // Scan is a netlink snapshot of every device.
@@ -112,6 +120,10 @@ type Scan struct {
 	// Time is when the dump ended.
 	Time    time.Time
 	Devices []DeviceScan
+	// Zombies is what a look at the host's processes found for
+	// zombie-uverbs-context; nil when this scan did not look (the last
+	// look stands).
+	Zombies *Zombies
 }
 
 // Evidence is one observation a finding rests on.
@@ -158,8 +170,16 @@ type Skipped struct {
 
 // Report is the outcome of one evaluation.
 type Report struct {
-	Findings     []Finding `json:"findings"`
-	SkippedRules []Skipped `json:"skipped_rules"`
+	// Summary groups every finding by device, rule and owner (all of
+	// them, also those Findings leaves out).
+	Summary []Group `json:"summary"`
+	// Findings are the findings QP by QP: at most Query.Limit, the most
+	// severe first; FindingsOmitted counts those left out, FindingsTotal
+	// all of them.
+	Findings        []Finding `json:"findings"`
+	FindingsOmitted int       `json:"findings_omitted"`
+	FindingsTotal   int       `json:"findings_total"`
+	SkippedRules    []Skipped `json:"skipped_rules"`
 	// ObservedSeconds is how long the watcher has been observing.
 	ObservedSeconds float64 `json:"observed_seconds"`
 	QPs             int     `json:"qps"` // QPs tracked at the last scan

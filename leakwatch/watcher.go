@@ -129,6 +129,9 @@ type sample struct {
 type deviceState struct {
 	name         string
 	emitsLastWQE bool // a LAST_WQE_REACHED was seen on this device
+	// lastWQE and lastWQESource are the provider table's word, from scans.
+	lastWQE       LastWQE
+	lastWQESource string
 	gone         bool // no longer listed (DeviceGone) or unregistered
 	contexts     uint64
 	samples      []sample
@@ -148,6 +151,8 @@ type Watcher struct {
 	start time.Time
 	qps   map[qpKey]*History
 	devs  map[uint32]*deviceState
+	// zombies is the last look at the host's processes.
+	zombies zombieState
 }
 
 // New returns a watcher that reads the time from now.
@@ -181,6 +186,7 @@ func (w *Watcher) device(index uint32, name string) *deviceState {
 // gone; devices the snapshot does not hold are left as they are, so each
 // device can be scanned on its own schedule.
 func (w *Watcher) Scan(s Scan) {
+	w.scanZombies(s)
 	seen := map[qpKey]bool{}
 	scanned := map[uint32]bool{}
 	for _, ds := range s.Devices {
@@ -188,6 +194,7 @@ func (w *Watcher) Scan(s Scan) {
 		dev := w.device(ds.Device.Index, ds.Device.Name)
 		dev.gone = false
 		dev.contexts = ds.Contexts
+		dev.lastWQE, dev.lastWQESource = ds.LastWQE, ds.LastWQESource
 		dev.samples = append(dev.samples, sample{s.Time, len(ds.QPs)})
 		if len(dev.samples) > maxSamples {
 			dev.samples = dev.samples[1:]
@@ -408,4 +415,17 @@ func (w *Watcher) Histories() []History {
 		out = append(out, c)
 	}
 	return out
+}
+
+// SetMaxQP replaces the QP limits per device name that qp-exhaustion uses
+// (a configuration reload).
+func (w *Watcher) SetMaxQP(max map[string]uint64) { w.cfg.MaxQP = max }
+
+// lastWQEKnown is what is known of the device's provider: an event seen
+// on it, else the provider table.
+func (d *deviceState) lastWQEKnown() (LastWQE, string) {
+	if d.emitsLastWQE {
+		return LastWQEDelivered, "seen delivered on " + d.name
+	}
+	return d.lastWQE, d.lastWQESource
 }

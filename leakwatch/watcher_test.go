@@ -31,7 +31,8 @@ func qp(lqpn uint32, typ rdmanl.QPType, state rdmanl.QPState, pid uint32) rdmanl
 func onSRQ(q rdmanl.QP, srqn uint32) rdmanl.QP { q.OnSRQ, q.SRQN = true, srqn; return q }
 
 func scan(t time.Time, dev rdmanl.Device, qps ...rdmanl.QP) Scan {
-	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]Process{42: {Comm: "app"}, 43: {Comm: "other"}}}}}
+	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]Process{42: {Comm: "app"}, 43: {Comm: "other"}}}},
+		Zombies: &Zombies{}} // the host's processes were looked at: no zombie contexts
 }
 
 // dump is a scan whose dump began at t.

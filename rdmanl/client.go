@@ -247,6 +247,29 @@ func (c *Client) Summaries(ctx context.Context) ([]Summary, error) {
 	return out, nil
 }
 
+// Summary counts the resources in use on one device: one request and one
+// reply (the kernel's RES_GET doit), where Summaries dumps every device's.
+// A device that is gone gives an error matching ErrNoDevice.
+func (c *Client) Summary(ctx context.Context, dev Device) (Summary, error) {
+	attrs := encode(func(ae *netlink.AttributeEncoder) { ae.Uint32(attrDevIndex, dev.Index) })
+	msgs, err := c.do(ctx, cmdResGet, 0, attrs)
+	op := "summarize resources of " + dev.Name
+	if err != nil {
+		return Summary{}, wrap(op, err)
+	}
+	if len(msgs) != 1 {
+		return Summary{}, &Error{Op: op, Err: fmt.Errorf("%d replies, want 1", len(msgs))}
+	}
+	s, err := decodeSummary(msgs[0].Data)
+	if err != nil {
+		return Summary{}, &Error{Op: op, Err: err}
+	}
+	if s.DevIndex != dev.Index {
+		return Summary{}, &Error{Op: op, Err: fmt.Errorf("the reply is about device %d", s.DevIndex)}
+	}
+	return s, nil
+}
+
 // DumpOptions tune a resource dump.
 type DumpOptions struct {
 	// Port asks the kernel for one port's resources only (QPs and CM IDs);

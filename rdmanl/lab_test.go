@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -370,4 +371,39 @@ func TestLabRecord(t *testing.T) {
 			}
 		}
 	}
+}
+
+// One device's summary (the doit) says what that device's entry in the
+// dump of every device's says, with a workload holding QPs on rxe0; a
+// device that is not there is ErrNoDevice.
+func TestLabSummaryOfOneDevice(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	c := labClient(t)
+	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "3", "--to", "INIT", "--hold", "stdin")
+	w.WaitFor("ready", 30*time.Second)
+	all, err := c.Summaries(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
+		dev := labDevice(t, c, name)
+		one, err := c.Summary(t.Context(), dev)
+		if err != nil {
+			t.Fatalf("Summary(%s): %v", dev.Name, err)
+		}
+		i := slices.IndexFunc(all, func(s Summary) bool { return s.DevIndex == dev.Index })
+		if i < 0 || !reflect.DeepEqual(one, all[i]) {
+			t.Errorf("Summary(%s) = %+v, the dump has %+v", dev.Name, one, all)
+		}
+		if name == vmtest.RXE {
+			if qps := slices.IndexFunc(one.Counts, func(r ResourceCount) bool { return r.Name == "qp" && r.Current >= 3 }); qps < 0 {
+				t.Errorf("rxe0's summary counts fewer QPs than the workload holds: %+v", one.Counts)
+			}
+		}
+	}
+	_, err = c.Summary(t.Context(), Device{Index: 9999, Name: "gone0"})
+	if !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Summary of a missing device: %v, want ErrNoDevice", err)
+	}
+	w.Release(30 * time.Second)
 }

@@ -10,7 +10,8 @@
 // and tests fake. Run does both. The package does not watch for devices:
 // udev runs "rdmatool rename udev -- KERNEL_NAME" for each new one
 // (packaging/udev), and CheckUdevDevice makes sure the name it got is the
-// event's device; nothing else in rdmatool applies names on its own.
+// event's device; the agent, when asked (--rename), runs the policies for
+// each device it sees appear, for hosts and containers without udev.
 //
 // # Policies
 //

@@ -1,6 +1,18 @@
 // Package sysfs reads facts about RDMA devices that netlink does not carry
 // from the sysfs tree (normally /sys):
 //
+//   - the device itself, /sys/class/infiniband/DEV, through
+//     github.com/prometheus/procfs (board id, firmware, HCA type, node GUID,
+//     ports with state, physical state, rate and link layer), plus what
+//     procfs does not read: every counter and hw counter by file name, and
+//     each port's netdev (gid_attrs/ndevs/0, else the parent device's net/
+//     entry for the port) (ReadDevices, ReadDevice). One attribute or
+//     counter that cannot be read or parsed never fails the device: procfs
+//     fails the whole device on one, so then the device is read attribute
+//     by attribute and what fails is listed in Device.Skipped with its error;
+//   - the uverbs character devices (/sys/class/infiniband_verbs) and the
+//     RDMA device each opens (ReadUverbs), and the rdma_cm one
+//     (ReadRDMACMDev);
 //   - where a device sits on PCI (/sys/class/infiniband/DEV/device, with
 //     SR-IOV virtual functions and sub-functions), read the way rdma-core's
 //     rdma_rename reads it (ReadPCILocation);
@@ -10,8 +22,15 @@
 //     on a function (ReadPCIFunction, ReadNetdevPCIFunction,
 //     ReadPCIFunctionAt, PCINetdevs).
 //
+//   - the limits only the verbs provider reports (max_qp, max_cq, ...,
+//     with the node GUID and the vendor id), from the device's uverbs
+//     character device through the write() commands libibverbs sends
+//     (QueryVerbs): not sysfs, but the one device fact rdmatool reads
+//     there, next to the uverbs device it finds here.
+//
 // The sysfs root is a parameter so tests read fixtures.
 //
-// It only reads and needs no privileges. A device with no PCI function
+// It only reads, and needs no privileges but for QueryVerbs (read and write
+// access to the uverbs device). A device with no PCI function
 // behind it (rxe, siw) gets an error matching ErrNotPCI.
 package sysfs

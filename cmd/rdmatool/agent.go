@@ -4,23 +4,31 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
 )
 
 func newAgentCmd(g *globals) *cobra.Command {
 	var o agent.RunOptions
 	var maxQP []string
-	var logFormat string
+	var logFormat, configPath, renamePolicies, namesMap string
+	var renameForce bool
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the daemon that keeps QP history and answers qp-leaks",
-		Long: `Watch the host until stopped: scan netlink every --interval, follow the
-eBPF probes (netlink only when they cannot load; while ib_core is not loaded
-the agent tries again every minute), and keep one history of every QP.
+		Long: `Watch the host until stopped: follow the eBPF probes, list the devices
+every --interval, and keep one history of every QP. With the probes, each
+device's QPs are dumped over netlink once and then every --reconcile (on
+hardware every dumped QP costs a firmware query), or at the next --interval
+when probe events were lost; iWARP devices, whose providers move QPs to RTS
+where the probes cannot see it, and every device when the probes cannot load
+(no privilege, no BTF) are dumped every --interval. While ib_core is not
+loaded the agent tries again every minute.
 ` + "`rdmatool qp-leaks`" + ` asks the agent on --socket for findings over that
 history instead of watching from zero.
 
@@ -28,20 +36,67 @@ The socket speaks HTTP/1.1: GET /v1/qp-leaks?dev=D&min_age=5s&rule=R returns
 what qp-leaks -j prints, GET /v1/status the agent's state. It is made 0600 in
 a 0755 directory and removed on exit. Logs go to stderr (journald).
 
+Prometheus metrics are served on --metrics-address (loopback by default; ""
+serves none), at /metrics only: QPs by device, type and state, the largest
+QP owners, resources in use, current findings by rule and severity, probe
+events and lost events, scans and their errors and duration. Every device
+series carries the device name and its node GUID.
+
+With --rename (or the rename key), each device the agent sees appear (at
+its start, and again after a reset or re-registration) gets its persistent
+name through the rename policies, as the udev rule does where udev runs;
+each rename is logged.
+
+Options come from --config (` + agent.DefaultConfig + `, when it exists;
+packaging/rdmatool/agent.yaml documents every key), flags overriding it. A
+file with an unknown key, a value of the wrong type or a bad duration stops
+the agent at start with the key and its line. SIGHUP reloads the file: max_qp
+and reconcile change at once; a bad file, or one changing what only a restart
+can (socket, metrics_address, interval, probes, retain), is refused and logged,
+and the agent keeps running as it was.
+
 SIGINT or SIGTERM stop the agent with exit status 0; it exits 2 when it
 cannot start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkDurations(durationFlag{name: "interval", value: o.Interval, min: time.Second}); err != nil {
-				return err
-			}
 			var err error
 			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {
 				return fmt.Errorf("--max-qp: %w", err)
 			}
+			if renamePolicies != "" {
+				policies, err := rename.ParsePolicies(renamePolicies)
+				if err != nil {
+					return fmt.Errorf("--rename: %w", err)
+				}
+				o.Rename = &rename.Options{Policies: policies, MapFile: namesMap,
+					MapMustExist: cmd.Flags().Changed("names-map"), Force: renameForce}
+			}
 			log, err := agentLogger(g.stderr, logFormat, g.verbose)
 			if err != nil {
 				return err
+			}
+			// The file first, then the command line over it.
+			optional := !cmd.Flags().Changed("config")
+			conf, err := agent.LoadConfig(configPath, optional)
+			if err != nil {
+				return err
+			}
+			given := func(key string) bool {
+				flag := map[string]string{"probes": "no-probes"}[key]
+				if flag == "" {
+					flag = strings.ReplaceAll(key, "_", "-")
+				}
+				return cmd.Flags().Changed(flag)
+			}
+			base := o
+			conf.Apply(&o, given)
+			if err := checkDurations(durationFlag{name: "interval", value: o.Interval, min: time.Second},
+				durationFlag{name: "reconcile", value: o.Reconcile, min: time.Second}); err != nil {
+				return err
+			}
+			running := o
+			o.Reload = func() (agent.Reloadable, error) {
+				return agent.ReloadFrom(configPath, optional, base, running, given)
 			}
 			o.Version = version
 			d := g.deps()
@@ -50,11 +105,17 @@ cannot start.`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&configPath, "config", agent.DefaultConfig, "configuration file (YAML; flags override it; SIGHUP reloads it)")
 	f.StringVar(&o.Socket, "socket", agent.DefaultSocket, "unix socket to serve")
-	f.DurationVar(&o.Interval, "interval", 10*time.Second, "time between netlink scans")
+	f.DurationVar(&o.Interval, "interval", 10*time.Second, "time between device listings, and between QP dumps without probes")
+	f.DurationVar(&o.Reconcile, "reconcile", agent.DefaultReconcile, "time between QP dumps of a device while the probes feed the history")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.MetricsAddress, "metrics-address", agent.DefaultMetricsAddress, `HOST:PORT serving /metrics ("" for none)`)
+	f.StringVar(&renamePolicies, "rename", "", `rename policies applied to each device as it appears, such as "map,guid" ("" for none)`)
+	f.StringVar(&namesMap, "names-map", rename.DefaultMapFile, "the map policy's file")
+	f.BoolVar(&renameForce, "rename-force", false, "rename devices whose name user space assigned too")
 	return cmd
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -32,11 +33,18 @@ JSON "source" says which ("agent" or "local"). An agent that refuses the
 question (permission on its socket, an error answer, no answer within 10s)
 or cannot read RDMA netlink is an error: --no-agent observes locally.
 
+Findings are summarized first by device, rule and owner, with counts and
+QP number ranges (JSON "summary"), then listed QP by QP up to --limit, the
+most severe first ("findings"; "findings_omitted" counts those left out).
+
 Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("interval") && o.Interval > o.Watch {
 				o.Interval = o.Watch // a short --watch scans at least at its end
+			}
+			if o.Limit < 0 {
+				return fmt.Errorf("--limit %d: want 0 (all) or more", o.Limit)
 			}
 			if err := checkDurations(
 				durationFlag{name: "min-age", value: o.MinAge},
@@ -62,7 +70,7 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 			} else {
 				err = renderLeaks(cmd.OutOrStdout(), rep)
 			}
-			if err != nil || len(rep.Findings) == 0 {
+			if err != nil || max(rep.FindingsTotal, len(rep.Findings)) == 0 {
 				return err
 			}
 			return errFindings
@@ -78,6 +86,7 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 	f.StringArrayVar(&o.Rules, "rule", nil, "evaluate only this rule (repeatable)")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only (with the agent: skip the rules that need probes)")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
+	f.IntVar(&o.Limit, "limit", 1000, "list at most this many findings QP by QP, the most severe first (0: all); the summary counts every one")
 	return cmd
 }
 
@@ -86,8 +95,23 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 const agentTimeout = 10 * time.Second
 
 // renderLeaks prints findings grouped by device and owner, then a summary.
+// When the report condenses many QPs (a group of several, or findings left
+// out by --limit) the groups come first, one line each.
 func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	bw := bufio.NewWriter(w)
+	total := max(rep.FindingsTotal, len(rep.Findings))
+	condensed := rep.FindingsOmitted > 0 || slices.ContainsFunc(rep.Summary, func(g leakwatch.Group) bool { return g.Count > 1 })
+	if condensed {
+		fmt.Fprintf(bw, "%d findings in %d groups:\n", total, len(rep.Summary))
+		for _, g := range rep.Summary {
+			fmt.Fprintf(bw, "  %s  %-8s %-29s %d QPs  %s", g.Device, g.Severity, g.Rule, g.Count, groupOwner(g))
+			if g.QPNs != "" {
+				fmt.Fprintf(bw, "  qpn %s", g.QPNs)
+			}
+			fmt.Fprintf(bw, "  oldest %.1fs\n", g.MaxAgeSeconds)
+		}
+		fmt.Fprintln(bw)
+	}
 	type group struct{ dev, owner string }
 	groups := map[group][]leakwatch.Finding{}
 	var order []group
@@ -122,11 +146,17 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	sort.SliceStable(order, func(i, j int) bool { return order[i].dev < order[j].dev })
 	severities := map[leakwatch.Severity]int{}
 	for _, k := range order {
-		fmt.Fprintf(bw, "%s  %s\n", k.dev, k.owner)
+		dev := k.dev
+		if dev == "" {
+			dev = "(unregistered device)" // zombie-uverbs-context
+		}
+		fmt.Fprintf(bw, "%s  %s\n", dev, k.owner)
 		for _, f := range groups[k] {
 			severities[f.Severity]++
 			if f.Rule == leakwatch.RuleQPExhaustion {
 				fmt.Fprintf(bw, "  %-8s %-29s %d of %d QPs\n", f.Severity, f.Rule, f.Count, f.Limit)
+			} else if f.Rule == leakwatch.RuleZombieUverbsContext && len(f.Evidence) > 0 {
+				fmt.Fprintf(bw, "  %-8s %-29s %s for %.1fs\n", f.Severity, f.Rule, f.Evidence[0].What, f.AgeSeconds)
 			} else {
 				srq := ""
 				if f.SRQ {
@@ -140,13 +170,22 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 			fmt.Fprintf(bw, "           %s\n", f.Hint)
 		}
 	}
+	if rep.FindingsOmitted > 0 {
+		fmt.Fprintf(bw, "%d more findings not listed QP by QP (--limit 0 lists them all)\n", rep.FindingsOmitted)
+	}
+	if len(rep.Summary) > 0 { // every finding, also those not listed
+		clear(severities)
+		for _, g := range rep.Summary {
+			severities[g.Severity] += g.Count
+		}
+	}
 	var parts []string
 	for _, s := range []leakwatch.Severity{leakwatch.SeverityCritical, leakwatch.SeverityError, leakwatch.SeverityWarning} {
 		if n := severities[s]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, s))
 		}
 	}
-	summary := fmt.Sprintf("%d findings", len(rep.Findings))
+	summary := fmt.Sprintf("%d findings", total)
 	if len(parts) > 0 {
 		summary += " (" + strings.Join(parts, ", ") + ")"
 	}
@@ -174,4 +213,23 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	}
 	fmt.Fprintln(bw, summary)
 	return bw.Flush()
+}
+
+// groupOwner names a summary group's owner as the detailed report does.
+func groupOwner(g leakwatch.Group) string {
+	owner := "no owner process"
+	switch {
+	case g.KernName != "":
+		owner = "kernel [" + g.KernName + "]"
+	case g.Rule == leakwatch.RuleQPExhaustion:
+		owner = "device"
+	case g.PID != 0 && g.Comm != "":
+		owner = fmt.Sprintf("pid %d (%s)", g.PID, g.Comm)
+	case g.PID != 0:
+		owner = fmt.Sprintf("pid %d (exited)", g.PID)
+	}
+	if g.ContainerID != "" {
+		owner += " container " + g.ContainerID[:min(12, len(g.ContainerID))]
+	}
+	return owner
 }

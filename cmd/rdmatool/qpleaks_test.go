@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -197,6 +198,24 @@ func TestRenderLeaksThreads(t *testing.T) {
 	}
 }
 
+// A zombie context belongs to no device: its group says so, and its line
+// names the deleted node instead of a QP.
+func TestRenderLeaksZombie(t *testing.T) {
+	t.Parallel()
+	var rep agent.CheckReport
+	rep.Findings = []leakwatch.Finding{{Rule: leakwatch.RuleZombieUverbsContext, Severity: leakwatch.SeverityWarning,
+		PID: 300, TGID: 300, Comm: "stuck", AgeSeconds: 12, Hint: "reopen",
+		Evidence: []leakwatch.Evidence{{Source: "scan", What: "holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device"}}}}
+	var b strings.Builder
+	if err := renderLeaks(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	want := "(unregistered device)  pid 300 (stuck)\n  warning  zombie-uverbs-context         holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device for 12.0s\n"
+	if !strings.HasPrefix(b.String(), want) {
+		t.Errorf("text report:\n%s\nwant it to begin with\n%s", b.String(), want)
+	}
+}
+
 // A report over no device says so in words, and a failed scan is named.
 func TestRenderLeaksNoDevices(t *testing.T) {
 	t.Parallel()
@@ -248,5 +267,66 @@ func TestDurationFlags(t *testing.T) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout, stderr, tt.want)
 			}
 		})
+	}
+}
+
+// A bad configuration file stops the agent before it starts: one line
+// naming the file, line and key, exit 2.
+func TestAgentConfigRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(bad, []byte("interval: 10s\nmax_qp:\n  rxe0: many\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", bad}, "rdmatool: agent: config " + bad + ":3: max_qp.rxe0: \"many\": want a positive number\n"},
+		{[]string{"--config", filepath.Join(dir, "none.yaml")}, "rdmatool: agent: config " + filepath.Join(dir, "none.yaml") + ": no such file or directory\n"},
+	} {
+		code, stdout, stderr := runCLI(t, append([]string{"agent", "--socket", filepath.Join(dir, "s")}, tt.args...)...)
+		if code != 2 || stdout != "" || stderr != tt.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", tt.args, code, stdout, stderr, tt.want)
+		}
+	}
+}
+
+// Thousands of findings read as a few groups first, and the report says
+// how many it did not list QP by QP.
+func TestRenderLeaksSummaryFirst(t *testing.T) {
+	t.Parallel()
+	var fs []leakwatch.Finding
+	for qpn := uint32(17); qpn < 17+1000; qpn++ {
+		fs = append(fs, leakwatch.Finding{Rule: leakwatch.RuleStaleErrorQP, Severity: leakwatch.SeverityWarning, Device: "rxe0",
+			QPN: qpn, PID: 42, TGID: 42, Comm: "app", Type: "RC", State: "ERR", AgeSeconds: 30})
+	}
+	fs = append(fs, leakwatch.Finding{Rule: leakwatch.RuleLastWQENotEmitted, Severity: leakwatch.SeverityError, Device: "siw0", QPN: 3, KernName: "nvmet_rdma", Comm: "nvmet_rdma"})
+	rep := agent.CheckReport{Source: "agent", Probes: "on", Devices: []string{"rxe0", "siw0"}}
+	rep.Summary = leakwatch.Summarize(fs)
+	rep.FindingsTotal = len(fs)
+	rep.Findings, rep.FindingsOmitted = fs[:10], len(fs)-10
+	var b strings.Builder
+	if err := renderLeaks(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"1001 findings in 2 groups:\n  siw0  error    last-wqe-not-emitted          1 QPs  kernel [nvmet_rdma]  qpn 3  oldest 0.0s\n" +
+			"  rxe0  warning  stale-error-qp                1000 QPs  pid 42 (app)  qpn 17-1016  oldest 30.0s\n\n",
+		"991 more findings not listed QP by QP (--limit 0 lists them all)\n",
+		"1001 findings (1 error, 1000 warning) over",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text report lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "qpn "); n != 12 { // 2 groups, 10 listed
+		t.Errorf("%d qpn mentions, want 12:\n%s", n, out)
+	}
+	code, _, stderr := runCLI(t, "qp-leaks", "--limit", "-1", "--agent-socket", filepath.Join(t.TempDir(), "none"))
+	if code != 2 || stderr != "rdmatool: --limit -1: want 0 (all) or more\n" {
+		t.Errorf("--limit -1: exit %d, %q", code, stderr)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,9 +22,10 @@ type listWriter struct {
 	pretty  bool
 	details bool
 	n       int
-	// text mode: the row type's fields, parsed once
-	textType   reflect.Type
+	// the row type's fields, parsed once
+	rowType    reflect.Type
 	textFields []textField
+	jsonFields []jsonField // nil: encoding/json writes this type
 }
 
 func newListWriter(w io.Writer, g *globals) *listWriter {
@@ -31,10 +33,21 @@ func newListWriter(w io.Writer, g *globals) *listWriter {
 }
 
 func (l *listWriter) row(v any) error {
+	rv := reflect.ValueOf(v)
+	if rv.Type() != l.rowType {
+		l.rowType = rv.Type()
+		l.textFields, l.jsonFields = textFields(l.rowType), jsonFieldsOf(l.rowType)
+	}
 	if l.json {
 		sep := ","
 		if l.n == 0 {
 			sep = "["
+		}
+		if l.jsonFields != nil && !l.pretty {
+			l.n++
+			b := append(l.w.AvailableBuffer(), sep...)
+			_, err := l.w.Write(appendJSONRow(b, rv, l.jsonFields))
+			return err
 		}
 		var b []byte
 		var err error
@@ -57,10 +70,6 @@ func (l *listWriter) row(v any) error {
 		return err
 	}
 	l.n++
-	rv := reflect.ValueOf(v)
-	if rv.Type() != l.textType {
-		l.textType, l.textFields = rv.Type(), textFields(rv.Type())
-	}
 	l.w.WriteString(textLineFields(rv, l.textFields, l.details))
 	return l.w.WriteByte('\n')
 }
@@ -165,4 +174,100 @@ func textLineFields(rv reflect.Value, fields []textField, details bool) string {
 		b.WriteString(textValue(fv))
 	}
 	return b.String()
+}
+
+// jsonField is how one struct field is written as JSON.
+type jsonField struct {
+	index int
+	key   string // `"name":`, with the comma before all but the first
+	kind  reflect.Kind
+}
+
+// jsonFieldsOf prepares a flat row type (strings, unsigned and signed
+// integers, bools, no tag options) for appendJSONRow; nil for any other
+// type, which encoding/json then writes. Listings of 60k rows spend most of
+// their time in the encoder otherwise: encoding/json costs about 1.5 us and
+// 4 allocations a QP row, this a few hundred ns and none.
+func jsonFieldsOf(rt reflect.Type) []jsonField {
+	if rt.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []jsonField
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" || !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if opts != "" || name == "" || !plainJSONString(name) {
+			return nil
+		}
+		if f.Type.Implements(marshalerType) || reflect.PointerTo(f.Type).Implements(marshalerType) ||
+			f.Type.Implements(textMarshalerType) || reflect.PointerTo(f.Type).Implements(textMarshalerType) {
+			return nil
+		}
+		switch k := f.Type.Kind(); k {
+		case reflect.String, reflect.Bool,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+			reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			key := `"` + name + `":`
+			if len(out) > 0 {
+				key = "," + key
+			}
+			out = append(out, jsonField{index: i, key: key, kind: k})
+		default:
+			return nil
+		}
+	}
+	return out
+}
+
+var (
+	marshalerType     = reflect.TypeFor[json.Marshaler]()
+	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// appendJSONRow appends rv as json.Marshal would write it.
+func appendJSONRow(b []byte, rv reflect.Value, fields []jsonField) []byte {
+	b = append(b, '{')
+	for _, f := range fields {
+		b = append(b, f.key...)
+		fv := rv.Field(f.index)
+		switch f.kind {
+		case reflect.String:
+			b = appendJSONString(b, fv.String())
+		case reflect.Bool:
+			b = strconv.AppendBool(b, fv.Bool())
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			b = strconv.AppendInt(b, fv.Int(), 10)
+		default:
+			b = strconv.AppendUint(b, fv.Uint(), 10)
+		}
+	}
+	return append(b, '}')
+}
+
+// appendJSONString writes printable ASCII as is and hands anything else
+// (escapes, HTML characters, UTF-8, invalid bytes) to encoding/json, so
+// the output is always exactly its.
+func appendJSONString(b []byte, s string) []byte {
+	if plainJSONString(s) {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
+}
+
+// plainJSONString reports whether s needs no escaping by encoding/json.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }

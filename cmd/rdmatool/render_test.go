@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -375,3 +377,86 @@ func TestListWriterStreams(t *testing.T) {
 		t.Errorf("decoded %d rows, wrote %d", len(rows), n)
 	}
 }
+
+// fillRandom sets every exported field of a flat struct to a random value;
+// strings mix plain ASCII with what JSON must escape.
+func fillRandom(rv reflect.Value, rnd *rand.Rand) {
+	words := []string{"", "rxe0", "comm app", "<", ">", "&", "\x7f", "quo\"te\\", "tab\there\n", "ünï", "\u2028", "bad\xffutf8", "\x00\x1f"}
+	for i := range rv.NumField() {
+		f := rv.Field(i)
+		if !f.CanSet() {
+			continue
+		}
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(words[rnd.IntN(len(words))] + words[rnd.IntN(len(words))])
+		case reflect.Bool:
+			f.SetBool(rnd.IntN(2) == 1)
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			f.SetUint(rnd.Uint64() >> rnd.UintN(64))
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			f.SetInt(int64(rnd.Uint64()) >> rnd.UintN(64))
+		}
+	}
+}
+
+// TestJSONRowsAsEncodingJSON: the listing's own JSON writer must write
+// every row type byte for byte as encoding/json does.
+func TestJSONRowsAsEncodingJSON(t *testing.T) {
+	rows := []any{devRow{}, linkRow{}, qpRow{}, cqRow{}, mrRow{}, pdRow{}, ctxRow{}, srqRow{}, cmIDRow{}, summaryRow{}}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for _, zero := range rows {
+		rt := reflect.TypeOf(zero)
+		t.Run(rt.Name(), func(t *testing.T) {
+			fields := jsonFieldsOf(rt)
+			if fields == nil && rt != reflect.TypeFor[srqRow]() {
+				t.Fatalf("%s falls back to encoding/json; only srqRow (lists) should", rt)
+			}
+			var want []any
+			var buf bytes.Buffer
+			lw := newListWriter(&buf, &globals{json: true})
+			for range 300 {
+				rv := reflect.New(rt).Elem()
+				fillRandom(rv, rnd)
+				want = append(want, rv.Interface())
+				if err := lw.row(rv.Interface()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := lw.close(); err != nil {
+				t.Fatal(err)
+			}
+			exp, err := json.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := bytes.TrimSuffix(buf.Bytes(), []byte("\n")); !bytes.Equal(got, exp) {
+				t.Errorf("listing differs from encoding/json:\n got %.300s\nwant %.300s", got, exp)
+			}
+		})
+	}
+}
+
+func TestJSONFieldsRefuseWhatTheyCannotWrite(t *testing.T) {
+	type opt struct {
+		A uint32 `json:"a,omitempty"`
+	}
+	type list struct {
+		A []string `json:"a"`
+	}
+	type marsh struct {
+		A textKind `json:"a"`
+	}
+	type untagged struct {
+		A uint32
+	}
+	for _, v := range []any{opt{}, list{}, marsh{}, untagged{}, 3} {
+		if f := jsonFieldsOf(reflect.TypeOf(v)); f != nil {
+			t.Errorf("%T: got fields %v, want the encoding/json fallback", v, f)
+		}
+	}
+}
+
+type textKind uint8
+
+func (textKind) MarshalText() ([]byte, error) { return []byte("k"), nil }

@@ -167,7 +167,7 @@ func listRes[T, R any](ctx context.Context, flt filter, devs []rdmanl.Device, op
 				return err
 			}
 			row := conv(v)
-			if !flt.match(row) {
+			if len(flt.terms) > 0 && !flt.match(row) {
 				continue
 			}
 			if err := lw.row(row); err != nil {

@@ -120,7 +120,7 @@ func qpRowOf(q rdmanl.QP, procs *owner.Resolver) qpRow {
 		RQPSN: q.RQPSN, SQPSN: q.SQPSN, PDN: q.PDN, SRQ: q.OnSRQ, SRQN: q.SRQN, Subtype: q.Subtype,
 	}
 	if q.OnSRQ {
-		r.SRQText = fmt.Sprintf("srqn %d", q.SRQN)
+		r.SRQText = "srqn " + strconv.FormatUint(uint64(q.SRQN), 10)
 	}
 	if q.HasPathMig {
 		r.PathMigState = q.PathMigState.String()

@@ -36,7 +36,12 @@ type Image struct {
 	Recipe    string    `json:"recipe"`     // imageRecipe() when built; a change rebuilds
 }
 
-func (b *Builder) kernelDir(k Kernel) string { return filepath.Join(b.Cache, "kernels", k.Name) }
+// kernelDir is where k's image for this recipe lives: checkouts whose lab
+// images differ (a branch that adds a module) each keep their own image
+// instead of rebuilding over each other's.
+func (b *Builder) kernelDir(k Kernel) string {
+	return filepath.Join(b.Cache, "kernels", k.Name+"-"+imageRecipe())
+}
 
 // Cached returns the image built earlier for k, if any.
 func (b *Builder) Cached(k Kernel) (Image, bool) {

@@ -1,0 +1,332 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rename"
+	"go.yaml.in/yaml/v3"
+)
+
+// DefaultConfig is where the agent reads its configuration file.
+const DefaultConfig = "/etc/rdmatool/agent.yaml"
+
+// Config is the agent's configuration file. Every key is optional; flags
+// given on the command line override it.
+type Config struct {
+	Socket         *string
+	MetricsAddress *string
+	Interval       *time.Duration
+	Reconcile      *time.Duration
+	Retain         *time.Duration
+	Probes         *bool
+	MaxQP          map[string]uint64
+	// Rename is the rename policies applied to devices as they appear
+	// ("map,guid"; "" for none), NamesMap the map policy's file,
+	// RenameForce whether user-assigned names are replaced too.
+	Rename      *string
+	NamesMap    *string
+	RenameForce *bool
+}
+
+// configKeys are the keys a configuration file may have, with how each is
+// read into a Config.
+var configKeys = map[string]func(c *Config, n *yaml.Node) error{
+	"socket":          func(c *Config, n *yaml.Node) error { return setString(&c.Socket, n, checkAbsolute) },
+	"metrics_address": func(c *Config, n *yaml.Node) error { return setString(&c.MetricsAddress, n, nil) },
+	"interval":        func(c *Config, n *yaml.Node) error { return setDuration(&c.Interval, n) },
+	"reconcile":       func(c *Config, n *yaml.Node) error { return setDuration(&c.Reconcile, n) },
+	"retain":          func(c *Config, n *yaml.Node) error { return setDuration(&c.Retain, n) },
+	"probes":          func(c *Config, n *yaml.Node) error { return setBool(&c.Probes, n) },
+	"max_qp":          setMaxQP,
+	"rename":          func(c *Config, n *yaml.Node) error { return setString(&c.Rename, n, checkPolicies) },
+	"names_map":       func(c *Config, n *yaml.Node) error { return setString(&c.NamesMap, n, checkAbsolute) },
+	"rename_force":    func(c *Config, n *yaml.Node) error { return setBool(&c.RenameForce, n) },
+}
+
+// ConfigError is a configuration file's first problem, located.
+type ConfigError struct {
+	Path string
+	Line int    // 0 when the file as a whole is at fault
+	Key  string // the key at fault, dotted ("max_qp.rxe0"); "" when none
+	Err  error
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString("agent: config " + e.Path)
+	if e.Line > 0 {
+		b.WriteString(":" + strconv.Itoa(e.Line))
+	}
+	if e.Key != "" {
+		b.WriteString(": " + e.Key)
+	}
+	return b.String() + ": " + e.Err.Error()
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// LoadConfig reads and checks the configuration file at path. A missing
+// file is an empty Config when optional (the default path), an error
+// otherwise. Unknown keys, values of the wrong type, durations below a
+// second and malformed max_qp entries are errors naming the key and line.
+func LoadConfig(path string, optional bool) (Config, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && optional {
+		return Config{}, nil
+	}
+	if err != nil {
+		return Config{}, &ConfigError{Path: path, Err: unwrapPath(err)}
+	}
+	return ParseConfig(path, b)
+}
+
+// ParseConfig checks a configuration file's contents; path names it in
+// errors.
+func ParseConfig(path string, b []byte) (Config, error) {
+	var c Config
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return c, nil // empty, or comments only
+		}
+		return c, &ConfigError{Path: path, Err: errors.New(strings.TrimPrefix(err.Error(), "yaml: "))}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return c, &ConfigError{Path: path, Line: extra.Line, Err: errors.New("a second YAML document; the file holds one")}
+	}
+	if len(doc.Content) == 0 {
+		return c, nil
+	}
+	top := doc.Content[0]
+	if top.Kind == yaml.ScalarNode && top.Tag == "!!null" {
+		return c, nil
+	}
+	if top.Kind != yaml.MappingNode {
+		return c, &ConfigError{Path: path, Line: top.Line, Err: errors.New("want a mapping of keys to values")}
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		k, v := top.Content[i], top.Content[i+1]
+		set, ok := configKeys[k.Value]
+		if !ok || k.Kind != yaml.ScalarNode {
+			return c, &ConfigError{Path: path, Line: k.Line, Key: k.Value,
+				Err: fmt.Errorf("unknown key (valid: %s)", strings.Join(knownKeys(), ", "))}
+		}
+		if line, dup := seen[k.Value]; dup {
+			return c, &ConfigError{Path: path, Line: k.Line, Key: k.Value, Err: fmt.Errorf("given twice (first on line %d)", line)}
+		}
+		seen[k.Value] = k.Line
+		if err := set(&c, v); err != nil {
+			var ce *ConfigError
+			if errors.As(err, &ce) { // a nested key
+				ce.Path, ce.Key = path, k.Value+"."+ce.Key
+				return c, ce
+			}
+			return c, &ConfigError{Path: path, Line: v.Line, Key: k.Value, Err: err}
+		}
+	}
+	return c, nil
+}
+
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func knownKeys() []string {
+	return []string{"interval", "max_qp", "metrics_address", "names_map", "probes", "reconcile", "rename", "rename_force", "retain", "socket"}
+}
+
+func scalar(n *yaml.Node, want string) error {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return fmt.Errorf("want %s", want)
+	}
+	return nil
+}
+
+func setString(dst **string, n *yaml.Node, check func(string) error) error {
+	if err := scalar(n, "a string"); err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(n.Value); err != nil {
+			return err
+		}
+	}
+	s := n.Value
+	*dst = &s
+	return nil
+}
+
+func checkAbsolute(s string) error {
+	if !strings.HasPrefix(s, "/") {
+		return fmt.Errorf("%q: want an absolute path", s)
+	}
+	return nil
+}
+
+func setDuration(dst **time.Duration, n *yaml.Node) error {
+	if err := scalar(n, "a duration such as 10s or 5m"); err != nil {
+		return err
+	}
+	d, err := time.ParseDuration(n.Value)
+	if err != nil || d < time.Second {
+		return fmt.Errorf("%q: want a duration of at least 1s, such as 10s or 5m", n.Value)
+	}
+	*dst = &d
+	return nil
+}
+
+func setBool(dst **bool, n *yaml.Node) error {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
+		return fmt.Errorf("%q: want true or false", n.Value)
+	}
+	*dst = &b
+	return nil
+}
+
+func checkPolicies(s string) error {
+	if s == "" {
+		return nil
+	}
+	_, err := rename.ParsePolicies(s)
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "rename: "))
+	}
+	return nil
+}
+
+func setMaxQP(c *Config, n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return errors.New("want a mapping of device names to QP limits, such as {mlx5_0: 131072}")
+	}
+	c.MaxQP = map[string]uint64{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		spec := k.Value + "=" + v.Value
+		if k.Kind != yaml.ScalarNode || v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
+			return &ConfigError{Line: v.Line, Key: k.Value, Err: fmt.Errorf("%q: want a positive number", v.Value)}
+		}
+		if _, dup := c.MaxQP[k.Value]; dup {
+			return &ConfigError{Line: k.Line, Key: k.Value, Err: errors.New("given twice")}
+		}
+		m, err := leakwatch.ParseMaxQP([]string{spec})
+		if err != nil {
+			return &ConfigError{Line: v.Line, Key: k.Value, Err: errors.New(strings.TrimPrefix(err.Error(), "leakwatch: "))}
+		}
+		c.MaxQP[k.Value] = m[k.Value]
+	}
+	return nil
+}
+
+// Apply sets in o what the file gives, except what the command line gave:
+// given reports whether the flag for a key was set (socket,
+// metrics_address, interval, reconcile, probes, rename, names_map,
+// rename_force). max_qp merges, the command line's entries winning per
+// device. The rename keys complete o.Rename, which the command line set
+// (nil when it named no policies).
+func (c Config) Apply(o *RunOptions, given func(key string) bool) {
+	if c.Rename != nil && !given("rename") {
+		o.Rename = nil
+		if *c.Rename != "" {
+			policies, _ := rename.ParsePolicies(*c.Rename) // checked when parsed
+			o.Rename = &rename.Options{Policies: policies}
+		}
+	}
+	if o.Rename != nil {
+		r := *o.Rename
+		if c.NamesMap != nil && !given("names_map") {
+			r.MapFile, r.MapMustExist = *c.NamesMap, true
+		}
+		if c.RenameForce != nil && !given("rename_force") {
+			r.Force = *c.RenameForce
+		}
+		o.Rename = &r
+	}
+	if c.Socket != nil && !given("socket") {
+		o.Socket = *c.Socket
+	}
+	if c.MetricsAddress != nil && !given("metrics_address") {
+		o.MetricsAddress = *c.MetricsAddress
+	}
+	if c.Interval != nil && !given("interval") {
+		o.Interval = *c.Interval
+	}
+	if c.Reconcile != nil && !given("reconcile") {
+		o.Reconcile = *c.Reconcile
+	}
+	if c.Retain != nil {
+		o.Retain = *c.Retain
+	}
+	if c.Probes != nil && !given("probes") {
+		o.NoProbes = !*c.Probes
+	}
+	if len(c.MaxQP) > 0 {
+		merged := make(map[string]uint64, len(c.MaxQP)+len(o.MaxQP))
+		for k, v := range c.MaxQP {
+			merged[k] = v
+		}
+		for k, v := range o.MaxQP {
+			merged[k] = v
+		}
+		o.MaxQP = merged
+	}
+}
+
+// ReloadFrom returns what a reload of the file at path changes in running,
+// the options the agent was started with (base: those of the command line
+// alone). A file that does not load, or that changes an option only a
+// restart can (socket, metrics_address, interval, probes, retain, the
+// rename keys), is an
+// error and nothing is reloaded.
+func ReloadFrom(path string, optional bool, base, running RunOptions, given func(key string) bool) (Reloadable, error) {
+	c, err := LoadConfig(path, optional)
+	if err != nil {
+		return Reloadable{}, err
+	}
+	o := base
+	c.Apply(&o, given)
+	for _, k := range []struct {
+		key      string
+		old, new any
+	}{
+		{"socket", running.Socket, o.Socket},
+		{"metrics_address", running.MetricsAddress, o.MetricsAddress},
+		{"interval", running.Interval, o.Interval},
+		{"probes", !running.NoProbes, !o.NoProbes},
+		{"retain", running.Retain, o.Retain},
+		{"rename", renameString(running.Rename), renameString(o.Rename)},
+	} {
+		if k.old != k.new {
+			return Reloadable{}, &ConfigError{Path: path, Key: k.key,
+				Err: fmt.Errorf("changed from %v to %v, which takes a restart (nothing reloaded)", k.old, k.new)}
+		}
+	}
+	if o.Reconcile <= 0 {
+		o.Reconcile = DefaultReconcile
+	}
+	return Reloadable{MaxQP: o.MaxQP, Reconcile: o.Reconcile}, nil
+}
+
+// renameString is a comparable form of rename options.
+func renameString(o *rename.Options) string {
+	if o == nil {
+		return "off"
+	}
+	return fmt.Sprintf("%v map %s force %v", o.Policies, o.MapFile, o.Force)
+}

@@ -1,0 +1,259 @@
+package agent
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rdmatool/rdmatool/leakwatch"
+)
+
+// DefaultMetricsAddress is where the agent serves /metrics: loopback only,
+// so exposing it to a network is the operator's decision. The Prometheus
+// exporters' range 9100-9999 has been fully allocated since 2023; the port
+// is one above it.
+const DefaultMetricsAddress = "127.0.0.1:10095"
+
+// topOwners bounds the owner series per device.
+const topOwners = 10
+
+// findingsTTL is how long an evaluation of the rules serves scrapes:
+// scrapes closer together than this cost no second evaluation.
+const findingsTTL = 5 * time.Second
+
+// metricsSnapshot is what one scrape exports, read under one lock.
+type metricsSnapshot struct {
+	version      string
+	started      time.Time
+	probes       bool
+	listedOK     bool
+	lost         uint64
+	events       map[string]uint64
+	devices      []string
+	guids        map[string]string
+	dev          map[string]devMetrics
+	tally        []leakwatch.DeviceTally
+	findings     map[findingKey]int
+	maxQP        map[string]uint64
+	skippedRules []leakwatch.Skipped
+}
+
+type findingKey struct {
+	device, rule string
+	severity     leakwatch.Severity
+}
+
+// snapshot copies what the metrics export. The findings come from an
+// evaluation at most findingsTTL old.
+func (s *State) snapshot() metricsSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if s.findingsAt.IsZero() || now.Sub(s.findingsAt) >= findingsTTL || now.Before(s.findingsAt) {
+		rep := s.w.Evaluate(leakwatch.Query{MinAge: defaultMinAge})
+		s.findings = map[findingKey]int{}
+		for _, f := range rep.Findings {
+			s.findings[findingKey{f.Device, f.Rule, f.Severity}]++
+		}
+		s.skipped = rep.SkippedRules
+		s.findingsAt = now
+	}
+	snap := metricsSnapshot{
+		version: s.version, started: s.w.Started(), probes: s.probes, listedOK: s.listedOK, lost: s.lost,
+		events: make(map[string]uint64, len(s.events)), devices: slices.Clone(s.devices),
+		guids: make(map[string]string, len(s.guids)), dev: make(map[string]devMetrics, len(s.dev)),
+		tally: s.w.Tally(topOwners), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
+	}
+	for k, v := range s.events {
+		snap.events[k] = v
+	}
+	for k, v := range s.guids {
+		snap.guids[k] = v
+	}
+	for k, v := range s.dev {
+		snap.dev[k] = *v
+	}
+	return snap
+}
+
+// collector exports a State to Prometheus. A scrape reads the State's
+// memory only: it never waits on netlink or the probes.
+type collector struct {
+	st *State
+
+	buildInfo, startTime, probesUp, netlinkUp, events, lost *prometheus.Desc
+	resources, qps, ownerQPs, findings, maxQP, useRatio     *prometheus.Desc
+	scans, scanErrors, scanDuration, lastScan               *prometheus.Desc
+	ruleSkipped                                             *prometheus.Desc
+}
+
+// NewCollector returns a prometheus.Collector of the agent's State.
+func NewCollector(st *State) prometheus.Collector {
+	dev := []string{"device", "node_guid"}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("rdmatool_"+name, help, labels, nil)
+	}
+	return &collector{
+		st:        st,
+		buildInfo: d("agent_build_info", "The agent's version and Go version; always 1.", "version", "goversion"),
+		startTime: d("agent_start_time_seconds", "When the agent started observing, in seconds since the Unix epoch."),
+		probesUp:  d("probes_up", "Whether the eBPF probes feed the agent (1) or it runs on netlink only (0)."),
+		netlinkUp: d("netlink_up", "Whether the last listing of the RDMA devices over netlink succeeded."),
+		events:    d("probe_events_total", "Probe events read from the kernel, by kind.", "kind"),
+		lost:      d("probe_events_lost_total", "Probe events the kernel could not deliver (ring buffer full)."),
+		resources: d("device_resources", "Resources in use on a device, by type, as the kernel's resource summary counts them.",
+			append(dev, "resource")...),
+		qps: d("qps", "Live QPs the agent tracks, by type and state (state \"unknown\" where the provider does not report it).",
+			append(dev, "type", "state")...),
+		ownerQPs: d("owner_qps", fmt.Sprintf("Live QPs per owning process (pid and comm; pid 0 for kernel modules), the %d largest owners of each device; comm \"(other)\" counts the rest.", topOwners),
+			append(dev, "pid", "comm")...),
+		findings:     d("findings", "Current qp-leaks findings (min age "+defaultMinAge.String()+"), by rule and severity.", append(dev, "rule", "severity")...),
+		ruleSkipped:  d("rule_skipped", "Rules the agent cannot evaluate now (1), with the reason.", "rule", "reason"),
+		maxQP:        d("device_max_qps", "The device's QP limit (max_qp), where the agent knows it.", dev...),
+		useRatio:     d("device_qp_use_ratio", "QPs in use as a share of max_qp, where the agent knows it.", dev...),
+		scans:        d("scans_total", "Netlink QP dumps of the device.", dev...),
+		scanErrors:   d("scan_errors_total", "Failed netlink QP dumps of the device.", dev...),
+		scanDuration: d("scan_duration_seconds", "How long the device's last netlink QP dump took.", dev...),
+		lastScan:     d("last_scan_timestamp_seconds", "When the device's last netlink QP dump ended, in seconds since the Unix epoch.", dev...),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
+		c.resources, c.qps, c.ownerQPs, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.st.snapshot()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	gauge(c.buildInfo, 1, s.version, runtime.Version())
+	gauge(c.startTime, float64(s.started.UnixNano())/1e9)
+	gauge(c.probesUp, b2f(s.probes))
+	gauge(c.netlinkUp, b2f(s.listedOK))
+	counter(c.lost, float64(s.lost))
+	for kind, n := range s.events {
+		counter(c.events, float64(n), kind)
+	}
+	for _, sk := range s.skippedRules {
+		gauge(c.ruleSkipped, 1, sk.Rule, sk.Reason)
+	}
+	inUse := map[string]uint64{}
+	for _, name := range s.devices {
+		guid := s.guids[name]
+		m := s.dev[name]
+		counter(c.scans, float64(m.scans), name, guid)
+		counter(c.scanErrors, float64(m.scanErrors), name, guid)
+		if !m.lastScan.IsZero() {
+			gauge(c.scanDuration, m.lastScanDuration.Seconds(), name, guid)
+			gauge(c.lastScan, float64(m.lastScan.UnixNano())/1e9, name, guid)
+		}
+		for _, r := range m.resources {
+			gauge(c.resources, float64(r.Current), name, guid, r.Name)
+			if r.Name == "qp" {
+				inUse[name] = r.Current
+			}
+		}
+		if max := s.maxQP[name]; max > 0 {
+			gauge(c.maxQP, float64(max), name, guid)
+			if n, ok := inUse[name]; ok {
+				gauge(c.useRatio, float64(n)/float64(max), name, guid)
+			}
+		}
+	}
+	for _, t := range s.tally {
+		if !slices.Contains(s.devices, t.Name) {
+			continue // its device was not listed (yet, or any more)
+		}
+		guid := s.guids[t.Name]
+		byLabels := map[[2]string]int{} // StateKnown false and a RESET of the same type
+		for cl, n := range t.Classes {
+			state := cl.State.String()
+			if !cl.StateKnown {
+				state = "unknown"
+			}
+			byLabels[[2]string{cl.Type.String(), state}] += n
+		}
+		for l, n := range byLabels {
+			gauge(c.qps, float64(n), t.Name, guid, l[0], l[1])
+		}
+		owners := map[[2]string]int{} // two owners may share a comm and have no pid
+		for _, o := range t.Owners {
+			owners[[2]string{strconv.FormatUint(uint64(o.TGID), 10), o.Comm}] += o.QPs
+		}
+		for l, n := range owners {
+			gauge(c.ownerQPs, float64(n), t.Name, guid, l[0], l[1])
+		}
+		if t.OtherQPs > 0 {
+			gauge(c.ownerQPs, float64(t.OtherQPs), t.Name, guid, "", "(other)")
+		}
+	}
+	keys := make([]findingKey, 0, len(s.findings))
+	for k := range s.findings {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b findingKey) int {
+		return cmp.Or(cmp.Compare(a.device, b.device), cmp.Compare(a.rule, b.rule), cmp.Compare(a.severity, b.severity))
+	})
+	for _, k := range keys {
+		gauge(c.findings, float64(s.findings[k]), k.device, s.guids[k.device], k.rule, string(k.severity))
+	}
+}
+
+// metricsHandler serves /metrics (and nothing else) from a registry of
+// the State's collector, the Go runtime's and the process's.
+func metricsHandler(st *State, log *slog.Logger) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(st), collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	return mux
+}
+
+// listenMetrics opens the metrics listener; a bad or busy address is an
+// error at start, not a silent agent without metrics.
+func listenMetrics(addr string) (net.Listener, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return nil, fmt.Errorf("agent: metrics address %q: want HOST:PORT, such as %s", addr, DefaultMetricsAddress)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return nil, fmt.Errorf("agent: metrics address %q: port %q is not a number up to 65535", addr, port)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) {
+			err = op.Err
+		}
+		return nil, fmt.Errorf("agent: metrics address %s: %w", addr, err)
+	}
+	return ln, nil
+}

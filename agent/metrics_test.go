@@ -1,0 +1,237 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rdmanl"
+	"go.uber.org/goleak"
+)
+
+// scrape GETs url and parses the Prometheus text it returns.
+func scrape(t *testing.T, url string) (map[string]*dto.MetricFamily, string) {
+	t.Helper()
+	fams, body, err := scrapeErr(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams, body
+}
+
+func scrapeErr(url string) (map[string]*dto.MetricFamily, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, "", fmt.Errorf("GET %s: %s\n%s", url, resp.Status, body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		return nil, "", fmt.Errorf("parse %s: %v\n%s", url, err, body)
+	}
+	return fams, string(body), nil
+}
+
+// value returns the value of the series of name with exactly labels, and
+// whether there is one.
+func value(fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+	for _, m := range f.Metric {
+		if len(m.Label) != len(labels) {
+			continue
+		}
+		match := true
+		for _, l := range m.Label {
+			if labels[l.GetName()] != l.GetValue() {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+var guidRXE = "0211:22ff:fe33:4455"
+
+func TestMetrics(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	st := NewState(leakwatch.Config{MaxQP: map[string]uint64{"rxe0": 100}}, clock, "v9")
+	st.SetProbes(true, "")
+	dev := rdmanl.Device{Index: 1, Name: "rxe0", NodeGUID: 0x021122fffe334455}
+	st.scanSucceeded("")
+	st.setDevices([]rdmanl.Device{dev}, nil, now)
+	qps := []rdmanl.QP{
+		{LQPN: 17, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}},
+		{LQPN: 18, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}},
+		{LQPN: 1, Type: rdmanl.QPTypeGSI, State: rdmanl.QPStateRTS, Port: 1, Owner: rdmanl.Owner{KernName: "ib_core"}},
+	}
+	st.Scan(leakwatch.Scan{Started: now.Add(-250 * time.Millisecond), Time: now, Devices: []leakwatch.DeviceScan{{
+		Device: dev, QPs: qps, Owners: map[uint32]leakwatch.Process{42: {TGID: 40, Comm: "app"}}}}})
+	st.setResources([]rdmanl.Summary{{DevIndex: 1, DevName: "rxe0", Counts: []rdmanl.ResourceCount{{Name: "qp", Current: 3}, {Name: "mr", Current: 7}}}}, "rxe0")
+	st.scanFailed("rxe0", io.ErrUnexpectedEOF)
+	st.probeEvent(bpf.KindQPModify.String(), &leakwatch.Event{Kind: leakwatch.EventQPModified, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 17, NewState: rdmanl.QPStateErr, HasState: true})
+	st.probeEvent(bpf.KindDeviceEvent.String(), nil)
+	st.setLost(2)
+	now = now.Add(10 * time.Second) // past the findings' min age
+
+	srv := httptest.NewServer(metricsHandler(st, slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	fams, body := scrape(t, srv.URL+"/metrics")
+
+	d := map[string]string{"device": "rxe0", "node_guid": guidRXE}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{"device": d["device"], "node_guid": d["node_guid"]}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"rdmatool_probes_up", nil, 1},
+		{"rdmatool_netlink_up", nil, 1},
+		{"rdmatool_probe_events_lost_total", nil, 2},
+		{"rdmatool_probe_events_total", map[string]string{"kind": "qp_modify"}, 1},
+		{"rdmatool_probe_events_total", map[string]string{"kind": "device_event"}, 1},
+		{"rdmatool_qps", with("type", "RC", "state", "ERR"), 2},
+		{"rdmatool_qps", with("type", "GSI", "state", "RTS"), 1},
+		{"rdmatool_owner_qps", with("pid", "40", "comm", "app"), 2},
+		{"rdmatool_owner_qps", with("pid", "0", "comm", "ib_core"), 1},
+		{"rdmatool_device_resources", with("resource", "mr"), 7},
+		{"rdmatool_device_resources", with("resource", "qp"), 3},
+		{"rdmatool_device_max_qps", d, 100},
+		{"rdmatool_device_qp_use_ratio", d, 0.03},
+		{"rdmatool_findings", with("rule", leakwatch.RuleStaleErrorQP, "severity", "warning"), 2},
+		{"rdmatool_scans_total", d, 1},
+		{"rdmatool_scan_errors_total", d, 1},
+		{"rdmatool_scan_duration_seconds", d, 0.25},
+		{"rdmatool_agent_start_time_seconds", nil, float64(now.Add(-10 * time.Second).Unix())},
+	} {
+		labels := c.labels
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		got, ok := value(fams, c.name, labels)
+		if !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, labels, got, ok, c.want)
+		}
+	}
+	if f := fams["rdmatool_agent_build_info"]; f == nil || len(f.Metric) != 1 || !strings.Contains(f.Metric[0].String(), `value:"v9"`) {
+		t.Errorf("build info: %v", f)
+	}
+	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes"} {
+		if fams[name] == nil {
+			t.Errorf("%s missing", name)
+		}
+	}
+	// Prometheus' own linter: names, units, suffixes, help on every metric.
+	problems, err := promlint.New(strings.NewReader(body)).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	for name, f := range fams {
+		if f.GetHelp() == "" {
+			t.Errorf("%s has no help", name)
+		}
+	}
+
+	// A renamed device's series go with its old name; only /metrics is served.
+	st.setDevices([]rdmanl.Device{{Index: 1, Name: "roce0", NodeGUID: dev.NodeGUID}}, nil, now)
+	fams, _ = scrape(t, srv.URL+"/metrics")
+	if _, ok := value(fams, "rdmatool_scans_total", d); ok {
+		t.Error("the old name's scan counter is still exported")
+	}
+	for _, path := range []string{"/", "/metrics/x", "/v1/status"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: %s, want 404", path, resp.Status)
+		}
+	}
+}
+
+// TestRunServesMetrics runs the agent with metrics on a loopback port:
+// the scans of a fake host show up in /metrics, and a bad or busy address
+// stops the agent at start.
+func TestRunServesMetrics(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+
+	host := newFakeHost(rxe)
+	host.qps[rxe.Index] = []rdmanl.QP{qp(17, rdmanl.QPStateErr, 0), qp(18, rdmanl.QPStateRTS, 0)}
+	d := Deps{Log: slog.New(slog.DiscardHandler), Dial: host.dial}
+	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, Retry: time.Hour, NoProbes: true, MetricsAddress: addr}
+	// The port is taken: the agent refuses to start.
+	if err := Run(context.Background(), d, opts); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("Run on a busy metrics port: %v", err)
+	}
+	ln.Close()
+	for _, bad := range []string{"localhost", "127.0.0.1:http", "127.0.0.1:70000", ":"} {
+		o := opts
+		o.MetricsAddress = bad
+		if err := Run(context.Background(), d, o); err == nil || !strings.Contains(err.Error(), "metrics address") {
+			t.Errorf("Run with metrics address %q: %v", bad, err)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, d, opts) }()
+	defer stopRun(t, cancel, done)
+	waitFor(t, "rxe0's QPs in /metrics", func() bool {
+		fams, _, err := scrapeErr("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		rts, ok1 := value(fams, "rdmatool_qps", map[string]string{"device": "rxe0", "node_guid": rdmanl.GUID(rxe.NodeGUID).String(), "type": "RC", "state": "RTS"})
+		n, ok2 := value(fams, "rdmatool_device_resources", map[string]string{"device": "rxe0", "node_guid": rdmanl.GUID(rxe.NodeGUID).String(), "resource": "qp"})
+		return ok1 && ok2 && rts == 1 && n == 2
+	})
+}

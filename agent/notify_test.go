@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Under systemd (NOTIFY_SOCKET, WATCHDOG_USEC) the agent says READY once it
+// serves, pets the watchdog at half its period, and says STOPPING on its
+// way out.
+func TestRunNotifiesSystemd(t *testing.T) {
+	dir := t.TempDir()
+	ns := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: ns, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv("NOTIFY_SOCKET", ns)
+	t.Setenv("WATCHDOG_USEC", "1000000")
+	msgs := make(chan string, 100)
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	next := func(want string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for {
+			select {
+			case m := <-msgs:
+				if m == want {
+					return time.Since(start)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no %q from the agent", want)
+			}
+		}
+	}
+	host := newFakeHost(rxe)
+	d := Deps{Log: slog.New(slog.DiscardHandler), Dial: host.dial}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	sock := filepath.Join(dir, "agent.sock")
+	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, NoProbes: true, Retry: time.Hour}) }()
+	next("READY=1")
+	if _, err := AskStatus(context.Background(), sock); err != nil {
+		t.Errorf("READY sent but the socket does not answer: %v", err)
+	}
+	next("WATCHDOG=1")
+	if gap := next("WATCHDOG=1"); gap > 900*time.Millisecond {
+		t.Errorf("watchdog petted %s apart, want half of WatchdogSec (500ms)", gap)
+	}
+	cancel()
+	next("STOPPING=1")
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}

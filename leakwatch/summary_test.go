@@ -1,0 +1,52 @@
+package leakwatch
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestRanges(t *testing.T) {
+	for _, tt := range []struct {
+		in   []uint32
+		want string
+	}{
+		{nil, ""}, {[]uint32{5}, "5"}, {[]uint32{19, 17, 18, 21}, "17-19,21"}, {[]uint32{1, 1, 2}, "1-2"},
+		{[]uint32{4294967295, 4294967294, 0}, "0,4294967294-4294967295"},
+	} {
+		if got := ranges(tt.in); got != tt.want {
+			t.Errorf("ranges(%v) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestSummarizeAndLimit(t *testing.T) {
+	var fs []Finding
+	for qpn := uint32(17); qpn < 17+1000; qpn++ {
+		fs = append(fs, Finding{Rule: RuleStaleErrorQP, Severity: SeverityWarning, Device: "rxe0", QPN: qpn, PID: 43, TGID: 42, Comm: "app", AgeSeconds: float64(qpn) / 10})
+	}
+	fs = append(fs,
+		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 3, KernName: "nvmet_rdma", Comm: "nvmet_rdma", AgeSeconds: 9},
+		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 5, KernName: "nvmet_rdma", Comm: "nvmet_rdma", AgeSeconds: 7},
+		Finding{Rule: RuleQPExhaustion, Severity: SeverityCritical, Device: "rxe0", Count: 1001, Limit: 1024})
+	got := Summarize(fs)
+	want := []Group{
+		{Device: "rxe0", Rule: RuleQPExhaustion, Severity: SeverityCritical, Count: 1},
+		{Device: "siw0", Rule: RuleLastWQENotEmitted, Severity: SeverityError, Comm: "nvmet_rdma", KernName: "nvmet_rdma", Count: 2, QPNs: "3,5", MaxAgeSeconds: 9},
+		{Device: "rxe0", Rule: RuleStaleErrorQP, Severity: SeverityWarning, PID: 42, Comm: "app", Count: 1000, QPNs: "17-1016", MaxAgeSeconds: 101.6},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Summarize (-want +got):\n%s", d)
+	}
+	kept, omitted := limitFindings(fs, 10)
+	if omitted != 993 || len(kept) != 10 {
+		t.Fatalf("limit 10: kept %d, omitted %d", len(kept), omitted)
+	}
+	// The most severe are kept, in the report's order.
+	if kept[0].QPN != 17 || kept[7].Rule != RuleLastWQENotEmitted || kept[9].Rule != RuleQPExhaustion {
+		t.Errorf("kept %+v", kept)
+	}
+	if all, n := limitFindings(fs, 0); n != 0 || len(all) != len(fs) {
+		t.Errorf("limit 0 left out %d", n)
+	}
+}

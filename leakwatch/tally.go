@@ -1,0 +1,85 @@
+package leakwatch
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// QPClass is one (type, state) pair of live QPs on a device.
+type QPClass struct {
+	Type  rdmanl.QPType
+	State rdmanl.QPState
+	// StateKnown is false for QPs whose only state is one the provider
+	// does not fill in (siw before 6.2 reports RESET always).
+	StateKnown bool
+}
+
+// OwnerQPs is the number of live QPs a process (or kernel module) owns on
+// a device.
+type OwnerQPs struct {
+	TGID uint32 // 0 for kernel QPs and owners that are gone
+	Comm string // the process's command, or the kernel module's name
+	QPs  int
+}
+
+// DeviceTally counts a device's live QPs.
+type DeviceTally struct {
+	Index   uint32
+	Name    string
+	QPs     int
+	Classes map[QPClass]int
+	// Owners are the owners with the most live QPs, most first, at most
+	// the topN asked for; OtherQPs counts the QPs of the rest.
+	Owners   []OwnerQPs
+	OtherQPs int
+}
+
+// Tally counts the live QPs tracked on each device, by class and by owner
+// (the topN owners per device; the rest counted together), sorted by
+// device index. It is what metrics export: counts whose label sets stay
+// bounded whatever the host runs.
+func (w *Watcher) Tally(topN int) []DeviceTally {
+	byDev := map[uint32]*DeviceTally{}
+	owners := map[uint32]map[OwnerQPs]int{} // QPs field zero: the key
+	for _, h := range w.qps {
+		if h.Destroyed {
+			continue
+		}
+		t := byDev[h.DevIndex]
+		if t == nil {
+			t = &DeviceTally{Index: h.DevIndex, Name: h.Device, Classes: map[QPClass]int{}}
+			byDev[h.DevIndex] = t
+			owners[h.DevIndex] = map[OwnerQPs]int{}
+		}
+		t.QPs++
+		t.Classes[QPClass{Type: h.Type, State: h.State, StateKnown: h.StateKnown}]++
+		o := OwnerQPs{TGID: h.TGID, Comm: h.Comm}
+		if h.Owner.Kernel() {
+			o = OwnerQPs{Comm: h.Owner.KernName}
+		} else if o.TGID == 0 {
+			o.TGID = h.Owner.PID
+		}
+		owners[h.DevIndex][o]++
+	}
+	out := make([]DeviceTally, 0, len(byDev))
+	for index, t := range byDev {
+		for o, n := range owners[index] {
+			o.QPs = n
+			t.Owners = append(t.Owners, o)
+		}
+		slices.SortFunc(t.Owners, func(a, b OwnerQPs) int {
+			return cmp.Or(cmp.Compare(b.QPs, a.QPs), cmp.Compare(a.TGID, b.TGID), cmp.Compare(a.Comm, b.Comm))
+		})
+		if len(t.Owners) > topN {
+			for _, o := range t.Owners[topN:] {
+				t.OtherQPs += o.QPs
+			}
+			t.Owners = t.Owners[:topN]
+		}
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(a, b DeviceTally) int { return cmp.Compare(a.Index, b.Index) })
+	return out
+}

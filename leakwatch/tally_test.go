@@ -1,0 +1,44 @@
+package leakwatch
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+func TestTally(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{}, c.now)
+	kernel := qp(1, rdmanl.QPTypeGSI, rdmanl.QPStateRTS, 0)
+	kernel.Owner = rdmanl.Owner{KernName: "ib_core"}
+	s := scan(c.at(0), rxe,
+		qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42),
+		qp(19, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42), qp(20, rdmanl.QPTypeUD, rdmanl.QPStateRTS, 43),
+		qp(21, rdmanl.QPTypeRC, rdmanl.QPStateInit, 44), kernel)
+	s.Devices[0].Owners[42] = Process{TGID: 40, Comm: "app"}
+	s.Devices = append(s.Devices, DeviceScan{Device: siw, QPs: []rdmanl.QP{qp(30, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 43)}, Owners: map[uint32]Process{43: {Comm: "other"}}})
+	w.Scan(s)
+	w.Event(ev(c.at(time.Second), EventQPDestroyed, rxe, 21)) // destroyed: not counted
+
+	got := w.Tally(2)
+	want := []DeviceTally{
+		{Index: 0, Name: "rxe0", QPs: 5,
+			Classes: map[QPClass]int{
+				{rdmanl.QPTypeRC, rdmanl.QPStateErr, true}:  2,
+				{rdmanl.QPTypeRC, rdmanl.QPStateInit, true}: 1,
+				{rdmanl.QPTypeUD, rdmanl.QPStateRTS, true}:  1,
+				{rdmanl.QPTypeGSI, rdmanl.QPStateRTS, true}: 1,
+			},
+			// pid 42 is thread of process 40; kernel QPs go by module.
+			Owners:   []OwnerQPs{{TGID: 40, Comm: "app", QPs: 3}, {TGID: 0, Comm: "ib_core", QPs: 1}},
+			OtherQPs: 1},
+		{Index: 1, Name: "siw0", QPs: 1,
+			Classes: map[QPClass]int{{rdmanl.QPTypeRC, rdmanl.QPStateRTS, true}: 1},
+			Owners:  []OwnerQPs{{TGID: 43, Comm: "other", QPs: 1}}},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Tally (-want +got):\n%s", d)
+	}
+}
