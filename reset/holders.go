@@ -2,16 +2,11 @@ package reset
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/sysfs"
 )
 
 // Holder is a process that will lose its RDMA resources on the device when
@@ -21,46 +16,34 @@ type Holder struct {
 	Comm        string `json:"comm"`
 	Cgroup      string `json:"cgroup"`       // "" when unreadable
 	ContainerID string `json:"container_id"` // "" when none
-	// Files are the device's uverbs character devices the process holds
-	// open (/dev/infiniband/uverbs0), [] when it only owns resources
-	// (through rdma_cm).
-	Files []string `json:"files"`
-	QPs   int      `json:"qps"` // QPs it owns on the device
-	MRs   int      `json:"mrs"` // MRs it owns on the device
+	// Files are the device's files the process holds open
+	// (/dev/infiniband/uverbs0, and rdma_cm when it has rdma_cm IDs on
+	// the device); [] when it only owns resources.
+	Files    []string `json:"files"`
+	QPs      int      `json:"qps"`      // QPs it owns on the device
+	MRs      int      `json:"mrs"`      // MRs it owns on the device
+	CMIDs    int      `json:"cm_ids"`   // rdma_cm IDs it owns on the device
+	Contexts int      `json:"contexts"` // verbs contexts it has open on the device
 }
 
-// uverbsDevNum returns the character device number of dev's uverbs device
-// (/sys/class/infiniband_verbs/uverbsN with ibdev == dev); ok is false when
-// the device has none (ib_uverbs not loaded).
+// uverbsDevNum returns the character device number of dev's uverbs device;
+// ok is false when the device has none (ib_uverbs not loaded).
 func uverbsDevNum(sysRoot, dev string) (owner.DevNum, bool, error) {
-	dir := filepath.Join(sysRoot, "class", "infiniband_verbs")
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return owner.DevNum{}, false, nil
-	}
+	us, err := sysfs.ReadUverbs(sysRoot)
 	if err != nil {
 		return owner.DevNum{}, false, err
 	}
-	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), "uverbs") {
-			continue
+	for _, u := range us {
+		if u.Device == dev {
+			n, err := owner.ParseDevNum(u.Dev)
+			return n, err == nil, err
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "ibdev"))
-		if err != nil || strings.TrimSpace(string(b)) != dev {
-			continue
-		}
-		b, err = os.ReadFile(filepath.Join(dir, e.Name(), "dev"))
-		if err != nil {
-			return owner.DevNum{}, false, err
-		}
-		n, err := owner.ParseDevNum(string(b))
-		return n, err == nil, err
 	}
 	return owner.DevNum{}, false, nil
 }
 
-// usage is what a device's holders hold: the processes with its uverbs
-// device open, and the user QPs and MRs per process.
+// usage is what a device's holders hold: the processes that have it open
+// or own resources on it, and the user QPs and MRs on it.
 type usage struct {
 	holders    []Holder
 	unreadable []uint32 // processes whose fd table could not be read
@@ -68,28 +51,17 @@ type usage struct {
 	kernelQPs  int      // QPs kernel modules own (re-created with the device)
 }
 
-// scanUsage finds who uses dev: netlink for the QPs and MRs and their
-// owners, /proc for the processes with its uverbs device open.
-func scanUsage(ctx context.Context, c *rdmanl.Client, procRoot string, t target) (usage, error) {
+// scanUsage finds who uses the device: netlink for its resources and their
+// owners, /proc for the processes with its files open, merged by
+// owner.DeviceHolders.
+func scanUsage(ctx context.Context, c *rdmanl.Client, sysRoot, procRoot string, t target) (usage, error) {
 	u := usage{holders: []Holder{}}
 	dev := t.dev
 	res, err := owner.NewResolver(procRoot)
 	if err != nil {
-		res = nil // a nil Resolver resolves nothing; pids are still shown
+		res = nil // a nil Resolver resolves nothing; owner ids are kept as pids
 	}
-	byPID := map[uint32]*Holder{}
-	get := func(tid uint32) *Holder {
-		p := owner.Process{TID: tid, PID: tid}
-		if pp, ok := res.Lookup(tid); ok {
-			p = pp
-		}
-		h, ok := byPID[p.PID]
-		if !ok {
-			h = &Holder{PID: p.PID, Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID, Files: []string{}}
-			byPID[p.PID] = h
-		}
-		return h
-	}
+	use := owner.DeviceUse{Device: dev.Name, Uverbs: t.uverbs, HasUverbs: t.hasUverbs}
 	for qp, err := range c.QPs(ctx, dev, rdmanl.DumpOptions{NoSRQJoin: true}) {
 		if err != nil {
 			return u, err
@@ -99,8 +71,23 @@ func scanUsage(ctx context.Context, c *rdmanl.Client, procRoot string, t target)
 			continue
 		}
 		u.qps++
-		get(qp.Owner.PID).QPs++
+		use.QPOwners = append(use.QPOwners, qp.Owner.PID)
 	}
+	for id, err := range c.CMIDs(ctx, dev, rdmanl.DumpOptions{}) {
+		if err != nil {
+			return u, err
+		}
+		if !id.Owner.Kernel() {
+			use.CMIDOwners = append(use.CMIDOwners, id.Owner.PID)
+		}
+	}
+	for cx, err := range c.Contexts(ctx, dev, rdmanl.DumpOptions{}) {
+		if err != nil {
+			return u, err
+		}
+		use.ContextOwners = append(use.ContextOwners, cx.Owner.PID)
+	}
+	mrs := map[uint32]int{} // by process
 	for mr, err := range c.MRs(ctx, dev, rdmanl.DumpOptions{}) {
 		if err != nil {
 			return u, err
@@ -109,26 +96,33 @@ func scanUsage(ctx context.Context, c *rdmanl.Client, procRoot string, t target)
 			continue
 		}
 		u.mrs++
-		get(mr.Owner.PID).MRs++
+		pid := mr.Owner.PID
+		if p, ok := res.Lookup(pid); ok {
+			pid = p.PID
+		}
+		mrs[pid]++
 	}
-	scan, err := holdersOf(procRoot, t.uverbs, t.hasUverbs)
+	var rdmaCM owner.DevNum // none: the zero number matches no open file
+	if s, err := sysfs.ReadRDMACMDev(sysRoot); err == nil {
+		rdmaCM, _ = owner.ParseDevNum(s)
+	}
+	var uverbs []owner.DevNum
+	if t.hasUverbs {
+		uverbs = append(uverbs, t.uverbs)
+	}
+	scan, err := owner.Holders(procRoot, owner.RDMAFiles(uverbs, rdmaCM))
 	if err != nil {
-		return u, err
+		return u, fmt.Errorf("reset: holders of %s: %w", dev.Name, err)
 	}
 	u.unreadable = scan.Unreadable
-	for _, oh := range scan.Holders {
-		h := get(oh.PID)
-		if h.Comm == "" { // the resolver could not read it; the scan did
-			h.Comm, h.Cgroup, h.ContainerID = oh.Comm, oh.Cgroup, oh.ContainerID
-		}
-		for _, f := range oh.Files {
+	for _, dh := range owner.DeviceHolders(scan, []owner.DeviceUse{use}, rdmaCM, res)[dev.Name] {
+		h := Holder{PID: dh.PID, Comm: dh.Comm, Cgroup: dh.Cgroup, ContainerID: dh.ContainerID, Files: []string{},
+			QPs: dh.QPs, MRs: mrs[dh.PID], CMIDs: dh.CMIDs, Contexts: dh.Contexts}
+		for _, f := range dh.Files {
 			h.Files = append(h.Files, f.Path)
 		}
+		u.holders = append(u.holders, h)
 	}
-	for _, h := range byPID {
-		u.holders = append(u.holders, *h)
-	}
-	slices.SortFunc(u.holders, func(a, b Holder) int { return int(a.PID) - int(b.PID) })
 	return u, nil
 }
 

@@ -68,7 +68,7 @@ func Run(ctx context.Context, c *rdmanl.Client, o Options) (Report, error) {
 			return rep, err
 		}
 	}
-	u, err := scanUsage(ctx, c, o.procRoot(), t)
+	u, err := scanUsage(ctx, c, o.sysRoot(), o.procRoot(), t)
 	if err != nil {
 		return rep, err
 	}
