@@ -14,8 +14,18 @@
 //     it, through reset_method), and bound again; a software device's
 //     netdev gets its name, IP addresses and up state back and the device
 //     is added again.
+//   - devlink-reload: the driver of the device (of its netdev, for rxe and
+//     siw) re-initialises through devlink (DEVLINK_CMD_RELOAD,
+//     driver_reinit, github.com/mdlayher/genetlink); offered where the
+//     device has a devlink instance, and a driver without reload is
+//     refused by the kernel before anything is removed
+//     (ErrReloadNotSupported). A software device's netdev gets its name,
+//     MAC, addresses and up state back and the device is added again.
 //   - netdev-bounce: the ports' netdevs go down and up (route netlink,
 //     github.com/jsimonetti/rtnetlink); the device and its QPs stay.
+//
+// auto picks the first the device offers of relink, devlink-reload,
+// pci-reset and unbind; netdev-bounce only when asked for.
 //
 // Afterwards it waits for the device (by name, or by node GUID for a PCI
 // device), checks the node GUID and that the ports are ACTIVE (or says
@@ -40,12 +50,10 @@
 // lists the kernel's device events; without, when netlink stopped and
 // started listing the device.
 //
-// Not done here: devlink reload.
-//
 // # Privileges
 //
 // Inspecting needs none (other users' holders need CAP_SYS_PTRACE to be
 // seen: Report.Unreadable lists those missed). Resetting needs
-// CAP_NET_ADMIN, and CAP_SYS_ADMIN for the PCI methods; Run checks before
-// it changes anything.
+// CAP_NET_ADMIN (RDMA, route and devlink netlink), and CAP_SYS_ADMIN for
+// the PCI methods; Run checks before it changes anything.
 package reset

@@ -35,9 +35,14 @@ func newResetCmd(g *globals) *cobra.Command {
 back, check it (same node GUID, ACTIVE ports) and give it its name again.
 
 Methods (--method):
-  auto           the device's first of relink, pci-reset, unbind
+  auto           the device's first of relink, devlink-reload, pci-reset,
+                 unbind
   relink         software devices (rxe, siw): delete the link, add it again on
                  the same netdev under the same name
+  devlink-reload the driver re-initialises through devlink (driver_reinit);
+                 for rxe and siw, the driver of the netdev: the netdev gets
+                 its name, MAC, addresses and up state back and the device
+                 is added again
   pci-reset      unbind the PCI function's driver, reset the function (FLR
                  where it offers one), bind it again; for rxe and siw, the
                  function behind the netdev: the netdev gets its name,
@@ -118,7 +123,7 @@ return.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&method, "method", string(reset.MethodAuto), "auto, relink, pci-reset, unbind or netdev-bounce")
+	f.StringVar(&method, "method", string(reset.MethodAuto), "auto, relink, devlink-reload, pci-reset, unbind or netdev-bounce")
 	f.DurationVar(&grace, "grace", 0, "wait up to this long for holders to close the device first")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "return after this long, the reset unfinished if it must wait for holders")
 	f.BoolVar(&dryRun, "dry-run", false, "show what the reset would do and destroy, and do nothing")
