@@ -372,9 +372,14 @@ func TestLabResetHolder(t *testing.T) {
 			if _, err := os.Stat(rep.HelperLog); err != nil {
 				t.Errorf("helper log: %v", err)
 			}
-			log, _ := os.ReadFile(rep.HelperLog)
-			if !strings.Contains(string(log), "reset done") {
-				t.Errorf("helper log %s does not say the reset was done:\n%s", rep.HelperLog, log)
+			// The helper logs "reset done" just after the device is back.
+			var log []byte
+			for deadline := time.Now().Add(10 * time.Second); !strings.Contains(string(log), "reset done"); {
+				if time.Now().After(deadline) {
+					t.Fatalf("helper log %s does not say the reset was done:\n%s", rep.HelperLog, log)
+				}
+				time.Sleep(50 * time.Millisecond) // a log file write has no event to await
+				log, _ = os.ReadFile(rep.HelperLog)
 			}
 		})
 		t.Run(string(d)+"/grace", func(t *testing.T) {

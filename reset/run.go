@@ -470,8 +470,14 @@ func startObserving(ctx context.Context, c *rdmanl.Client, o Options, t target) 
 		// A relink can be over between two polls: a new index says the
 		// device left and came back.
 		present, index := true, t.dev.Index
-		for {
-			devs, err := pc.Devices(ctx)
+		for final := false; ; {
+			// The last look, after the reset's end, sees a return that
+			// came after the previous poll.
+			pctx := ctx
+			if final {
+				pctx = context.WithoutCancel(ctx)
+			}
+			devs, err := pc.Devices(pctx)
 			if err == nil {
 				here, idx := false, uint32(0)
 				for _, d := range devs {
@@ -489,9 +495,12 @@ func startObserving(ctx context.Context, c *rdmanl.Client, o Options, t target) 
 					present, index = true, idx
 				}
 			}
+			if final {
+				return
+			}
 			select {
 			case <-ctx.Done():
-				return
+				final = true
 			case <-tick.C:
 			}
 		}
