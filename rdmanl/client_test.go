@@ -403,3 +403,18 @@ func TestGUIDString(t *testing.T) {
 		}
 	}
 }
+
+func TestGUIDText(t *testing.T) {
+	for _, s := range []string{"0002:c903:00a1:b2c3", "0000:00ff:fe00:0101", "ffff:ffff:ffff:ffff"} {
+		var g GUID
+		if err := g.UnmarshalText([]byte(s)); err != nil || g.String() != s {
+			t.Errorf("UnmarshalText(%q) = %s, %v", s, g, err)
+		}
+	}
+	for _, s := range []string{"", "0002:c903:00a1", "0002:c903:00a1:b2c", "0002:c903:00a1:b2c3:0000", "0x0002c90300a1b2c3", "000g:0000:0000:0000", "+002:0000:0000:0000"} {
+		var g GUID
+		if err := g.UnmarshalText([]byte(s)); err == nil {
+			t.Errorf("UnmarshalText(%q) = %s, want an error", s, g)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 )
 
 // enumName names v from names, or "unknown(v)" for a value a newer kernel
@@ -26,6 +27,23 @@ func (g GUID) String() string {
 
 // MarshalText implements encoding.TextMarshaler.
 func (g GUID) MarshalText() ([]byte, error) { return []byte(g.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler: it reads what
+// MarshalText writes ("0002:c903:00a1:b2c3"), so JSON reports decode.
+func (g *GUID) UnmarshalText(b []byte) error {
+	s := string(b)
+	var v uint64
+	parts := strings.Split(s, ":")
+	for _, p := range parts {
+		n, err := strconv.ParseUint(p, 16, 16)
+		if err != nil || len(p) != 4 || len(parts) != 4 {
+			return fmt.Errorf("rdmanl: GUID %q: want 0002:c903:00a1:b2c3", s)
+		}
+		v = v<<16 | n
+	}
+	*g = GUID(v)
+	return nil
+}
 
 // QPState is a queue pair state (enum ib_qp_state).
 type QPState uint8

@@ -10,12 +10,15 @@
 //     counter that cannot be read or parsed never fails the device: procfs
 //     fails the whole device on one, so then the device is read attribute
 //     by attribute and what fails is listed in Device.Skipped with its error;
+//
 //   - the uverbs character devices (/sys/class/infiniband_verbs) and the
 //     RDMA device each opens (ReadUverbs), and the rdma_cm one
 //     (ReadRDMACMDev);
+//
 //   - where a device sits on PCI (/sys/class/infiniband/DEV/device, with
 //     SR-IOV virtual functions and sub-functions), read the way rdma-core's
 //     rdma_rename reads it (ReadPCILocation);
+//
 //   - the PCI function behind an RDMA device or a netdev: its address,
 //     bound driver, vendor and device ids, and the resets the kernel offers
 //     for it (reset_method on Linux 5.15 and later, reset), and the netdevs

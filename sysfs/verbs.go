@@ -134,5 +134,7 @@ type VerbsError struct {
 	Err  error
 }
 
-func (e *VerbsError) Error() string { return "sysfs: verbs " + e.Path + ": " + e.Op + ": " + e.Err.Error() }
+func (e *VerbsError) Error() string {
+	return "sysfs: verbs " + e.Path + ": " + e.Op + ": " + e.Err.Error()
+}
 func (e *VerbsError) Unwrap() error { return e.Err }

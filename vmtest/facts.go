@@ -27,6 +27,18 @@ var facts = map[string]map[string]bool{
 	// Debian builds ib_core with module BTF and the kernel attaches
 	// fentry/fexit (BPF trampolines) to its functions.
 	"fentry attaches to ib_core": {"6.1": true, "6.12": true, "7.x": true},
+	// What the probes see while rdmatool reset relinks a software device
+	// (DELLINK, NEWLINK): __ib_unregister_device and ib_register_device
+	// run; neither provider dispatches IB_EVENT_DEVICE_FATAL on DELLINK.
+	"rxe relink shows unregister":   {"6.1": true, "6.12": true, "7.x": true},
+	"rxe relink shows register":     {"6.1": true, "6.12": true, "7.x": true},
+	"rxe relink shows device_fatal": {"6.1": false, "6.12": false, "7.x": false},
+	"siw relink shows unregister":   {"6.1": true, "6.12": true, "7.x": true},
+	"siw relink shows register":     {"6.1": true, "6.12": true, "7.x": true},
+	"siw relink shows device_fatal": {"6.1": false, "6.12": false, "7.x": false},
+	// netdevsim compiles out of tree from Debian's linux-source (lab/siw.go)
+	// and its devlink reload re-creates its ports.
+	"lab has netdevsim": {"6.1": true, "6.12": true, "7.x": true},
 }
 
 // Fact returns whether the guest's kernel shows the named behaviour, failing

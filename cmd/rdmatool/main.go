@@ -1,6 +1,6 @@
 // Command rdmatool finds leaked RDMA queue pairs, traces their lifecycle on
-// ib_core, lists RDMA devices and resources, and renames devices by node
-// GUID. See README.md.
+// ib_core, lists RDMA devices and resources, renames devices by node GUID,
+// and resets devices in bounded time. See README.md.
 //
 // # Errors
 //

@@ -52,12 +52,13 @@ func newRootCmd() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:   "rdmatool",
-		Short: "Find leaked RDMA queue pairs, trace their lifecycle, rename devices by GUID",
+		Short: "Find leaked RDMA queue pairs, trace their lifecycle, rename and reset devices",
 		Long: `rdmatool reads the kernel's RDMA resource tracking (RDMA netlink), traces the
 queue pair lifecycle on ib_core with eBPF, and reports queue pairs that leak:
 stale QPs in error, SRQ QPs torn down without the IB spec 10.3.1 sequence,
 providers that never deliver LAST_WQE_REACHED, orphaned XRC targets and QP
-exhaustion.
+exhaustion. It renames devices persistently and resets a device in bounded
+time, bringing it back under its name.
 
 Exit status: 0 success (checks: nothing found), 1 findings reported (checks
 only), 2 error, 130 interrupted.`,
@@ -83,6 +84,8 @@ only), 2 error, 130 interrupted.`,
 		newQPLeaksCmd(g),
 		newAgentCmd(g),
 		newRenameCmd(g),
+		newResetCmd(g),
+		newResetHelperCmd(),
 		newDocsCmd(),
 	)
 	return root

@@ -158,7 +158,11 @@ func (b *Builder) build(ctx context.Context, k Kernel) (Image, error) {
 	}
 	log.Info("collecting modules")
 	tree := filepath.Join(dir, "tree")
-	mods, err := collectModules(ctx, root, modRoot, release, siw.ko, tree)
+	extra := []string{siw.ko}
+	if siw.nsim != "" {
+		extra = append(extra, siw.nsim)
+	}
+	mods, err := collectModules(ctx, root, modRoot, release, extra, tree)
 	if err != nil {
 		return Image{}, err
 	}

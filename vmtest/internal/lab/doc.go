@@ -1,7 +1,8 @@
 // Package lab builds and boots the rdmatool lab: stock Debian kernels with a
-// real RDMA stack (ib_core, ib_uverbs, rdma_cm, rdma_rxe and a siw module built
-// from Debian's linux-source) and Debian's rdma-core userspace, packed into an
-// initramfs and booted under QEMU without a network card.
+// real RDMA stack (ib_core, ib_uverbs, rdma_cm, rdma_rxe and siw and netdevsim
+// modules built from Debian's linux-source) and Debian's rdma-core userspace,
+// packed into an initramfs and booted under QEMU without a network: the one
+// PCI NIC (e1000e, for the reset tests) has no backend.
 //
 // Everything comes from Debian packages fetched with apt-get download and
 // unpacked with dpkg-deb -x; nothing is installed on the host except the

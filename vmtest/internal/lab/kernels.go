@@ -55,4 +55,10 @@ var guestModules = []struct {
 	// host and the target. configfs is built in on Debian.
 	{"configfs", true}, {"null_blk", false}, {"nvme_core", false}, {"nvme_fabrics", false},
 	{"nvme_rdma", false}, {"nvmet", false}, {"nvmet_rdma", false},
+	// The emulated PCI NIC the reset tests unbind and reset (qemu.go).
+	{"e1000e", false},
+	// Compiled from linux-source like siw (siw.go); its devlink reload
+	// re-creates its ports. Optional: where it does not build, the reset
+	// tests show devlink reload's refusal instead.
+	{"netdevsim", true},
 }

@@ -95,13 +95,15 @@ func moduleClosure(deps map[string]modDep, builtin map[string]bool, want []strin
 	return files, load, nil
 }
 
-// collectModules places siw.ko beside the kernel's modules, runs depmod over
-// the unpacked tree, and copies the closure of guestModules, decompressed,
+// collectModules places the out-of-tree modules (siw.ko, netdevsim.ko)
+// beside the kernel's modules, runs depmod over the unpacked tree, and copies the closure of guestModules, decompressed,
 // into tree/usr/lib/modules/<release> with a fresh modules.dep.
-func collectModules(ctx context.Context, root, modRoot, release, siwKo, tree string) ([]string, error) {
+func collectModules(ctx context.Context, root, modRoot, release string, extra []string, tree string) ([]string, error) {
 	kdir := filepath.Join(modRoot, release)
-	if err := copyFile(siwKo, filepath.Join(kdir, "extra", "siw.ko"), 0o644); err != nil {
-		return nil, err
+	for _, ko := range extra {
+		if err := copyFile(ko, filepath.Join(kdir, "extra", filepath.Base(ko)), 0o644); err != nil {
+			return nil, err
+		}
 	}
 	if err := mergedUsr(root); err != nil {
 		return nil, err

@@ -238,6 +238,9 @@ kernel/drivers/nvme/host/nvme-fabrics.ko.xz: kernel/drivers/nvme/host/nvme-core.
 kernel/drivers/nvme/host/nvme-rdma.ko.xz: kernel/drivers/nvme/host/nvme-fabrics.ko.xz kernel/drivers/nvme/host/nvme-core.ko.xz kernel/drivers/infiniband/core/rdma_cm.ko.xz kernel/drivers/infiniband/core/ib_core.ko.xz
 kernel/drivers/nvme/target/nvmet.ko.xz: kernel/drivers/nvme/host/nvme-core.ko.xz
 kernel/drivers/nvme/target/nvmet-rdma.ko.xz: kernel/drivers/nvme/target/nvmet.ko.xz kernel/drivers/infiniband/core/rdma_cm.ko.xz kernel/drivers/infiniband/core/ib_core.ko.xz
+kernel/drivers/net/ethernet/intel/e1000e/e1000e.ko.xz: kernel/drivers/ptp/ptp.ko.xz kernel/drivers/pps/pps_core.ko.xz
+kernel/drivers/ptp/ptp.ko.xz: kernel/drivers/pps/pps_core.ko.xz
+kernel/drivers/pps/pps_core.ko.xz:
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +257,7 @@ kernel/drivers/nvme/target/nvmet-rdma.ko.xz: kernel/drivers/nvme/target/nvmet.ko
 	}
 	wantLoad := []string{"9pnet_virtio", "9p", "dummy", "crc32_pclmul", "ib_core", "ib_uverbs", "ib_umad",
 		"ib_cm", "iw_cm", "rdma_cm", "rdma_ucm", "rdma_rxe", "siw",
-		"null_blk", "nvme_core", "nvme_fabrics", "nvme_rdma", "nvmet", "nvmet_rdma"}
+		"null_blk", "nvme_core", "nvme_fabrics", "nvme_rdma", "nvmet", "nvmet_rdma", "e1000e"}
 	if diff := cmp.Diff(wantLoad, load); diff != "" {
 		t.Errorf("load (-want +got):\n%s", diff)
 	}
@@ -269,6 +272,7 @@ kernel/drivers/nvme/target/nvmet-rdma.ko.xz: kernel/drivers/nvme/target/nvmet.ko
 		"kernel/drivers/block/null_blk/null_blk.ko.xz", "kernel/drivers/nvme/host/nvme-core.ko.xz",
 		"kernel/drivers/nvme/host/nvme-fabrics.ko.xz", "kernel/drivers/nvme/host/nvme-rdma.ko.xz",
 		"kernel/drivers/nvme/target/nvmet.ko.xz", "kernel/drivers/nvme/target/nvmet-rdma.ko.xz",
+		"kernel/drivers/pps/pps_core.ko.xz", "kernel/drivers/ptp/ptp.ko.xz", "kernel/drivers/net/ethernet/intel/e1000e/e1000e.ko.xz",
 	}
 	if diff := cmp.Diff(wantFiles, files); diff != "" {
 		t.Errorf("files (-want +got):\n%s", diff)

@@ -100,6 +100,15 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 		"-append", "console=ttyS0 panic=-1 oops=panic quiet loglevel=4",
 		"-serial", "file:" + filepath.Join(runDir, "console.log"),
 		"-chardev", "stdio,id=out,signal=off", "-serial", "chardev:out",
+		// A PCI NIC for the reset tests' PCI paths (unbind/bind, function
+		// reset), with no network behind it: a NIC device without a
+		// -netdev peer is accepted ("nic e1000e.0 has no peer" is only a
+		// warning) and its frames go nowhere, so nothing leaves the guest
+		// and -nic none still holds. It sits alone behind a PCI bridge so
+		// the kernel can reset it with a secondary bus reset ("bus" in
+		// reset_method); its fixed MAC gives rxe on it a fixed node GUID.
+		"-device", "pci-bridge,id=labbr1,chassis_nr=1",
+		"-device", "e1000e,bus=labbr1,addr=1,mac=" + LabNICMAC,
 	}
 	args = append(args, accelArgs(spec.ICount)...)
 	var mounts strings.Builder
@@ -264,6 +273,9 @@ func (m *markerFilter) flush() {
 		m.buf = nil
 	}
 }
+
+// LabNICMAC is the MAC address of the guest's emulated PCI NIC (e1000e).
+const LabNICMAC = "02:00:00:00:03:01"
 
 // ErrNotBuilt is returned when a kernel's image has not been built yet.
 var ErrNotBuilt = errors.New("lab image not built (run: make lab)")

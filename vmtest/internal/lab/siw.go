@@ -14,11 +14,15 @@ import (
 	"strings"
 )
 
-// siwBuild is the outcome of building siw.ko out of tree.
+// siwBuild is the outcome of building siw.ko (and netdevsim.ko) out of
+// tree.
 type siwBuild struct {
 	ko      string // path of the module
 	cc      string // compiler used
 	foreign bool   // kbuild tools ran on the suite's own libc
+	// nsim is the path of netdevsim.ko, "" when it did not build: Debian
+	// builds no netdevsim either; the reset tests use its devlink reload.
+	nsim string
 }
 
 // buildSIW compiles drivers/infiniband/sw/siw from Debian's linux-source
@@ -30,7 +34,7 @@ func (b *Builder) buildSIW(ctx context.Context, a *apt, dir, root, release, seri
 	}
 	top := "linux-source-" + series
 	// Unpacking only one directory still reads the whole xz stream (~20 s).
-	const extract = `dpkg-deb --fsys-tarfile "$1" | tar -xO "./usr/src/$2.tar.xz" | tar -xJ -C "$3" "$2/drivers/infiniband/sw/siw"`
+	const extract = `dpkg-deb --fsys-tarfile "$1" | tar -xO "./usr/src/$2.tar.xz" | tar -xJ -C "$3" "$2/drivers/infiniband/sw/siw" "$2/drivers/net/netdevsim"`
 	if err := runIn(ctx, "", nil, "sh", "-c", extract, "sh", srcDeb, top, src); err != nil {
 		return siwBuild{}, err
 	}
@@ -79,7 +83,16 @@ func (b *Builder) buildSIW(ctx context.Context, a *apt, dir, root, release, seri
 	if _, err := os.Stat(ko); err != nil {
 		return siwBuild{}, err
 	}
-	return siwBuild{ko: ko, cc: cc, foreign: foreign}, nil
+	out := siwBuild{ko: ko, cc: cc, foreign: foreign}
+	nsimDir := filepath.Join(src, top, "drivers", "net", "netdevsim")
+	err = runIn(ctx, "", nil, "make", "-C", hdr, "M="+nsimDir, "CONFIG_NETDEVSIM=m",
+		"CONFIG_DEBUG_INFO_BTF_MODULES=", "CC="+cc, "modules")
+	if err == nil {
+		out.nsim = filepath.Join(nsimDir, "netdevsim.ko")
+	} else {
+		b.Log.Warn("netdevsim did not build: the image has no devlink reload to test", "err", err)
+	}
+	return out, nil
 }
 
 var kernelCCRE = regexp.MustCompile(`(?m)^CC\s*=.*?(gcc-\d+)\s*$`)

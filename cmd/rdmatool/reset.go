@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/rename"
+	"github.com/rdmatool/rdmatool/reset"
+	"github.com/spf13/cobra"
+)
+
+// resetHelperCmd is the hidden command the reset runs its removal in.
+const resetHelperCmd = "reset-helper"
+
+func newResetCmd(g *globals) *cobra.Command {
+	var (
+		method          string
+		grace, timeout  time.Duration
+		dryRun, yes     bool
+		probes          bool
+		policies, mapFl string
+	)
+	cmd := &cobra.Command{
+		Use:   "reset DEV",
+		Short: "Reset an RDMA device in bounded time and bring it back under its name",
+		Long: `Reset an RDMA device: show what the reset destroys, remove the device, bring it
+back, check it (same node GUID, ACTIVE ports) and give it its name again.
+
+Methods (--method):
+  auto           the device's first of relink, devlink-reload, pci-reset,
+                 unbind
+  relink         software devices (rxe, siw): delete the link, add it again on
+                 the same netdev under the same name
+  devlink-reload the driver re-initialises through devlink (driver_reinit);
+                 for rxe and siw, the driver of the netdev: the netdev gets
+                 its name, MAC, addresses and up state back and the device
+                 is added again
+  pci-reset      unbind the PCI function's driver, reset the function (FLR
+                 where it offers one), bind it again; for rxe and siw, the
+                 function behind the netdev: the netdev gets its name,
+                 addresses and up state back and the device is added again
+  unbind         as pci-reset, without the function reset
+  netdev-bounce  set the ports' netdevs down and up: ports go down and up,
+                 the device and its QPs survive (RoCE and iWARP)
+
+Without --yes it changes nothing: it lists the QPs, MRs and processes the
+reset would destroy and exits 2. --dry-run shows the same and exits 0.
+
+--grace waits up to that long for the processes holding the device to close
+it on their own. rxe and siw cannot cut their users off: their removal waits
+in the kernel until every holder has closed the device. The removal runs in
+a helper process, so rdmatool returns after --timeout, names the processes
+it still waits for (exit 2), and says what state the device is in: the
+helper finishes the reset once they are gone (its log is in /run/rdmatool),
+or is killed to abandon it.
+
+A name the rename policies (--policy, --map) give the device is its
+persistent name and is applied again through them; any other name is
+restored as it was. Every reset writes one JSON audit record to stderr;
+with -j the report goes to stdout as one JSON object. With --probes (eBPF,
+root) the report lists the kernel's device events (DEVICE_FATAL,
+unregister, register); without, when netlink saw the device leave and
+return.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := reset.ParseMethod(method)
+			if err != nil {
+				return err
+			}
+			pols, err := rename.ParsePolicies(policies)
+			if err != nil {
+				return err
+			}
+			if err := checkDurations(durationFlag{name: "timeout", value: timeout, min: time.Millisecond},
+				durationFlag{name: "grace", value: grace}); err != nil {
+				return err
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("reset: find the rdmatool binary: %w", err)
+			}
+			o := reset.Options{
+				Device: args[0], Method: m, Grace: grace, Timeout: timeout, DryRun: dryRun, Yes: yes,
+				Rename: rename.Options{Policies: pols, MapFile: mapFl, MapMustExist: cmd.Flags().Changed("map")},
+				Helper: []string{exe, resetHelperCmd},
+				Who:    operator(),
+				Log:    slog.New(slog.NewJSONHandler(g.stderr, nil)),
+			}
+			if err := reset.Check(o); err != nil {
+				return err
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if probes && yes && !dryRun {
+				if t, err := bpf.Open(g.logger(), bpf.Options{}); err == nil {
+					defer t.Close()
+					o.Observe = probeObserver{t}
+				} else {
+					g.logger().Warn("device events from netlink only", "err", err)
+				}
+			}
+			rep, err := reset.Run(cmd.Context(), c, o)
+			if rep.Kind != "" {
+				if rerr := renderReset(cmd.OutOrStdout(), g, rep); rerr != nil {
+					return rerr
+				}
+			}
+			if errors.Is(err, reset.ErrNotConfirmed) {
+				return fmt.Errorf("%w: nothing was changed (add --yes to reset it)", err)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&method, "method", string(reset.MethodAuto), "auto, relink, devlink-reload, pci-reset, unbind or netdev-bounce")
+	f.DurationVar(&grace, "grace", 0, "wait up to this long for holders to close the device first")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "return after this long, the reset unfinished if it must wait for holders")
+	f.BoolVar(&dryRun, "dry-run", false, "show what the reset would do and destroy, and do nothing")
+	f.BoolVar(&yes, "yes", false, "reset: without it nothing is changed")
+	f.BoolVar(&probes, "probes", false, "list the kernel's device events from eBPF probes (they take a moment to attach)")
+	f.StringVar(&policies, "policy", rename.DefaultPolicies, "rename policies that give the persistent name: map, guid, pci")
+	f.StringVar(&mapFl, "map", rename.DefaultMapFile, "map file of \"GUID NAME\" lines (the default may be missing)")
+	return cmd
+}
+
+// newResetHelperCmd is the process a reset runs its removal in (see
+// reset.RunHelper): it reads its step on stdin, reports progress on fd 3
+// and logs JSON to stderr, which the reset points at its log file.
+func newResetHelperCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    resetHelperCmd,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := os.NewFile(reset.HelperProgressFD, "progress")
+			if out == nil {
+				return errors.New("reset-helper: no progress pipe on fd 3 (run by rdmatool reset only)")
+			}
+			defer out.Close()
+			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
+			// The helper must outlive the reset that started it: it ends
+			// with its step, not on the terminal's signals.
+			return reset.RunHelper(context.WithoutCancel(cmd.Context()), cmd.InOrStdin(), out, log)
+		},
+	}
+}
+
+// operator names who runs the reset, for the audit record.
+func operator() string {
+	uid := os.Getuid()
+	if u, err := user.LookupId(fmt.Sprint(uid)); err == nil {
+		return fmt.Sprintf("uid %d (%s)", uid, u.Username)
+	}
+	return fmt.Sprintf("uid %d", uid)
+}
+
+// probeObserver turns the probes' device events into reset events.
+type probeObserver struct{ t *bpf.Tracer }
+
+func (p probeObserver) Events(ctx context.Context) func(yield func(reset.Event, error) bool) {
+	return func(yield func(reset.Event, error) bool) {
+		for ev, err := range p.t.Events(ctx) {
+			if err != nil {
+				yield(reset.Event{}, err)
+				return
+			}
+			e := reset.Event{Time: ev.Time.UTC(), Device: ev.DevName, Index: ev.DevIndex, Source: "probes"}
+			switch {
+			case ev.Kind == bpf.KindDeviceRegister:
+				e.Kind = "register"
+			case ev.Kind == bpf.KindDeviceUnregister:
+				e.Kind = "unregister"
+			case ev.Kind == bpf.KindDeviceRename:
+				e.Kind, e.Device = "rename", ev.NewName
+			case ev.Kind == bpf.KindDeviceEvent && ev.IBEvent == bpf.IBEventDeviceFatal:
+				e.Kind = "device_fatal"
+			default:
+				continue
+			}
+			if !yield(e, nil) {
+				return
+			}
+		}
+	}
+}
+
+// renderReset prints the reset's report: one JSON object with -j, else
+// what the reset destroys, what it did and where the device is.
+func renderReset(w io.Writer, g *globals, rep reset.Report) error {
+	if g.json {
+		return g.renderJSON(w, rep)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", rep.Device, rep.Kind)
+	if len(rep.Netdevs) > 0 {
+		fmt.Fprintf(&b, " on %s", strings.Join(rep.Netdevs, ","))
+	}
+	if rep.PCI != "" {
+		fmt.Fprintf(&b, ", PCI %s (%s)", rep.PCI, rep.Driver)
+	}
+	fmt.Fprintf(&b, ", node_guid %s, method %s\n", rep.NodeGUID, rep.Method)
+	fmt.Fprintf(&b, "destroys: %d QPs, %d MRs of %d processes (%d kernel QPs are re-created)\n", rep.QPs, rep.MRs, len(rep.Holders), rep.KernelQPs)
+	for _, h := range rep.Holders {
+		fmt.Fprintf(&b, "  pid %d (%s) qps %d mrs %d", h.PID, h.Comm, h.QPs, h.MRs)
+		if len(h.Files) > 0 {
+			fmt.Fprintf(&b, " holds %s", strings.Join(h.Files, ","))
+		}
+		if h.ContainerID != "" {
+			fmt.Fprintf(&b, " container %.12s", h.ContainerID)
+		}
+		b.WriteString("\n")
+	}
+	if len(rep.Unreadable) > 0 {
+		fmt.Fprintf(&b, "  (the fds of %d processes could not be read: more may hold it)\n", len(rep.Unreadable))
+	}
+	if !rep.Disassociate && len(rep.Holders) > 0 && rep.Method != reset.MethodNetdevBounce {
+		fmt.Fprintf(&b, "%s cannot cut its users off: the removal waits until every holder has closed the device\n", rep.Kind)
+	}
+	if rep.PersistentName != "" {
+		fmt.Fprintf(&b, "name: %s (%s policy), applied again after the reset\n", rep.PersistentName, rep.NamePolicy)
+	}
+	switch rep.Result {
+	case reset.ResultPlanned:
+		b.WriteString("nothing changed\n")
+	case reset.ResultDone:
+		fmt.Fprintf(&b, "done in %.2fs", rep.DurationSeconds)
+		if rep.GraceSeconds > 0 {
+			fmt.Fprintf(&b, " (%.2fs of grace)", rep.GraceSeconds)
+		}
+		b.WriteString("\n")
+	default:
+		fmt.Fprintf(&b, "%s after %.2fs\n", rep.Result, rep.DurationSeconds)
+	}
+	for _, h := range rep.WaitingOn {
+		fmt.Fprintf(&b, "still held by pid %d (%s)\n", h.PID, h.Comm)
+	}
+	for _, e := range rep.Events {
+		fmt.Fprintf(&b, "event: %s %s %s (%s)\n", e.Time.Format("15:04:05.000"), e.Kind, e.Device, e.Source)
+	}
+	if a := rep.After; a != nil {
+		same := "same node_guid"
+		if !a.SameGUID {
+			same = "node_guid changed to " + a.NodeGUID.String()
+		}
+		fmt.Fprintf(&b, "back: %s, %s", a.Device, same)
+		for _, p := range a.Ports {
+			fmt.Fprintf(&b, ", port %d %s", p.Port, p.State)
+			if p.Why != "" {
+				fmt.Fprintf(&b, " (%s)", p.Why)
+			}
+		}
+		if a.Name != nil {
+			fmt.Fprintf(&b, ", name %s (%s)", a.Name.To, a.Name.Reason)
+		}
+		b.WriteString("\n")
+	}
+	if rep.State != "" {
+		fmt.Fprintf(&b, "state: %s\n", rep.State)
+	}
+	if rep.Next != "" {
+		fmt.Fprintf(&b, "next: %s\n", rep.Next)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
