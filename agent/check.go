@@ -134,6 +134,7 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 		}
 	}
 	st := NewState(cfg, d.Now, "")
+	st.SetProcRoot(d.ProcRoot)
 	st.setDevices(devs, nil, d.Now())
 
 	watchCtx, cancel := context.WithTimeout(ctx, o.Watch)

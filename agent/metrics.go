@@ -69,6 +69,7 @@ func (s *State) snapshot() metricsSnapshot {
 	defer s.mu.Unlock()
 	now := s.now()
 	if s.findingsAt.IsZero() || now.Sub(s.findingsAt) >= findingsTTL || now.Before(s.findingsAt) {
+		s.resolveOwners()
 		rep := s.w.Evaluate(leakwatch.Query{MinAge: defaultMinAge})
 		s.findings = map[findingKey]int{}
 		for _, f := range rep.Findings {

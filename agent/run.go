@@ -123,6 +123,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	}
 	st := NewState(cfg, d.Now, o.Version)
 	st.setReconcile(o.Reconcile)
+	st.SetProcRoot(d.ProcRoot)
 
 	ln, err := Listen(o.Socket)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -62,6 +63,7 @@ type State struct {
 	// probesSince is when the probes last attached.
 	probesSince time.Time
 	reconcile   time.Duration          // between QP dumps under the probes
+	procRoot    string                 // where reports resolve owners ("": not)
 	maxQP       map[string]uint64      // by device name, as configured
 	facts       map[string]DeviceFacts // by device name, as learned
 	// The last evaluation for the metrics, and when it was made.
@@ -348,6 +350,7 @@ func (s *State) report(q leakwatch.Query, source string) (rep CheckReport, ok bo
 		}
 		devices = []string{q.Device}
 	}
+	s.resolveOwners()
 	rep = CheckReport{
 		Report: s.w.Evaluate(q), Probes: onOff(s.probes), ProbesError: s.probeErr, LostEvents: s.lost,
 		Scans: s.scans, Devices: devices, ScanError: s.scanErrorText(), Source: source, ObservedSince: s.w.Started().UTC(),
@@ -356,6 +359,30 @@ func (s *State) report(q leakwatch.Query, source string) (rep CheckReport, ok bo
 		rep.Probes, rep.ProbesError = "off", q.SkipProbeRules
 	}
 	return rep, true
+}
+
+// resolveOwners has the history name owners as /proc sees them now. The
+// caller holds s.mu.
+func (s *State) resolveOwners() {
+	if s.procRoot == "" {
+		return
+	}
+	procs, err := owner.NewResolver(s.procRoot)
+	if err != nil {
+		return
+	}
+	s.w.ResolveOwners(func(tid uint32) (leakwatch.Process, bool) {
+		p, ok := procs.Lookup(tid)
+		return leakwatch.Process{TGID: p.PID, Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID}, ok
+	})
+}
+
+// SetProcRoot says where reports resolve owners (normally /proc; "" not
+// at all).
+func (s *State) SetProcRoot(root string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.procRoot = root
 }
 
 // Status reports the agent's sources and counters.

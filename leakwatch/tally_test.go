@@ -42,3 +42,30 @@ func TestTally(t *testing.T) {
 		t.Errorf("Tally (-want +got):\n%s", d)
 	}
 }
+
+func TestResolveOwners(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{}, c.now)
+	kernel := qp(1, rdmanl.QPTypeGSI, rdmanl.QPStateRTS, 0)
+	kernel.Owner = rdmanl.Owner{KernName: "ib_core"}
+	w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43), kernel))
+	w.ResolveOwners(func(tid uint32) (Process, bool) {
+		if tid == 42 {
+			return Process{TGID: 40, Comm: "moved", Cgroup: "/new.slice"}, true
+		}
+		return Process{}, false
+	})
+	got := map[uint32]History{}
+	for _, h := range w.Histories() {
+		got[h.QPN] = h
+	}
+	if h := got[17]; h.TGID != 40 || h.Comm != "moved" || h.Cgroup != "/new.slice" {
+		t.Errorf("qpn 17 owner %d %q %q, want the lookup's", h.TGID, h.Comm, h.Cgroup)
+	}
+	if h := got[18]; h.Comm != "other" { // not found: what the scan said stays
+		t.Errorf("qpn 18 comm %q, want other kept", h.Comm)
+	}
+	if h := got[1]; h.Comm != "" || h.TGID != 0 {
+		t.Errorf("kernel QP touched: %+v", h)
+	}
+}

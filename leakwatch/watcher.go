@@ -474,3 +474,19 @@ func (d *deviceState) sample(t time.Time, qps int) {
 func (w *Watcher) CountQPs(index uint32, name string, t time.Time, qps int) {
 	w.device(index, name).sample(t, qps)
 }
+
+// ResolveOwners refreshes what /proc says of the owners of live user QPs
+// (process, command, cgroup, container) through lookup, by the thread id
+// the kernel recorded: between netlink dumps, which are rare under the
+// probes, a report still names where the owner is now. An owner lookup
+// does not find (gone, or in another PID namespace) keeps what was known.
+func (w *Watcher) ResolveOwners(lookup func(tid uint32) (Process, bool)) {
+	for _, h := range w.qps {
+		if h.Destroyed || h.Owner.PID == 0 || h.Owner.Kernel() {
+			continue
+		}
+		if p, ok := lookup(h.Owner.PID); ok {
+			h.TGID, h.Comm, h.Cgroup, h.ContainerID = p.TGID, p.Comm, p.Cgroup, p.ContainerID
+		}
+	}
+}
