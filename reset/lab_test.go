@@ -343,8 +343,11 @@ func TestLabResetHolder(t *testing.T) {
 			if r.code != 2 || !strings.Contains(r.stderr, "still waiting on "+holder) {
 				t.Errorf("exit %d, want 2 with \"still waiting on %s\"", r.code, holder)
 			}
-			// The TCG guest's noise varies by seconds from run to run.
-			if r.elapsed > noise+3*time.Second+5*time.Second {
+			// The TCG guest's noise (a 30 MB binary started over 9p while
+			// the host's two cores are shared) varies by seconds from one
+			// run to the next: the reset's own clock below is the tight
+			// bound.
+			if r.elapsed > noise+3*time.Second+10*time.Second {
 				t.Errorf("returned after %s (a dry run takes %s), want about 3s more", r.elapsed, noise)
 			}
 			t.Logf("timeout 3s: returned after %s; a dry run takes %s", r.elapsed.Round(time.Millisecond), noise.Round(time.Millisecond))
