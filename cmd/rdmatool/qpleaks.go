@@ -116,23 +116,13 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	groups := map[group][]leakwatch.Finding{}
 	var order []group
 	for _, f := range rep.Findings {
-		owner := "no owner process (creator gone or in another pid namespace)"
-		switch {
-		case f.KernName != "" && f.ULP != "":
-			owner = "kernel [" + f.KernName + "] ulp " + f.ULP
-		case f.KernName != "":
-			owner = "kernel [" + f.KernName + "]"
-		case f.PID != 0 && f.Comm != "" && f.TGID != 0:
-			// Netlink records the creating thread; group by its process
-			// (each finding names the thread when it is another one).
-			owner = fmt.Sprintf("pid %d (%s)", f.TGID, f.Comm)
-		case f.PID != 0 && f.Comm != "":
-			owner = fmt.Sprintf("pid %d (%s)", f.PID, f.Comm)
-		case f.PID != 0:
-			owner = fmt.Sprintf("pid %d (exited)", f.PID)
-		case f.Rule == leakwatch.RuleQPExhaustion:
-			owner = "device"
+		// Netlink records the creating thread; group by its process (each
+		// finding names the thread when it is another one).
+		pid := f.PID
+		if f.TGID != 0 && f.Comm != "" {
+			pid = f.TGID
 		}
+		owner := ownerText(f.Rule, f.KernName, f.ULP, pid, f.Comm)
 		if f.Cgroup != "" {
 			owner += " cgroup " + f.Cgroup
 		}
@@ -222,21 +212,28 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	return bw.Flush()
 }
 
+// ownerText names who owns a finding's QP: the kernel module (and the ULP
+// that made it through rdma_cm), the process, or the device itself for
+// qp-exhaustion.
+func ownerText(rule, kern, ulp string, pid uint32, comm string) string {
+	switch {
+	case kern != "" && ulp != "":
+		return "kernel [" + kern + "] ulp " + ulp
+	case kern != "":
+		return "kernel [" + kern + "]"
+	case pid != 0 && comm != "":
+		return fmt.Sprintf("pid %d (%s)", pid, comm)
+	case pid != 0:
+		return fmt.Sprintf("pid %d (exited)", pid)
+	case rule == leakwatch.RuleQPExhaustion:
+		return "device"
+	}
+	return "no owner process (creator gone or in another pid namespace)"
+}
+
 // groupOwner names a summary group's owner as the detailed report does.
 func groupOwner(g leakwatch.Group) string {
-	owner := "no owner process"
-	switch {
-	case g.KernName != "" && g.ULP != "":
-		owner = "kernel [" + g.KernName + "] ulp " + g.ULP
-	case g.KernName != "":
-		owner = "kernel [" + g.KernName + "]"
-	case g.Rule == leakwatch.RuleQPExhaustion:
-		owner = "device"
-	case g.PID != 0 && g.Comm != "":
-		owner = fmt.Sprintf("pid %d (%s)", g.PID, g.Comm)
-	case g.PID != 0:
-		owner = fmt.Sprintf("pid %d (exited)", g.PID)
-	}
+	owner := ownerText(g.Rule, g.KernName, g.ULP, g.PID, g.Comm)
 	if g.ContainerID != "" {
 		owner += " container " + g.ContainerID[:min(12, len(g.ContainerID))]
 	}
