@@ -32,7 +32,9 @@ var softVendors = map[uint32]string{
 }
 
 // providerDrivers names the provider behind a PCI function's driver where
-// the two differ (the RDMA half is an auxiliary driver).
+// the two differ (the RDMA half is an auxiliary driver). Only rxe and siw
+// (by vendor id) are proven in the lab; these follow the drivers' names in
+// the kernel tree and are unverified on hardware.
 var providerDrivers = map[string]string{
 	"mlx5_core": "mlx5", "mlx5_ib": "mlx5", "mlx4_core": "mlx4", "mlx4_ib": "mlx4",
 	"qede": "qedr", "bnxt_en": "bnxt_re", "ice": "irdma", "i40e": "irdma",
