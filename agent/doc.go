@@ -19,10 +19,14 @@
 // kernel ULPs has its rdma_cm IDs and SRQs dumped with its QPs, to name
 // those ULPs (rdmanl.ULPIndex). Each device's facts (provider, max_qp from a
 // verbs query, the provider table's word on LAST_WQE_REACHED) are learned
-// once, when its scanner starts (LearnDevice). At most once a minute the
-// lister also looks at the host's processes for zombie contexts (ZombieContexts: deleted uverbs nodes held
-// open, the verbs contexts of every device dumped only when there are
-// some), which belong to no device. A State holds the history (one
+// once, when its scanner starts (LearnDevice). Device changes wake the
+// lister at once: the probes' register, unregister and rename events, and
+// RDMA netlink's monitor group (6.12 and later). At most once a minute the
+// lister also looks at the host's processes for zombie contexts
+// (ZombieContexts: deleted uverbs nodes held open, the verbs contexts of
+// every device dumped only when there are some), which belong to no device.
+// Reports and metrics resolve the QP owners through /proc when they are
+// made, so an owner is named where it is now. A State holds the history (one
 // leakwatch.Watcher) behind a mutex. When Run's context ends it stops
 // every goroutine and waits for it.
 //
@@ -44,8 +48,9 @@
 // The agent serves HTTP/1.1 on a unix socket (DefaultSocket,
 // /run/rdmatool/agent.sock), made 0600 in a 0755 directory and removed on
 // exit; a stale socket is replaced, a live agent's is not. GET
-// /v1/qp-leaks?dev=D&min_age=5s&rule=R&max_qp=D=N&no_probes=1 returns the
-// CheckReport qp-leaks prints, with "source":"agent" and the agent's start
+// /v1/qp-leaks?dev=D&min_age=5s&rule=R&max_qp=D=N&no_probes=1&limit=N returns
+// the CheckReport qp-leaks prints (a summary of every finding, and at most
+// limit of them QP by QP), with "source":"agent" and the agent's start
 // in "observed_since"; GET /v1/status returns a Status. Errors are
 // {"error":"..."} with 400 (bad query) or 404 (unknown device or path).
 //
@@ -56,7 +61,8 @@
 // device, type and state, the largest owners per device, resources in use
 // (netlink's summary), current findings by rule and severity (an
 // evaluation at most five seconds old), probe events and lost events,
-// scans, scan errors and durations, max_qp where configured; every device
+// scans, scan errors and durations, max_qp (configured, else as the device
+// reported it) and the share in use; every device
 // series is labelled with the device name and its node GUID. A scrape
 // reads the State only: it never waits on netlink or the probes.
 //
