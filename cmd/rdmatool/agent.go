@@ -28,7 +28,12 @@ hardware every dumped QP costs a firmware query), or at the next --interval
 when probe events were lost; iWARP devices, whose providers move QPs to RTS
 where the probes cannot see it, and every device when the probes cannot load
 (no privilege, no BTF) are dumped every --interval. While ib_core is not
-loaded the agent tries again every minute.
+loaded the agent tries again every minute. Each device is learned when it
+appears: its provider and its max_qp (a verbs query; --max-qp overrides it),
+so qp-exhaustion works without --max-qp where the device answers, and
+whether its provider delivers LAST_WQE_REACHED (a table of known providers,
+overridden by events seen). Device changes (probes, and RDMA netlink's
+monitor group on 6.12 and later) have the devices listed at once.
 ` + "`rdmatool qp-leaks`" + ` asks the agent on --socket for findings over that
 history instead of watching from zero.
 
@@ -52,8 +57,10 @@ packaging/rdmatool/agent.yaml documents every key), flags overriding it. A
 file with an unknown key, a value of the wrong type or a bad duration stops
 the agent at start with the key and its line. SIGHUP reloads the file: max_qp
 and reconcile change at once; a bad file, or one changing what only a restart
-can (socket, metrics_address, interval, probes, retain), is refused and logged,
-and the agent keeps running as it was.
+can (socket, metrics_address, interval, probes, retain, exhaustion_threshold,
+the rename keys), is refused and logged, and the agent keeps running as it was.
+Under systemd (Type=notify) it says READY once it serves and pets the
+watchdog while its history answers.
 
 SIGINT or SIGTERM stop the agent with exit status 0; it exits 2 when it
 cannot start.`,
@@ -113,7 +120,7 @@ cannot start.`,
 	f.DurationVar(&o.Interval, "interval", 10*time.Second, "time between device listings, and between QP dumps without probes")
 	f.DurationVar(&o.Reconcile, "reconcile", agent.DefaultReconcile, "time between QP dumps of a device while the probes feed the history")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
-	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
+	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion, over what the device reports (repeatable)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.MetricsAddress, "metrics-address", agent.DefaultMetricsAddress, `HOST:PORT serving /metrics ("" for none)`)
 	f.StringVar(&renamePolicies, "rename", "", `rename policies applied to each device as it appears, such as "map,guid" ("" for none)`)
