@@ -85,7 +85,7 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held, and SRQ QP drains waiting (at least 1s), at least this long")
 	f.StringArrayVar(&o.Rules, "rule", nil, "evaluate only this rule (repeatable)")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only (with the agent: skip the rules that need probes)")
-	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion (repeatable)")
+	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion, over what the device reports (repeatable)")
 	f.IntVar(&o.Limit, "limit", 1000, "list at most this many findings QP by QP, the most severe first (0: all); the summary counts every one")
 	return cmd
 }
