@@ -146,7 +146,7 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 		if pid := qp.Owner.PID; pid != 0 {
 			if _, done := ds.Owners[pid]; !done {
 				if p, ok := procs.Lookup(pid); ok {
-					ds.Owners[pid] = leakwatch.Process{TGID: p.PID, Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID}
+					ds.Owners[pid] = leakProcess(p)
 				}
 			}
 		}
@@ -195,4 +195,9 @@ func collect[T any](seq iter.Seq2[T, error]) ([]T, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// leakProcess is what leakwatch keeps of an owner /proc resolved.
+func leakProcess(p owner.Process) leakwatch.Process {
+	return leakwatch.Process{TGID: p.PID, Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID}
 }

@@ -373,7 +373,7 @@ func (s *State) resolveOwners() {
 	}
 	s.w.ResolveOwners(func(tid uint32) (leakwatch.Process, bool) {
 		p, ok := procs.Lookup(tid)
-		return leakwatch.Process{TGID: p.PID, Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID}, ok
+		return leakProcess(p), ok
 	})
 }
 
