@@ -71,6 +71,7 @@ for dev in rxe0 siw0; do
 done
 say "lab ready: kernel $kernel ($release)"
 
+echo vmtest-command-start >$out
 sh /run/vmtest/cmd >$out 2>&1 </dev/null
 status=$?
 echo "$status" >/run/vmtest/exit-status

@@ -39,6 +39,9 @@ type RunSpec struct {
 // exitMarker ends the guest's output; its number is the command's status.
 const exitMarker = "vmtest-exit-status: "
 
+// startMarker is the guest init's line just before it runs the command.
+const startMarker = "vmtest-command-start"
+
 // Run boots spec.Image under QEMU, runs the command and returns its exit
 // status. An error means the guest did not get to report one.
 func Run(ctx context.Context, spec RunSpec) (int, error) {
@@ -128,30 +131,102 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 
 	ctx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
-	filter := &markerFilter{w: spec.Stdout}
+	for attempt := 1; ; attempt++ {
+		res := boot(ctx, spec, args, runDir)
+		if res.ok {
+			return res.status, nil
+		}
+		keep = true
+		console := filepath.Join(runDir, "console.log")
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("lab: guest timed out after %s; console: %s\n%s", spec.Timeout,
+				console, consoleTail(runDir, 20))
+		}
+		if res.started || attempt == bootAttempts {
+			return 0, fmt.Errorf("lab: guest ended without an exit status (qemu: %v %s); console: %s\n%s",
+				res.runErr, res.qemuErr, console, consoleTail(runDir, 30))
+		}
+		// The guest never got to the command: its kernel died or stalled
+		// while booting. Under TCG this happens now and then to a kernel
+		// that boots fine otherwise (seen: a 7.x guest's timer interrupt
+		// oopsing on code being patched by another vCPU), so boot it again
+		// and keep the failed boot's console for a look.
+		failed := filepath.Join(runDir, fmt.Sprintf("console-boot%d.log", attempt))
+		os.Rename(console, failed)
+		fmt.Fprintf(os.Stderr, "lab: %s guest did not reach its command (boot %d of %d: %s); booting again; console: %s\n%s\n",
+			spec.Image.Kernel, attempt, bootAttempts, res.why, failed, lastLinesRaw(readFile(failed), 8))
+	}
+}
+
+// bootAttempts is how many times Run boots a guest that dies or stalls
+// before its command starts. A failure after the command started is
+// never retried: that is the test's result.
+const bootAttempts = 3
+
+// bootTimeout bounds the time from QEMU's start to the command's start.
+// A lab guest gets there in well under a minute under TCG on a loaded
+// machine; a guest still booting after this long has stalled.
+const bootTimeout = 4 * time.Minute
+
+// bootResult is what one boot of a guest came to.
+type bootResult struct {
+	status  int
+	ok      bool   // the guest reported status
+	started bool   // the guest's init started the command
+	why     string // for a boot that did not start the command
+	runErr  error
+	qemuErr string
+}
+
+// boot runs QEMU once and waits for it to end. It stops QEMU when the
+// guest has not started the command within bootTimeout.
+func boot(ctx context.Context, spec RunSpec, args []string, runDir string) bootResult {
+	os.Remove(filepath.Join(runDir, "exit-status"))
+	bootCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	cmd := exec.CommandContext(bootCtx, "qemu-system-x86_64", args...)
+	filter := &markerFilter{w: spec.Stdout, started: make(chan struct{})}
 	cmd.Stdout = filter
 	var qemuErr bytes.Buffer
 	cmd.Stderr = &qemuErr
 	cmd.Stdin = nil
+	stalled := false
+	timer := time.AfterFunc(bootTimeout, func() {
+		select {
+		case <-filter.started:
+		default:
+			stalled = true
+			stop()
+		}
+	})
 	runErr := cmd.Run()
+	timer.Stop()
 	filter.flush()
 
-	status, ok := readStatus(filepath.Join(runDir, "exit-status"))
-	if !ok {
-		status, ok = filter.status, filter.found
+	res := bootResult{runErr: runErr, qemuErr: strings.TrimSpace(qemuErr.String())}
+	select {
+	case <-filter.started:
+		res.started = true
+	default:
+	}
+	res.status, res.ok = readStatus(filepath.Join(runDir, "exit-status"))
+	if !res.ok {
+		res.status, res.ok = filter.status, filter.found
 	}
 	switch {
-	case ctx.Err() != nil && !ok:
-		keep = true
-		return 0, fmt.Errorf("lab: guest timed out after %s; console: %s\n%s", spec.Timeout,
-			filepath.Join(runDir, "console.log"), consoleTail(runDir, 20))
-	case !ok:
-		keep = true
-		return 0, fmt.Errorf("lab: guest ended without an exit status (qemu: %v %s); console: %s\n%s",
-			runErr, strings.TrimSpace(qemuErr.String()), filepath.Join(runDir, "console.log"), consoleTail(runDir, 30))
+	case stalled:
+		res.why = fmt.Sprintf("no start after %s", bootTimeout)
+	case strings.Contains(readFile(filepath.Join(runDir, "console.log")), "Kernel panic"):
+		res.why = "kernel panic"
+	default:
+		res.why = "QEMU exited"
 	}
-	return status, nil
+	return res
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
 }
 
 func readStatus(path string) (int, bool) {
@@ -235,6 +310,8 @@ type markerFilter struct {
 	buf    []byte
 	status int
 	found  bool
+	// started, when not nil, is closed at the start marker.
+	started chan struct{}
 }
 
 func (m *markerFilter) Write(p []byte) (int, error) {
@@ -252,6 +329,16 @@ func (m *markerFilter) Write(p []byte) (int, error) {
 
 func (m *markerFilter) line(l []byte) {
 	s := strings.TrimRight(string(l), "\r\n")
+	if s == startMarker {
+		if m.started != nil {
+			select {
+			case <-m.started:
+			default:
+				close(m.started)
+			}
+		}
+		return
+	}
 	// The marker follows the command's last byte, which need not be a newline.
 	if i := strings.LastIndex(s, exitMarker); i >= 0 {
 		if n, err := strconv.Atoi(s[i+len(exitMarker):]); err == nil {

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -206,3 +207,94 @@ func TestReadStatus(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// fakeQEMU puts a qemu-system-x86_64 on PATH that plays a guest from a
+// script of boots: boot N runs the shell text boots[N-1] with $console set
+// to the -serial file and $run to the run share. It returns the file that
+// counts the boots.
+func fakeQEMU(t *testing.T, boots ...string) string {
+	t.Helper()
+	bin := t.TempDir()
+	count := filepath.Join(bin, "boots")
+	var sc strings.Builder
+	sc.WriteString("#!/bin/sh\n")
+	sc.WriteString("while [ $# -gt 0 ]; do\n")
+	sc.WriteString("  case \"$2\" in file:*) console=${2#file:} ;; esac\n")
+	sc.WriteString("  case \"$2\" in local,path=*mount_tag=vmtest_run,*) run=${2#local,path=}; run=${run%%,*} ;; esac\n")
+	sc.WriteString("  shift\ndone\n")
+	sc.WriteString("echo x >>" + count + "\nn=$(wc -l <" + count + ")\n")
+	sc.WriteString("case $n in\n")
+	for i, b := range boots {
+		fmt.Fprintf(&sc, "%d) %s ;;\n", i+1, b)
+	}
+	sc.WriteString("esac\n")
+	if err := os.WriteFile(filepath.Join(bin, "qemu-system-x86_64"), []byte(sc.String()), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	t.Setenv("VMTEST_ACCEL", "tcg")
+	return count
+}
+
+func bootsIn(t *testing.T, count string) int {
+	b, err := os.ReadFile(count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "x")
+}
+
+const (
+	panicBoot = `echo "[    2.2] Kernel panic - not syncing: Fatal exception in interrupt" >"$console"; exit 0`
+	goodBoot  = `echo "booted" >"$console"; echo vmtest-command-start; echo "test output"; echo 0 >"$run/exit-status"; echo "vmtest-exit-status: 0"`
+	failBoot  = `echo vmtest-command-start; echo "--- FAIL: TestX"; echo "vmtest-exit-status: 1"`
+	dieBoot   = `echo vmtest-command-start; echo "half a line"; exit 0`
+)
+
+func TestRunBootsAgainAfterAPanicBeforeTheCommand(t *testing.T) {
+	count := fakeQEMU(t, panicBoot, goodBoot)
+	var out bytes.Buffer
+	status, err := Run(t.Context(), RunSpec{Image: Image{Kernel: "7.x"}, Command: []string{"true"}, Dir: "/", Stdout: &out, RunDir: t.TempDir()})
+	if err != nil || status != 0 {
+		t.Fatalf("Run = %d, %v; want 0, nil", status, err)
+	}
+	if n := bootsIn(t, count); n != 2 {
+		t.Errorf("booted %d times, want 2", n)
+	}
+	if got := out.String(); got != "test output\n" {
+		t.Errorf("output = %q, want the command's output without markers", got)
+	}
+}
+
+func TestRunGivesUpAfterRepeatedBootPanics(t *testing.T) {
+	count := fakeQEMU(t, panicBoot, panicBoot, panicBoot, goodBoot)
+	_, err := Run(t.Context(), RunSpec{Command: []string{"true"}, Dir: "/", RunDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "Kernel panic") {
+		t.Errorf("Run error = %v, want one that shows the panic", err)
+	}
+	if n := bootsIn(t, count); n != bootAttempts {
+		t.Errorf("booted %d times, want %d", n, bootAttempts)
+	}
+}
+
+func TestRunNeverRetriesOnceTheCommandStarted(t *testing.T) {
+	for _, tt := range []struct {
+		name, boot string
+		wantStatus int
+		wantErr    bool
+	}{
+		{"failing command", failBoot, 1, false},
+		{"guest died during the command", dieBoot, 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			count := fakeQEMU(t, tt.boot, goodBoot)
+			status, err := Run(t.Context(), RunSpec{Command: []string{"true"}, Dir: "/", RunDir: t.TempDir()})
+			if status != tt.wantStatus || (err != nil) != tt.wantErr {
+				t.Errorf("Run = %d, %v; want %d, error %v", status, err, tt.wantStatus, tt.wantErr)
+			}
+			if n := bootsIn(t, count); n != 1 {
+				t.Errorf("booted %d times, want 1", n)
+			}
+		})
+	}
+}
