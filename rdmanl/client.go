@@ -344,10 +344,22 @@ type entryCodec[T any] struct {
 	what          string // "QPs"
 	op, rawOp     uint16
 	table, entry  uint16
-	decode        func(*netlink.AttributeDecoder) (T, error)
+	decode        func(entry []byte) (T, error)
 	key           func(*T) uint32 // identity within the device
 	setDev        func(*T, uint32, string)
 	portFiltering bool
+}
+
+// withDecoder adapts a decoder of an entry's attributes to its bytes.
+func withDecoder[T any](decode func(*netlink.AttributeDecoder) (T, error)) func([]byte) (T, error) {
+	return func(b []byte) (T, error) {
+		ad, err := netlink.NewAttributeDecoder(b)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		return decode(ad)
+	}
 }
 
 // resDump streams one device's entries of a resource type. Entries are
@@ -384,10 +396,8 @@ func resDump[T any](ctx context.Context, c *Client, dev Device, opts DumpOptions
 		// a pointer); it reports false when the consumer stopped.
 		v := new(T)
 		entry := func(b []byte, devIndex uint32, devName string) bool {
-			ead, err := netlink.NewAttributeDecoder(b)
-			if err == nil {
-				*v, err = codec.decode(ead)
-			}
+			var err error
+			*v, err = codec.decode(b)
 			if err != nil { // a malformed entry is skipped, not the table
 				skipped++
 				firstErr = cmpErr(firstErr, err)
@@ -559,7 +569,7 @@ func (c *Client) QPs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq
 func (c *Client) CQs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[CQ, error] {
 	return resDump(ctx, c, dev, opts, entryCodec[CQ]{
 		what: "CQs", op: cmdResCQGet, rawOp: cmdResCQGetRaw, table: attrResCQ, entry: attrResCQEntry,
-		decode: decodeCQ,
+		decode: withDecoder(decodeCQ),
 		key:    func(v *CQ) uint32 { return v.CQN },
 		setDev: func(v *CQ, i uint32, n string) { v.DevIndex, v.DevName = i, n },
 	}, nil)
@@ -570,7 +580,7 @@ func (c *Client) CQs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq
 func (c *Client) MRs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[MR, error] {
 	return resDump(ctx, c, dev, opts, entryCodec[MR]{
 		what: "MRs", op: cmdResMRGet, rawOp: cmdResMRGetRaw, table: attrResMR, entry: attrResMREntry,
-		decode: decodeMR,
+		decode: withDecoder(decodeMR),
 		key:    func(v *MR) uint32 { return v.MRN },
 		setDev: func(v *MR, i uint32, n string) { v.DevIndex, v.DevName = i, n },
 	}, nil)
@@ -580,7 +590,7 @@ func (c *Client) MRs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq
 func (c *Client) PDs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[PD, error] {
 	return resDump(ctx, c, dev, opts, entryCodec[PD]{
 		what: "PDs", op: cmdResPDGet, table: attrResPD, entry: attrResPDEntry,
-		decode: decodePD,
+		decode: withDecoder(decodePD),
 		key:    func(v *PD) uint32 { return v.PDN },
 		setDev: func(v *PD, i uint32, n string) { v.DevIndex, v.DevName = i, n },
 	}, nil)
@@ -590,7 +600,7 @@ func (c *Client) PDs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq
 func (c *Client) Contexts(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[Context, error] {
 	return resDump(ctx, c, dev, opts, entryCodec[Context]{
 		what: "contexts", op: cmdResCtxGet, table: attrResCtx, entry: attrResCtxEntry,
-		decode: decodeCtx,
+		decode: withDecoder(decodeCtx),
 		key:    func(v *Context) uint32 { return v.CtxN },
 		setDev: func(v *Context, i uint32, n string) { v.DevIndex, v.DevName = i, n },
 	}, nil)
@@ -600,7 +610,7 @@ func (c *Client) Contexts(ctx context.Context, dev Device, opts DumpOptions) ite
 func (c *Client) SRQs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[SRQ, error] {
 	return resDump(ctx, c, dev, opts, entryCodec[SRQ]{
 		what: "SRQs", op: cmdResSRQGet, rawOp: cmdResSRQGetRaw, table: attrResSRQ, entry: attrResSRQEntry,
-		decode: decodeSRQ,
+		decode: withDecoder(decodeSRQ),
 		key:    func(v *SRQ) uint32 { return v.SRQN },
 		setDev: func(v *SRQ, i uint32, n string) { v.DevIndex, v.DevName = i, n },
 	}, nil)
@@ -610,7 +620,7 @@ func (c *Client) SRQs(ctx context.Context, dev Device, opts DumpOptions) iter.Se
 func (c *Client) CMIDs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[CMID, error] {
 	return resDump(ctx, c, dev, opts, entryCodec[CMID]{
 		what: "CM IDs", op: cmdResCMIDGet, table: attrResCMID, entry: attrResCMIDEntry,
-		decode: decodeCMID, portFiltering: true,
+		decode: withDecoder(decodeCMID), portFiltering: true,
 		key:    func(v *CMID) uint32 { return v.CMIDN },
 		setDev: func(v *CMID, i uint32, n string) { v.DevIndex, v.DevName = i, n },
 	}, nil)

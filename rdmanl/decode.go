@@ -1,6 +1,7 @@
 package rdmanl
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"net/netip"
@@ -158,70 +159,107 @@ func decodeOwner(ad *netlink.AttributeDecoder, o *Owner) bool {
 func decodeDriver(ad *netlink.AttributeDecoder) []DriverAttr {
 	var attrs []DriverAttr
 	ad.Nested(func(nad *netlink.AttributeDecoder) error {
-		hex := false
-		for nad.Next() {
-			switch nad.Type() {
-			case attrDriverString:
-				attrs = append(attrs, DriverAttr{Name: nad.String()})
-				hex = false
-			case attrDriverPrintType:
-				hex = nad.Uint8() == printTypeHex
-			case attrDriverS32, attrDriverU32, attrDriverS64, attrDriverU64:
-				var v int64
-				switch nad.Type() {
-				case attrDriverS32:
-					v = int64(int32(nad.Uint32()))
-				case attrDriverU32:
-					v = int64(nad.Uint32())
-				default:
-					v = int64(nad.Uint64())
-				}
-				if n := len(attrs); n > 0 {
-					attrs[n-1].Value, attrs[n-1].Hex = v, hex
-				}
-			}
-		}
+		attrs = decodeDriverTable(nad)
 		return nad.Err()
 	})
 	return attrs
 }
 
-func decodeQP(ad *netlink.AttributeDecoder) (QP, error) {
-	seen := false
-	var qp QP
-	for ad.Next() {
-		if decodeOwner(ad, &qp.Owner) {
-			continue
-		}
-		switch ad.Type() {
-		case attrPortIndex:
-			qp.Port = ad.Uint32()
-		case attrResLQPN:
-			qp.LQPN = ad.Uint32()
-			seen = true
-		case attrResRQPN:
-			qp.RQPN, qp.HasRQPN = ad.Uint32(), true
-		case attrResRQPSN:
-			qp.RQPSN = ad.Uint32()
-		case attrResSQPSN:
-			qp.SQPSN = ad.Uint32()
-		case attrResPathMigState:
-			qp.PathMigState, qp.HasPathMig = PathMigState(ad.Uint8()), true
-		case attrResType: // mlx5 repeats RES_TYPE for driver QPs: the last one wins
-			qp.Type = QPType(ad.Uint8())
-		case attrResState:
-			qp.State = QPState(ad.Uint8())
-		case attrResPDN:
-			qp.PDN = ad.Uint32()
-		case attrResSubtype:
-			qp.Subtype = ad.String()
-		case attrDriver:
-			qp.Driver = decodeDriver(ad)
-		case attrResRaw:
-			qp.Raw = ad.Bytes()
+// decodeDriverTable reads the entries of a RDMA_NLDEV_ATTR_DRIVER table;
+// nad.Err() says whether they were well formed.
+func decodeDriverTable(nad *netlink.AttributeDecoder) []DriverAttr {
+	var attrs []DriverAttr
+	hex := false
+	for nad.Next() {
+		switch nad.Type() {
+		case attrDriverString:
+			attrs = append(attrs, DriverAttr{Name: nad.String()})
+			hex = false
+		case attrDriverPrintType:
+			hex = nad.Uint8() == printTypeHex
+		case attrDriverS32, attrDriverU32, attrDriverS64, attrDriverU64:
+			var v int64
+			switch nad.Type() {
+			case attrDriverS32:
+				v = int64(int32(nad.Uint32()))
+			case attrDriverU32:
+				v = int64(nad.Uint32())
+			default:
+				v = int64(nad.Uint64())
+			}
+			if n := len(attrs); n > 0 {
+				attrs[n-1].Value, attrs[n-1].Hex = v, hex
+			}
 		}
 	}
-	if err := ad.Err(); err != nil {
+	return attrs
+}
+
+// decodeQP decodes one RES_QP_ENTRY nest. QP entries are the bulk of the
+// largest dumps (tens of thousands at a time), so the entry is walked in
+// place with walkAttrs: an AttributeDecoder copies every attribute's
+// payload, eight allocations per QP. The checks are the decoder's: a
+// fixed-size attribute of the wrong length makes the entry malformed.
+// Unknown attributes are skipped.
+func decodeQP(b []byte) (QP, error) {
+	seen := false
+	var qp QP
+	var bad error
+	u32 := func(p []byte) uint32 {
+		if len(p) != 4 {
+			bad = errMalformedAttr
+			return 0
+		}
+		return binary.NativeEndian.Uint32(p)
+	}
+	u8 := func(p []byte) uint8 {
+		if len(p) != 1 {
+			bad = errMalformedAttr
+			return 0
+		}
+		return p[0]
+	}
+	err := walkAttrs(b, func(typ uint16, p []byte) bool {
+		switch typ {
+		case attrResPID:
+			qp.Owner.PID = u32(p)
+		case attrResKernName:
+			qp.Owner.KernName = string(bytes.TrimRight(p, "\x00"))
+		case attrPortIndex:
+			qp.Port = u32(p)
+		case attrResLQPN:
+			qp.LQPN = u32(p)
+			seen = true
+		case attrResRQPN:
+			qp.RQPN, qp.HasRQPN = u32(p), true
+		case attrResRQPSN:
+			qp.RQPSN = u32(p)
+		case attrResSQPSN:
+			qp.SQPSN = u32(p)
+		case attrResPathMigState:
+			qp.PathMigState, qp.HasPathMig = PathMigState(u8(p)), true
+		case attrResType: // mlx5 repeats RES_TYPE for driver QPs: the last one wins
+			qp.Type = QPType(u8(p))
+		case attrResState:
+			qp.State = QPState(u8(p))
+		case attrResPDN:
+			qp.PDN = u32(p)
+		case attrResSubtype:
+			qp.Subtype = string(bytes.TrimRight(p, "\x00"))
+		case attrDriver:
+			nad, err := netlink.NewAttributeDecoder(p)
+			if err != nil {
+				bad = err
+				return false
+			}
+			qp.Driver = decodeDriverTable(nad)
+			bad = cmpErr(bad, nad.Err())
+		case attrResRaw:
+			qp.Raw = bytes.Clone(p)
+		}
+		return bad == nil
+	})
+	if err := cmpErr(err, bad); err != nil {
 		return qp, err
 	}
 	if !seen {
