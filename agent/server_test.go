@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -654,5 +655,40 @@ func TestAskLimit(t *testing.T) {
 	}
 	if len(one.Findings) != 1 || one.FindingsOmitted != all.FindingsTotal-1 || one.FindingsTotal != all.FindingsTotal || counted != all.FindingsTotal {
 		t.Errorf("limit 1: %d listed, %d omitted, total %d, summary counts %d; all: %d", len(one.Findings), one.FindingsOmitted, one.FindingsTotal, counted, all.FindingsTotal)
+	}
+}
+
+// TestWriteReportStreams checks that the answer written finding by finding
+// is byte for byte what encoding the whole report gives.
+func TestWriteReportStreams(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ev := []leakwatch.Evidence{{Time: t0, Source: "scan", What: "state ERR <&>"}}
+	tests := []struct {
+		name     string
+		findings []leakwatch.Finding
+	}{
+		{"empty", []leakwatch.Finding{}},
+		{"two", []leakwatch.Finding{
+			{Rule: "stale-error-qp", Device: "rxe0", QPN: 17, Comm: `"findings":[]`, Evidence: ev},
+			{Rule: "stale-error-qp", Device: "rxe0", QPN: 18, AgeSeconds: 1.5, Evidence: []leakwatch.Evidence{}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := CheckReport{Report: leakwatch.Report{
+				Summary:  []leakwatch.Group{{Device: "rxe0", Rule: "stale-error-qp", Count: 2, Comm: `x"findings":[]`}},
+				Findings: tt.findings, FindingsTotal: len(tt.findings), SkippedRules: []leakwatch.Skipped{},
+			}, Devices: []string{"rxe0"}, Source: "agent", ObservedSince: t0}
+			want := httptest.NewRecorder()
+			writeJSON(want, http.StatusOK, rep)
+			got := httptest.NewRecorder()
+			writeReport(got, rep)
+			if diff := cmp.Diff(want.Body.String(), got.Body.String()); diff != "" {
+				t.Errorf("writeReport (-writeJSON +writeReport):\n%s", diff)
+			}
+			if got.Code != http.StatusOK || got.Header().Get("Content-Type") != "application/json" {
+				t.Errorf("writeReport: status %d, content type %q", got.Code, got.Header().Get("Content-Type"))
+			}
+		})
 	}
 }
