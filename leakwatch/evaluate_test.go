@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"runtime"
+	"unsafe"
 )
 
 // twoDevices is a watcher with, after 10s: rxe0 QP 17 in ERR since 0s and
@@ -344,4 +346,30 @@ func BenchmarkEvaluate(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkTrack reports what the watcher keeps per tracked QP (heap-B/qp:
+// live heap after a scan of 60k QPs, less the watcher's before) and what
+// folding a further scan of them costs.
+func BenchmarkTrack(b *testing.B) {
+	const n = 60000
+	c := &clock{t: t0}
+	qps := make([]rdmanl.QP, n)
+	for i := range qps {
+		qps[i] = qp(uint32(17+i), rdmanl.QPTypeRC, rdmanl.QPStateInit, 42)
+	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	w := New(Config{Probes: true}, c.now)
+	w.Scan(scan(c.at(0), rxe, qps...))
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	kept := float64(ms.HeapAlloc-before-uint64(n)*uint64(unsafe.Sizeof(rdmanl.QP{}))) / n
+	for b.Loop() {
+		w.Scan(scan(c.at(time.Second), rxe, qps...))
+	}
+	b.ReportMetric(kept, "heap-B/qp")
+	runtime.KeepAlive(qps)
 }

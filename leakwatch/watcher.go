@@ -85,6 +85,8 @@ type History struct {
 	drainState
 
 	inScan bool
+	// scanGen is the Watcher.scanGen of the last scan that listed the QP.
+	scanGen uint64
 	// keep says the destroy rules may report this destroyed QP, so it is
 	// kept for Config.Retain; others go after goneRetain.
 	keep     bool
@@ -116,17 +118,39 @@ func (h *History) ended(t time.Time) {
 }
 
 func (h *History) note(t time.Time, source, format string, args ...any) {
+	what := format // most notes are fixed text: no copy of it per QP
+	if len(args) > 0 {
+		what = fmt.Sprintf(format, args...)
+	}
+	h.noteText(t, source, what)
+}
+
+// noteText is note with the text as it is.
+func (h *History) noteText(t time.Time, source, what string) {
 	if len(h.Evidence) >= maxEvidence {
 		copy(h.Evidence[1:], h.Evidence[2:]) // keep the first observation
 		h.Evidence = h.Evidence[:maxEvidence-1]
 	}
-	h.Evidence = append(h.Evidence, Evidence{Time: t.UTC(), Source: source, What: fmt.Sprintf(format, args...)})
+	h.Evidence = append(h.Evidence, Evidence{Time: t.UTC(), Source: source, What: what})
 }
+
+// stateNotes are the notes of the states the kernel defines, made once
+// rather than once per QP.
+var stateNotes = func() (notes [8]string) {
+	for i := range notes {
+		notes[i] = "state " + rdmanl.QPState(i).String()
+	}
+	return notes
+}()
 
 func (h *History) setState(s rdmanl.QPState, t time.Time, source string) {
 	if !h.StateKnown || h.State != s {
 		h.State, h.StateSince = s, t
-		h.note(t, source, "state %s", s)
+		if int(s) < len(stateNotes) {
+			h.noteText(t, source, stateNotes[s])
+		} else {
+			h.note(t, source, "state %s", s)
+		}
 	}
 	h.StateKnown, h.StateSource = true, source
 	if s == rdmanl.QPStateRTS {
@@ -165,6 +189,8 @@ type Watcher struct {
 	start time.Time
 	qps   map[qpKey]*History
 	devs  map[uint32]*deviceState
+	// scanGen counts the scans folded in (History.scanGen).
+	scanGen uint64
 	// zombies is the last look at the host's processes.
 	zombies zombieState
 }
@@ -201,7 +227,7 @@ func (w *Watcher) device(index uint32, name string) *deviceState {
 // device can be scanned on its own schedule.
 func (w *Watcher) Scan(s Scan) {
 	w.scanZombies(s)
-	seen := map[qpKey]bool{}
+	w.scanGen++ // marks the histories this scan lists: no map of 60k keys per scan
 	scanned := map[uint32]bool{}
 	for _, ds := range s.Devices {
 		scanned[ds.Device.Index] = true
@@ -215,13 +241,13 @@ func (w *Watcher) Scan(s Scan) {
 		dev.sample(s.Time, len(ds.QPs))
 		for _, qp := range ds.QPs {
 			k := qpKey{ds.Device.Index, qp.LQPN}
-			seen[k] = true
 			h := w.qps[k]
 			if h == nil || h.Destroyed {
 				h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: s.Time}
 				w.qps[k] = h
 				h.note(s.Time, "scan", "first seen")
 			}
+			h.scanGen = w.scanGen
 			h.Device, h.Type, h.Owner = dev.name, qp.Type, qp.Owner
 			if ulp := ds.ULPs[qp.LQPN]; ulp != "" {
 				h.ULP = ulp
@@ -260,7 +286,7 @@ func (w *Watcher) Scan(s Scan) {
 		}
 	}
 	for k, h := range w.qps {
-		if seen[k] || h.Destroyed || !scanned[k.dev] {
+		if h.scanGen == w.scanGen || h.Destroyed || !scanned[k.dev] {
 			continue
 		}
 		// A QP a scan listed before is gone. So is one a probe saw

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -111,6 +114,7 @@ cannot start.`,
 			o.Version = version
 			d := g.deps()
 			d.Log = log
+			tuneAgentMemory(&d)
 			return agent.Run(cmd.Context(), d, o)
 		},
 	}
@@ -143,4 +147,23 @@ func agentLogger(w io.Writer, format string, verbose bool) (*slog.Logger, error)
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// tuneAgentMemory sets the Go runtime up for a daemon whose heap is mostly
+// its long-lived QP history: the heap may grow by half of what is live
+// between collections, not by all of it (GOGC=50, unless GOGC is set),
+// and the heap the kernel's BTF filled while the probes were loaded (tens
+// of MiB, garbage once they are attached) goes back to the OS at once,
+// not over minutes.
+func tuneAgentMemory(d *agent.Deps) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
+	if open := d.OpenProbes; open != nil {
+		d.OpenProbes = func(ctx context.Context, log *slog.Logger) (agent.EventSource, error) {
+			src, err := open(ctx, log)
+			debug.FreeOSMemory()
+			return src, err
+		}
+	}
 }
