@@ -84,7 +84,7 @@ func parseFilter(row any, args []string, extra ...string) (filter, map[string]st
 
 // match reports whether row passes every term.
 func (f filter) match(row any) bool {
-	rv := reflect.ValueOf(row)
+	rv := reflect.Indirect(reflect.ValueOf(row))
 	for _, t := range f.terms {
 		fv := rv.FieldByName(t.field)
 		if t.ranges != nil {

@@ -32,8 +32,9 @@ func newListWriter(w io.Writer, g *globals) *listWriter {
 	return &listWriter{w: bufio.NewWriterSize(w, 64*1024), json: g.json, pretty: g.pretty, details: g.details}
 }
 
+// row writes one row: a struct, or a pointer to one.
 func (l *listWriter) row(v any) error {
-	rv := reflect.ValueOf(v)
+	rv := reflect.Indirect(reflect.ValueOf(v))
 	if rv.Type() != l.rowType {
 		l.rowType = rv.Type()
 		l.textFields, l.jsonFields = textFields(l.rowType), jsonFieldsOf(l.rowType)

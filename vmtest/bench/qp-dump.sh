@@ -2,7 +2,8 @@
 # make bench: inside the lab guest, grow the QPs held on rxe0 through each
 # size given (default 1000 10000 30000 60000) and at each size time the QP
 # listing of the floor (nlfloor), rdmatool and iproute2, then qp-leaks
-# (netlink only, with probes, answered by a running agent). QPs are held by
+# (netlink only, with probes, answered by a running agent) and the agent's
+# CPU and RSS over 30 s at idle. QPs are held by
 # several qpwork processes of at most 20000 QPs each, so no process nears
 # vm.max_map_count. Every measurement is a labtime line labelled
 # "<what> <QPs>"; "size", "agent" and "held" lines carry the rest. The host
@@ -91,6 +92,15 @@ for n in $sizes; do
 	echo "size qp-leaks-agent $n $($bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s | wc -c)"
 	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-agent-all $n" -- $bin/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s
 	echo "size qp-leaks-agent-all $n $($bin/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s | wc -c)"
+	# The agent at idle: asked nothing for $idle s while it goes on
+	# scanning every --interval. Its CPU time over the window (utime +
+	# stime, in clock ticks) and its RSS at the end.
+	idle=30
+	cpu0=$(cut -d' ' -f14,15 /proc/$agent/stat)
+	sleep $idle
+	cpu1=$(cut -d' ' -f14,15 /proc/$agent/stat)
+	ticks=$(( ${cpu1% *} + ${cpu1#* } - ${cpu0% *} - ${cpu0#* } ))
+	echo "idle $n ticks $ticks hz $(getconf CLK_TCK) seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
 	kill -STOP "$agent"
 	echo "size qp-leaks-netlink $n $($bin/rdmatool qp-leaks -j --limit 0 --no-agent --no-probes --watch 2s --min-age 1s | wc -c)"
 done

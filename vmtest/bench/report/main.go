@@ -50,6 +50,10 @@ type Size struct {
 	AnswerBytes    map[string]int    `json:"answer_bytes"`
 	AgentRSSKiB    int               `json:"agent_rss_kib"`
 	AgentHWMKiB    int               `json:"agent_hwm_kib"`
+	// The agent at idle (asked nothing, scanning every --interval): its
+	// CPU over the window as a fraction of one CPU, its RSS at the end.
+	AgentIdleCPU    float64 `json:"agent_idle_cpu"`
+	AgentIdleRSSKiB int     `json:"agent_idle_rss_kib"`
 }
 
 // Timing is one labtime line.
@@ -77,6 +81,7 @@ var (
 	heldLine    = regexp.MustCompile(`^held (\d+) QPs`)
 	sizeLine    = regexp.MustCompile(`^size (\S+) (\d+) (\d+)`)
 	agentLine   = regexp.MustCompile(`^agent (\d+) .*VmHWM: (\d+) kB.*VmRSS: (\d+) kB`)
+	idleLine    = regexp.MustCompile(`^idle (\d+) ticks (\d+) hz (\d+) seconds (\d+) rss (\d+) kB`)
 	goBenchLine = regexp.MustCompile(`^(Benchmark\S+)\s+\d+\s+([0-9.]+) ns/op(?:\s+([0-9.]+) ns/qp)?\s+(\d+) B/op\s+(\d+) allocs/op`)
 )
 
@@ -160,6 +165,10 @@ func parseLog(path string) (KernelRun, error) {
 			}
 		} else if m := sizeLine.FindStringSubmatch(line); m != nil {
 			size(atoi(m[2])).AnswerBytes[m[1]] = atoi(m[3])
+		} else if m := idleLine.FindStringSubmatch(line); m != nil && atoi(m[3]) > 0 && atoi(m[4]) > 0 {
+			s := size(atoi(m[1]))
+			s.AgentIdleCPU = float64(atoi(m[2])) / float64(atoi(m[3])) / float64(atoi(m[4]))
+			s.AgentIdleRSSKiB = atoi(m[5])
 		} else if m := agentLine.FindStringSubmatch(line); m != nil {
 			s := size(atoi(m[1]))
 			s.AgentHWMKiB, s.AgentRSSKiB = atoi(m[2]), atoi(m[3])
@@ -238,13 +247,13 @@ func printTables(w io.Writer, rep Report) {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "qp-leaks, median wall seconds; answer bytes; agent RSS MiB:")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| QPs | netlink (2s watch) | probes (2s watch) | answered by agent | agent, every finding | answer bytes (local, every finding) | answer bytes (agent) | answer bytes (agent, every finding) | agent RSS (peak) |")
-		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| QPs | netlink (2s watch) | probes (2s watch) | answered by agent | agent, every finding | answer bytes (local, every finding) | answer bytes (agent) | answer bytes (agent, every finding) | agent RSS (peak) | agent at idle: CPU, RSS |")
+		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, s := range k.Sizes {
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %d | %d | %d | %s (%s) |\n", s.QPs,
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %d | %d | %d | %s (%s) | %.1f%%, %s |\n", s.QPs,
 				secs(s.median("qp-leaks-netlink")), secs(s.median("qp-leaks-probes")), secs(s.median("qp-leaks-agent")),
 				secs(s.median("qp-leaks-agent-all")), s.AnswerBytes["qp-leaks-netlink"], s.AnswerBytes["qp-leaks-agent"],
-				s.AnswerBytes["qp-leaks-agent-all"], mib(s.AgentRSSKiB), mib(s.AgentHWMKiB))
+				s.AnswerBytes["qp-leaks-agent-all"], mib(s.AgentRSSKiB), mib(s.AgentHWMKiB), 100*s.AgentIdleCPU, mib(s.AgentIdleRSSKiB))
 		}
 	}
 	if len(rep.GoBenchmarks) > 0 {
