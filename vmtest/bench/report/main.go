@@ -67,9 +67,11 @@ type Timing struct {
 
 // GoBench is one go test -bench result line.
 type GoBench struct {
-	Name        string  `json:"name"`
-	NsPerOp     float64 `json:"ns_per_op"`
-	NsPerQP     float64 `json:"ns_per_qp"`
+	Name    string  `json:"name"`
+	NsPerOp float64 `json:"ns_per_op"`
+	NsPerQP float64 `json:"ns_per_qp"`
+	// HeapPerQP is the heap kept per tracked QP (BenchmarkTrack).
+	HeapPerQP   float64 `json:"heap_bytes_per_qp"`
 	BytesPerOp  int     `json:"bytes_per_op"`
 	AllocsPerOp int     `json:"allocs_per_op"`
 }
@@ -82,7 +84,7 @@ var (
 	sizeLine    = regexp.MustCompile(`^size (\S+) (\d+) (\d+)`)
 	agentLine   = regexp.MustCompile(`^agent (\d+) .*VmHWM: (\d+) kB.*VmRSS: (\d+) kB`)
 	idleLine    = regexp.MustCompile(`^idle (\d+) ticks (\d+) hz (\d+) seconds (\d+) rss (\d+) kB`)
-	goBenchLine = regexp.MustCompile(`^(Benchmark\S+)\s+\d+\s+([0-9.]+) ns/op(?:\s+([0-9.]+) ns/qp)?\s+(\d+) B/op\s+(\d+) allocs/op`)
+	goBenchLine = regexp.MustCompile(`^(Benchmark\S+)\s+\d+\s+([0-9.]+) ns/op(?:\s+([0-9.]+) heap-B/qp)?(?:\s+([0-9.]+) ns/qp)?\s+(\d+) B/op\s+(\d+) allocs/op`)
 )
 
 func main() {
@@ -187,7 +189,7 @@ func parseGoBench(b []byte) []GoBench {
 	out := []GoBench{}
 	for _, line := range strings.Split(string(b), "\n") {
 		if m := goBenchLine.FindStringSubmatch(line); m != nil {
-			out = append(out, GoBench{Name: m[1], NsPerOp: atof(m[2]), NsPerQP: atof(m[3]), BytesPerOp: atoi(m[4]), AllocsPerOp: atoi(m[5])})
+			out = append(out, GoBench{Name: m[1], NsPerOp: atof(m[2]), HeapPerQP: atof(m[3]), NsPerQP: atof(m[4]), BytesPerOp: atoi(m[5]), AllocsPerOp: atoi(m[6])})
 		}
 	}
 	return out
@@ -259,14 +261,18 @@ func printTables(w io.Writer, rep Report) {
 	if len(rep.GoBenchmarks) > 0 {
 		fmt.Fprintln(w, "\nGo benchmarks (host):")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| benchmark | ns/op | ns/QP | B/op | allocs/op |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| benchmark | ns/op | ns/QP | heap B/QP kept | B/op | allocs/op |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 		for _, b := range rep.GoBenchmarks {
 			perQP := "–"
 			if b.NsPerQP > 0 {
 				perQP = fmt.Sprintf("%.0f", b.NsPerQP)
 			}
-			fmt.Fprintf(w, "| %s | %.0f | %s | %d | %d |\n", b.Name, b.NsPerOp, perQP, b.BytesPerOp, b.AllocsPerOp)
+			heap := "–"
+			if b.HeapPerQP > 0 {
+				heap = fmt.Sprintf("%.0f", b.HeapPerQP)
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %d | %d |\n", b.Name, b.NsPerOp, perQP, heap, b.BytesPerOp, b.AllocsPerOp)
 		}
 	}
 }
