@@ -53,6 +53,8 @@
 // limit of them QP by QP), with "source":"agent" and the agent's start
 // in "observed_since"; GET /v1/status returns a Status. Errors are
 // {"error":"..."} with 400 (bad query) or 404 (unknown device or path).
+// The findings of an answer are encoded one at a time as they are written,
+// so an answer about 60k QPs (40 MB of JSON) is never held whole.
 //
 // # Metrics
 //

@@ -6,7 +6,8 @@
 // Constants mirror include/uapi/rdma/rdma_netlink.h.
 //
 // It is built on github.com/mdlayher/netlink; it opens no sockets by hand.
-// Dumps stream entry by entry. Attributes and enum values a newer kernel adds
+// Dumps stream entry by entry; a goroutine reads a dump's next replies
+// while the caller works on the current one. Attributes and enum values a newer kernel adds
 // decode to "unknown" with their raw value, never to an error.
 //
 // # Privileges
