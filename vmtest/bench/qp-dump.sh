@@ -94,13 +94,13 @@ for n in $sizes; do
 	echo "size qp-leaks-agent-all $n $($bin/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s | wc -c)"
 	# The agent at idle: asked nothing for $idle s while it goes on
 	# scanning every --interval. Its CPU time over the window (utime +
-	# stime, in clock ticks) and its RSS at the end.
+	# stime, in USER_HZ ticks: 100 a second on Linux) and its RSS at the end.
 	idle=30
 	cpu0=$(cut -d' ' -f14,15 /proc/$agent/stat)
 	sleep $idle
 	cpu1=$(cut -d' ' -f14,15 /proc/$agent/stat)
 	ticks=$(( ${cpu1% *} + ${cpu1#* } - ${cpu0% *} - ${cpu0#* } ))
-	echo "idle $n ticks $ticks hz $(getconf CLK_TCK) seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
+	echo "idle $n ticks $ticks hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
 	kill -STOP "$agent"
 	echo "size qp-leaks-netlink $n $($bin/rdmatool qp-leaks -j --limit 0 --no-agent --no-probes --watch 2s --min-age 1s | wc -c)"
 done
