@@ -276,7 +276,6 @@ func (g *policyEngine) finished(k string) { delete(g.busy, k) }
 // for the resets it started. Decisions are logged with their evidence and
 // counted in st.
 func runPolicy(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.Logger) {
-	log = log.With("source", "policy")
 	g := newPolicyEngine()
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -218,7 +218,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		return nil
 	})
 	g.Go(func() error {
-		runPolicy(gctx, d, o, st, log)
+		runPolicy(gctx, d, o, st, d.Log.With("source", "policy"))
 		return nil
 	})
 	err = g.Wait()
