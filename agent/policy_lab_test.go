@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,43 +54,26 @@ policy:
 		t.Fatal(err)
 	}
 	const addr = "127.0.0.1:19096"
-	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "agent", "--config", config, "--socket", filepath.Join(t.TempDir(), "agent.sock"),
+	logs, exited, stop := labAgent(t, "--config", config, "--socket", filepath.Join(t.TempDir(), "agent.sock"),
 		"--interval", "1s", "--metrics-address", addr)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
 	metric := func(name string, kv ...string) float64 {
-		fams, _, err := scrapeErr("http://" + addr + "/metrics")
-		if err != nil {
-			return -1
-		}
-		labels := map[string]string{"device": "rxe0", "node_guid": guid}
-		for i := 0; i+1 < len(kv); i += 2 {
-			labels[kv[i]] = kv[i+1]
-		}
-		v, _ := value(fams, name, labels)
-		return v
+		return deviceValue("http://"+addr+"/metrics", "rxe0", guid, name, kv...)
 	}
-	waitLab(t, 60*time.Second, exited, &logs, "the agent serving metrics", func() bool { return metric("rdmatool_scans_total") > 0 })
+	waitLab(t, 60*time.Second, exited, logs, "the agent serving metrics", func() bool { return metric("rdmatool_scans_total") > 0 })
 
 	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "10", "--to", "ERR", "--hold", "stdin")
 	w.WaitFor("ready", 30*time.Second)
 	started := time.Now()
 	// Stale after the findings' min age (5s), held for 3s, seen at the
 	// next interval.
-	waitLab(t, 60*time.Second, exited, &logs, "a reset decision", func() bool {
+	waitLab(t, 60*time.Second, exited, logs, "a reset decision", func() bool {
 		return metric("rdmatool_policy_decisions_total", "decision", "reset") == 1
 	})
 	t.Logf("reset decided %.1fs after the workload was ready", time.Since(started).Seconds())
 	// The removal waits for the workload (rxe has no disassociate): it
 	// ends, and the reset completes.
 	w.Release(30 * time.Second)
-	waitLab(t, 90*time.Second, exited, &logs, "the reset done", func() bool {
+	waitLab(t, 90*time.Second, exited, logs, "the reset done", func() bool {
 		return metric("rdmatool_resets_total", "method", "relink", "result", "done") == 1
 	})
 	if got := readGUID(); got != guid {
@@ -102,7 +84,7 @@ policy:
 	// Stale again within the cooldown: no second reset.
 	w2 := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "10", "--to", "ERR", "--hold", "stdin")
 	w2.WaitFor("ready", 30*time.Second)
-	waitLab(t, 60*time.Second, exited, &logs, "a cooldown decision", func() bool {
+	waitLab(t, 60*time.Second, exited, logs, "a cooldown decision", func() bool {
 		return metric("rdmatool_policy_decisions_total", "decision", "cooldown") == 1
 	})
 	if n := metric("rdmatool_policy_decisions_total", "decision", "reset"); n != 1 {
@@ -136,14 +118,5 @@ policy:
 		}
 	}
 	w2.Release(30 * time.Second)
-
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("agent did not stop on SIGTERM: %s", logs.String())
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("agent exited %d: %s", code, logs.String())
-	}
+	stop()
 }

@@ -197,16 +197,7 @@ func TestRunPolicy(t *testing.T) {
 	defer stopRun(t, cancel, done)
 	guid := rdmanl.GUID(rxe.NodeGUID).String()
 	metric := func(name string, kv ...string) float64 {
-		fams, _, err := scrapeErr("http://" + addr + "/metrics")
-		if err != nil {
-			return -1
-		}
-		labels := map[string]string{"device": "rxe0", "node_guid": guid}
-		for i := 0; i+1 < len(kv); i += 2 {
-			labels[kv[i]] = kv[i+1]
-		}
-		v, _ := value(fams, name, labels)
-		return v
+		return deviceValue("http://"+addr+"/metrics", "rxe0", guid, name, kv...)
 	}
 	waitFor(t, "a reset counted", func() bool {
 		return metric("rdmatool_resets_total", "method", "relink", "result", "done") == 1
