@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
