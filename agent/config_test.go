@@ -295,7 +295,8 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // one line naming the file, and never panics.
 func FuzzParseConfig(f *testing.F) {
 	for _, seed := range []string{"", "interval: 10s\n", "max_qp:\n  rxe0: 5\n", "probes: [\n", "a: b\n---\nc: d\n",
-		"rename: map,guid\nnames_map: /etc/x\n", "exhaustion_threshold: 0.5\n", "{interval: 1m, reconcile: 5m}\n", "&a [*a]\n"} {
+		"rename: map,guid\nnames_map: /etc/x\n", "exhaustion_threshold: 0.5\n", "{interval: 1m, reconcile: 5m}\n", "&a [*a]\n",
+		"policy:\n  mode: reset\n  stale_rules: [stale-error-qp]\n  for: 1m\n", "policy: {mode: reset, dry_run: true, qp_use: 0.5, method: relink}\n"} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
