@@ -58,8 +58,10 @@ deb:
 test-deb: deb
 	packaging/deb/install-test.sh $(LAB)/debroot $(DEB_DIR)/rdmatool_*.deb
 
-# The alert rules: promtool's syntax check and its unit tests.
+# The alert rules: promtool's syntax check and its unit tests; the
+# packaging package's tests with promtool required (dashboard queries).
 test-monitoring:
+	RDMATOOL_REQUIRE_PROMTOOL=1 $(GO) test -count=1 ./packaging
 	promtool check rules packaging/prometheus/rdmatool-alerts.yaml
 	promtool test rules packaging/prometheus/rdmatool-alerts.test.yaml
 
