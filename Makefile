@@ -52,11 +52,13 @@ deb:
 	GO=$(GO) packaging/deb/build.sh $(DEB_DIR) $(VERSION)
 	lintian --pedantic --fail-on error,warning $(DEB_DIR)/rdmatool_*.deb
 
-# Installs the package into a Debian bookworm root (debootstrap, cached in
-# $(LAB)/debroot) and checks where its files land, the unit with
-# systemd-analyze verify, removal and purge (packaging/deb/install-test.sh).
+# Installs the package into a Debian bookworm root and checks where its
+# files land, the unit with systemd-analyze verify, removal and purge
+# (packaging/deb/install-test.sh). The root (debootstrap, minutes) is cached
+# beside the lab images, so fresh clones on one machine make it once.
+DEBROOT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdmatool-lab/debroot
 test-deb: deb
-	packaging/deb/install-test.sh $(LAB)/debroot $(DEB_DIR)/rdmatool_*.deb
+	packaging/deb/install-test.sh $(DEBROOT) $(DEB_DIR)/rdmatool_*.deb
 
 # The alert rules: promtool's syntax check and its unit tests; the
 # packaging package's tests with promtool required (dashboard queries).

@@ -4,7 +4,7 @@
 # `systemd-analyze verify` on the unit, then remove (conffiles stay) and
 # purge (dpkg's files gone, files the operator made stay).
 #   packaging/deb/install-test.sh CACHEDIR rdmatool_*.deb
-# The root is made once by debootstrap (minbase plus systemd and udev) from
+# The root is made once by debootstrap (minbase plus systemd and procps) from
 # the Debian archive the host's apt uses, and kept as CACHEDIR/bookworm.tar.
 set -euo pipefail
 cache=${1:?usage: install-test.sh CACHEDIR DEB}
@@ -14,7 +14,7 @@ if [ ! -s "$cache/bookworm.tar" ]; then
 	mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null ||
 		awk '/^deb / {print $2; exit}' /etc/apt/sources.list)
 	tmp=$(mktemp -d)
-	debootstrap --variant=minbase --include=systemd,udev,procps bookworm "$tmp" "$mirror" >"$cache/debootstrap.log"
+	debootstrap --variant=minbase --include=systemd,procps bookworm "$tmp" "$mirror" >"$cache/debootstrap.log"
 	tar -C "$tmp" -cf "$cache/bookworm.tar.part" .
 	mv "$cache/bookworm.tar.part" "$cache/bookworm.tar"
 	rm -rf "$tmp"
