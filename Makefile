@@ -12,7 +12,8 @@ FUZZTIME ?= 5s
 # Packages with tests that run in the lab guest (they call vmtest.Require).
 LAB_PKGS = $(shell grep -rl --include='*_test.go' 'vmtest\.Require' --exclude-dir=.lab . | xargs -r -n1 dirname | sort -u)
 
-.PHONY: all build deps test test-unit generate-check fuzz-smoke lab lab-bins test-lab demo lab-shell bench soak clean
+.PHONY: all build deps test test-unit generate-check fuzz-smoke lab lab-bins test-lab demo lab-shell bench soak clean \
+	deb test-deb test-monitoring
 
 all: build
 
@@ -22,7 +23,7 @@ build:
 deps:
 	@vmtest/install-deps.sh
 
-test: deps test-unit generate-check fuzz-smoke test-lab
+test: deps test-unit generate-check fuzz-smoke test-monitoring test-deb test-lab
 
 # The committed bpf2go output must be exactly what `go generate` makes from
 # bpf/qp.c with Debian's clang-14.
@@ -42,6 +43,29 @@ fuzz-smoke:
 			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x $$pkg; \
 		done; \
 	done
+
+# The Debian package (packaging/deb/build.sh: dpkg-deb, version from git
+# describe) in $(DEB_DIR), checked by lintian: errors and warnings fail.
+DEB_DIR := $(LAB)/deb
+deb:
+	@rm -f $(DEB_DIR)/rdmatool_*.deb
+	GO=$(GO) packaging/deb/build.sh $(DEB_DIR) $(VERSION)
+	lintian --pedantic --fail-on error,warning $(DEB_DIR)/rdmatool_*.deb
+
+# Installs the package into a Debian bookworm root and checks where its
+# files land, the unit with systemd-analyze verify, removal and purge
+# (packaging/deb/install-test.sh). The root (debootstrap, minutes) is cached
+# beside the lab images, so fresh clones on one machine make it once.
+DEBROOT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdmatool-lab/debroot
+test-deb: deb
+	packaging/deb/install-test.sh $(DEBROOT) $(DEB_DIR)/rdmatool_*.deb
+
+# The alert rules: promtool's syntax check and its unit tests; the
+# packaging package's tests with promtool required (dashboard queries).
+test-monitoring:
+	RDMATOOL_REQUIRE_PROMTOOL=1 $(GO) test -count=1 ./packaging
+	promtool check rules packaging/prometheus/rdmatool-alerts.yaml
+	promtool test rules packaging/prometheus/rdmatool-alerts.test.yaml
 
 # The lab images, one per kernel of the matrix (cached in .lab/kernels).
 lab: deps

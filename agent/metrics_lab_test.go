@@ -106,6 +106,7 @@ func TestLabMetrics(t *testing.T) {
 	if n, _ := value(fams, "rdmatool_scans_total", siw); n < siwDumps+4 {
 		t.Errorf("siw0 dumped %v times in over 5s at --interval 1s, want every interval", n-siwDumps)
 	}
+	checkScrapeAgainstNames(t, fams)
 	problems, err := promlint.New(strings.NewReader(body)).Lint()
 	if err != nil {
 		t.Fatal(err)

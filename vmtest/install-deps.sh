@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building rdmatool and running the lab needs on Debian
 # bookworm: QEMU, the tools that assemble the guest, the C toolchain for the
-# workloads and siw.ko, and the Go modules. Installs only what is missing.
+# workloads and siw.ko, the packaging checks (lintian, debootstrap,
+# promtool), and the Go modules. Installs only what is missing.
 set -euo pipefail
 
 pkgs=(
@@ -13,6 +14,9 @@ pkgs=(
 	libibverbs-dev librdmacm-dev # the C workloads
 	clang llvm libbpf-dev # eBPF programs (bpf2go)
 	strace # cmd/rdmatool's test that commands which do not trace make no bpf() call
+	fakeroot lintian # make deb, make test-deb
+	debootstrap # the Debian root test-deb installs the package into
+	prometheus # promtool: make test-monitoring checks the alert rules
 	git ca-certificates
 )
 missing=()

@@ -1,0 +1,18 @@
+// Package packaging holds no product code: its tests check the files an
+// operator installs against what the agent really does and what
+// Kubernetes accepts.
+//
+//   - prometheus/testdata/agent-metrics.txt lists the agent's metric
+//     families and labels (written and checked by the agent's tests, there
+//     against a lab scrape); every metric and label that the alert rules,
+//     their promtool tests and the Grafana dashboard use must be in it, and
+//     promtool parses every dashboard query.
+//   - The Kubernetes manifests decode strictly into the API's own types and
+//     hold the systemd unit's capabilities.
+//   - systemd/testdata/syscalls-x86_64.txt is the unit's SystemCallFilter
+//     expanded by systemd-analyze; TestLabHardenedAgent runs the agent in
+//     the lab guest (busybox init, no systemd) under the unit's
+//     capabilities, no_new_privs, that list as a seccomp filter and a
+//     read-only mount namespace, applied by the test binary re-executed as
+//     a wrapper.
+package packaging
