@@ -1,15 +1,24 @@
 #!/bin/sh
 # The agent's soak, inside the lab guest: the agent runs for SECONDS
 # (default 600) under continuous QP churn on rxe0 and an rxe device added
-# and deleted every 20 s, and its resident memory is sampled every 10 s.
-# Prints "rss SECONDS KIB" lines, then the growth per hour from the first
+# and deleted every 20 s. Every 10 s it samples the agent's resident memory
+# (/proc) and, from its /metrics, the live Go heap and goroutines. Prints one
+# "sample" line each time, then the growth per hour of each from the first
 # to the last third of the run, and the agent's view at the end.
+# Heap profiles (pprof, RDMATOOL_HEAPPROFILE) of the agent at one third and
+# at the end of the run land in .lab/soak/ (go tool pprof -base to compare).
 #   vmlab run -kernel 6.12 -timeout 30m -- sh vmtest/bench/soak.sh 600
 set -u
 bin=.lab/bin
 secs=${1:-600}
 sock=/tmp/rdmatool-soak.sock
-$bin/rdmatool agent --socket "$sock" --interval 10s 2>/tmp/soak-agent.err &
+out=.lab/soak
+metrics=127.0.0.1:10095
+mkdir -p "$out"
+prof=$out/heap-${VMTEST_KERNEL:-unknown}
+rm -f "$prof".*
+RDMATOOL_HEAPPROFILE=$prof $bin/rdmatool agent --socket "$sock" --interval 10s \
+	--metrics-address "$metrics" 2>/tmp/soak-agent.err &
 agent=$!
 i=0
 until $bin/rdmatool qp-leaks -j --agent-socket "$sock" >/dev/null 2>&1; do
@@ -31,24 +40,44 @@ churn=$!
 	done
 ) &
 links=$!
+
+# metric NAME: the agent's current value of an unlabelled metric, or -1.
+metric() {
+	awk -v m="$1" '$1 == m { v = $2 } END { if (v == "") v = -1; printf "%.0f\n", v }' /tmp/soak-metrics
+}
+
 start=$(date +%s)
-: >/tmp/soak-rss
+profiled=
+: >/tmp/soak-samples
+echo "soak: columns: seconds rss_kib heap_inuse_kib heap_alloc_kib goroutines"
 while [ $(($(date +%s) - start)) -lt "$secs" ]; do
 	t=$(($(date +%s) - start))
 	rss=$(awk '/^VmRSS/ {print $2}' /proc/$agent/status)
-	echo "rss $t $rss" | tee -a /tmp/soak-rss
+	wget -q -O /tmp/soak-metrics "http://$metrics/metrics" 2>/dev/null || : >/tmp/soak-metrics
+	inuse=$(($(metric go_memstats_heap_inuse_bytes) / 1024))
+	alloc=$(($(metric go_memstats_heap_alloc_bytes) / 1024))
+	gor=$(metric go_goroutines)
+	echo "sample $t $rss $inuse $alloc $gor" | tee -a /tmp/soak-samples
+	if [ -z "$profiled" ] && [ "$t" -ge $((secs / 3)) ]; then
+		kill -USR1 "$agent" && profiled=1
+	fi
 	sleep 10
 done
 wait $churn $links
 awk -v secs="$secs" '
-	{ t[NR] = $2; r[NR] = $3 }
+	{ t[NR] = $2; for (c = 3; c <= 6; c++) v[NR, c] = $c }
 	END {
 		n = NR; k = int(n / 3); if (k < 1) k = 1
-		for (i = 1; i <= k; i++) { a += r[i]; ta += t[i] }
-		for (i = n - k + 1; i <= n; i++) { b += r[i]; tb += t[i] }
-		a /= k; b /= k; ta /= k; tb /= k
-		printf "soak: %d samples over %ds; RSS first third %.0f KiB, last third %.0f KiB: %+.0f KiB per hour\n", n, secs, a, b, (b - a) / (tb - ta) * 3600
-	}' /tmp/soak-rss
+		split("rss_kib heap_inuse_kib heap_alloc_kib goroutines", name, " ")
+		for (c = 3; c <= 6; c++) {
+			a = 0; b = 0; ta = 0; tb = 0
+			for (i = 1; i <= k; i++) { a += v[i, c]; ta += t[i] }
+			for (i = n - k + 1; i <= n; i++) { b += v[i, c]; tb += t[i] }
+			a /= k; b /= k; ta /= k; tb /= k
+			printf "soak: %s: first third %.0f, last third %.0f: %+.0f per hour (%d samples over %ds)\n",
+				name[c - 2], a, b, (b - a) / (tb - ta) * 3600, n, secs
+		}
+	}' /tmp/soak-samples
 
 echo "soak: agent's report at the end:"
 $bin/rdmatool qp-leaks --agent-socket "$sock" --min-age 4s | tail -n 1
@@ -56,3 +85,4 @@ kill -TERM "$agent"
 wait "$agent"
 echo "soak: agent exit status $?"
 grep -c . /tmp/soak-agent.err | sed 's/^/soak: agent log lines: /'
+ls "$prof".* 2>/dev/null | sed 's/^/soak: heap profile /'
