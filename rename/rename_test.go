@@ -22,8 +22,8 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata")
 // fakeKernel is a Renamer that keeps names the way ib_core does: unique,
 // and EEXIST for a taken one. A rename leaves NAME_ASSIGN_TYPE as it is.
 type fakeKernel struct {
-	devs  []rdmanl.Device
-	fail  map[string]error // "from>to": the error that rename returns
+	devs []rdmanl.Device
+	fail map[string]error // "from>to": the error that rename returns
 	// deleteFirst: "from>to": the index of a device deleted just before
 	// that rename reaches the kernel, as by a racing DELLINK.
 	deleteFirst map[string]uint32
@@ -360,11 +360,11 @@ func TestRun(t *testing.T) {
 			wantIs:    rdmanl.ErrNoDevice,
 		},
 		{
-			name:      "a device of a swap is deleted while under its temporary name",
-			devs:      []rdmanl.Device{hcaA, hcaB},
-			opts:      Options{All: true},
-			mapFile:   "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
-			deletes:   map[string]uint32{"mlx5_1>mlx5_0": 3},
+			name:    "a device of a swap is deleted while under its temporary name",
+			devs:    []rdmanl.Device{hcaA, hcaB},
+			opts:    Options{All: true},
+			mapFile: "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
+			deletes: map[string]uint32{"mlx5_1>mlx5_0": 3},
 			want: []brief{
 				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: mlx5_0 to mlx5_1: no such device"},
 				{"mlx5_1", "mlx5_0", "map", "failed", "map MAP:2", "rename: mlx5_1 to mlx5_0: given up because renaming mlx5_0 to mlx5_1 failed: no such device"},
@@ -375,11 +375,11 @@ func TestRun(t *testing.T) {
 			wantIs:    rdmanl.ErrNoDevice,
 		},
 		{
-			name:      "the other device of a swap is deleted",
-			devs:      []rdmanl.Device{hcaA, hcaB},
-			opts:      Options{All: true},
-			mapFile:   "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
-			deletes:   map[string]uint32{"mlx5_1>mlx5_0": 4},
+			name:    "the other device of a swap is deleted",
+			devs:    []rdmanl.Device{hcaA, hcaB},
+			opts:    Options{All: true},
+			mapFile: "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
+			deletes: map[string]uint32{"mlx5_1>mlx5_0": 4},
 			want: []brief{
 				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: mlx5_0 to mlx5_1: given up because renaming mlx5_1 to mlx5_0 failed: no such device"},
 				{"mlx5_1", "mlx5_0", "map", "failed", "map MAP:2", "rename: mlx5_1 to mlx5_0: no such device"},
@@ -390,12 +390,12 @@ func TestRun(t *testing.T) {
 			wantIs:    rdmanl.ErrNoDevice,
 		},
 		{
-			name:      "a device of a swap is deleted and the last step fails",
-			devs:      []rdmanl.Device{hcaA, hcaB},
-			opts:      Options{All: true},
-			mapFile:   "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
-			deletes:   map[string]uint32{"rdmatool-tmp3>mlx5_1": 4},
-			fail:      map[string]error{"rdmatool-tmp3>mlx5_1": &rdmanl.Error{Op: "rename rdmatool-tmp3 to mlx5_1", Err: syscall.EBUSY}},
+			name:    "a device of a swap is deleted and the last step fails",
+			devs:    []rdmanl.Device{hcaA, hcaB},
+			opts:    Options{All: true},
+			mapFile: "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
+			deletes: map[string]uint32{"rdmatool-tmp3>mlx5_1": 4},
+			fail:    map[string]error{"rdmatool-tmp3>mlx5_1": &rdmanl.Error{Op: "rename rdmatool-tmp3 to mlx5_1", Err: syscall.EBUSY}},
 			want: []brief{
 				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: mlx5_0 to mlx5_1: device or resource busy; mlx5_1 deleted meanwhile"},
 				{"mlx5_1", "mlx5_0", "map", "failed", "map MAP:2", "rename: mlx5_1 to mlx5_0: given up because renaming mlx5_0 to mlx5_1 failed: device or resource busy; mlx5_1 deleted meanwhile"},
