@@ -394,7 +394,7 @@ func resDump[T any](ctx context.Context, c *Client, dev Device, opts DumpOptions
 			}
 			if err != nil {
 				var zero T
-				yield(zero, wrap(what, err))
+				yield(zero, c.goneOr(ctx, dev, what, err))
 				return
 			}
 			if !interrupted {
@@ -580,10 +580,11 @@ func (c *Client) Rename(ctx context.Context, dev Device, name string) error {
 }
 
 // goneOr wraps err, the kernel's answer to a request about dev, and makes
-// it ErrNoDevice when dev is gone: the SET and DELLINK doits answer EINVAL,
-// not ENODEV, for an index no registered device has (ib_device_get_by_index
-// fails for a device deleted or being unregistered), so an EINVAL is looked
-// into with a device listing.
+// it ErrNoDevice when dev is gone: the SET and DELLINK doits and the
+// resource dumps (also when the device goes between two messages of a
+// dump) answer EINVAL, not ENODEV, for an index no registered device has
+// (ib_device_get_by_index fails for a device deleted or being
+// unregistered), so an EINVAL is looked into with a device listing.
 func (c *Client) goneOr(ctx context.Context, dev Device, op string, err error) error {
 	if errors.Is(err, unix.EINVAL) {
 		devs, lerr := c.Devices(ctx)
