@@ -294,7 +294,7 @@ func TestLabAgentRenameRacesDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() }) // after the cleanups below, which use it
 	const guid = rdmanl.GUID(0x000000fffe000708) // EUI-64 of the MAC
 	byGUID := func() (rdmanl.Device, bool) {
 		devs, err := c.Devices(context.Background())
