@@ -329,7 +329,7 @@ func TestLabAgentRenameRacesDelete(t *testing.T) {
 	args := []string{"agent", "--socket", sock, "--metrics-address", "127.0.0.1:0", "--interval", "30s",
 		"--rename", "map", "--names-map", names, "--rename-force"}
 	var logs strings.Builder
-	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), args...)
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"-v"}, args...)...)
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -345,15 +345,19 @@ func TestLabAgentRenameRacesDelete(t *testing.T) {
 		del()
 	}
 	add()
+	stayed, _ := byGUID()
 	if !waitUntil(10*time.Second, named) {
 		d, _ := byGUID()
-		t.Errorf("the device that stayed is %q 10s after it was added, want lab_roce8", d.Name)
+		t.Errorf("the device that stayed (index %d) is %q 10s after it was added, want lab_roce8", stayed.Index, d.Name)
 	}
 	if _, err := agent.AskStatus(t.Context(), sock); err != nil {
 		t.Errorf("the agent after the races: %v", err)
 	}
 	cmd.Process.Kill()
 	<-exited
+	if t.Failed() {
+		t.Logf("agent log:\n%s", logs.String())
+	}
 	failed := 0
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, "panic") || strings.HasPrefix(l, "goroutine ") {
