@@ -7,12 +7,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rename"
+	"github.com/rdmatool/rdmatool/reset"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -38,6 +40,9 @@ type Config struct {
 	// ExhaustionThreshold is the share of max_qp in use that qp-exhaustion
 	// reports (0 < x <= 1).
 	ExhaustionThreshold *float64
+	// Policy is the remediation policy: DefaultPolicy with what the
+	// file's policy mapping sets, checked; nil when the file has none.
+	Policy *Policy
 }
 
 // configKeys are the keys a configuration file may have, with how each is
@@ -54,6 +59,7 @@ var configKeys = map[string]func(c *Config, n *yaml.Node) error{
 	"names_map":            func(c *Config, n *yaml.Node) error { return setString(&c.NamesMap, n, checkAbsolute) },
 	"rename_force":         func(c *Config, n *yaml.Node) error { return setBool(&c.RenameForce, n) },
 	"exhaustion_threshold": setThreshold,
+	"policy":               setPolicy,
 }
 
 // ConfigError is a configuration file's first problem, located.
@@ -152,7 +158,7 @@ func unwrapPath(err error) error {
 }
 
 func knownKeys() []string {
-	return []string{"exhaustion_threshold", "interval", "max_qp", "metrics_address", "names_map", "probes", "reconcile", "rename", "rename_force", "retain", "socket"}
+	return []string{"exhaustion_threshold", "interval", "max_qp", "metrics_address", "names_map", "policy", "probes", "reconcile", "rename", "rename_force", "retain", "socket"}
 }
 
 func scalar(n *yaml.Node, want string) error {
@@ -292,6 +298,16 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 	if c.Probes != nil && !given("probes") {
 		o.NoProbes = !*c.Probes
 	}
+	if c.Policy != nil {
+		p := *c.Policy
+		if given("policy") {
+			p.Mode = o.Policy.Mode
+		}
+		if given("policy_dry_run") {
+			p.DryRun = o.Policy.DryRun
+		}
+		o.Policy = p
+	}
 	if len(c.MaxQP) > 0 {
 		merged := make(map[string]uint64, len(c.MaxQP)+len(o.MaxQP))
 		for k, v := range c.MaxQP {
@@ -302,6 +318,122 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 		}
 		o.MaxQP = merged
 	}
+}
+
+// policyKeys are the keys of the policy mapping, with how each is read.
+var policyKeys = map[string]func(p *Policy, n *yaml.Node) error{
+	"mode": func(p *Policy, n *yaml.Node) error {
+		if err := scalar(n, "observe or reset"); err != nil {
+			return err
+		}
+		p.Mode = n.Value
+		return nil
+	},
+	"dry_run": func(p *Policy, n *yaml.Node) error { return decodeBool(&p.DryRun, n) },
+	"qp_use": func(p *Policy, n *yaml.Node) error {
+		if n.Kind != yaml.ScalarNode || (n.Tag != "!!float" && n.Tag != "!!int") || n.Decode(&p.QPUse) != nil {
+			return fmt.Errorf("%q: want a share of max_qp from 0 to 1, such as 0.9", n.Value)
+		}
+		return nil
+	},
+	"stale_qps":    func(p *Policy, n *yaml.Node) error { return decodeCount(&p.StaleQPs, n) },
+	"max_per_hour": func(p *Policy, n *yaml.Node) error { return decodeCount(&p.MaxPerHour, n) },
+	"stale_rules": func(p *Policy, n *yaml.Node) error {
+		var rules []string
+		if n.Kind != yaml.SequenceNode || n.Decode(&rules) != nil {
+			return errors.New("want a list of rule names, such as [stale-error-qp, last-wqe-not-emitted]")
+		}
+		p.StaleRules = rules
+		return nil
+	},
+	"for":      func(p *Policy, n *yaml.Node) error { return decodeDuration(&p.For, n, 0) },
+	"cooldown": func(p *Policy, n *yaml.Node) error { return decodeDuration(&p.Cooldown, n, time.Second) },
+	"grace":    func(p *Policy, n *yaml.Node) error { return decodeDuration(&p.Grace, n, 0) },
+	"timeout":  func(p *Policy, n *yaml.Node) error { return decodeDuration(&p.Timeout, n, time.Second) },
+	"method": func(p *Policy, n *yaml.Node) error {
+		if err := scalar(n, "a reset method, such as auto"); err != nil {
+			return err
+		}
+		p.Method = reset.Method(n.Value)
+		return nil
+	},
+}
+
+// setPolicy reads the policy mapping over DefaultPolicy and checks the
+// result: a contradiction is reported at the key it names, or at the
+// mapping when the file does not set that key.
+func setPolicy(c *Config, n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return errors.New("want a mapping, such as {mode: reset, qp_use: 0.9}")
+	}
+	p := DefaultPolicy()
+	lines := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		set, ok := policyKeys[k.Value]
+		if !ok || k.Kind != yaml.ScalarNode {
+			keys := make([]string, 0, len(policyKeys))
+			for key := range policyKeys {
+				keys = append(keys, key)
+			}
+			slices.Sort(keys)
+			return &ConfigError{Line: k.Line, Key: k.Value, Err: fmt.Errorf("unknown key (valid: %s)", strings.Join(keys, ", "))}
+		}
+		if line, dup := lines[k.Value]; dup {
+			return &ConfigError{Line: k.Line, Key: k.Value, Err: fmt.Errorf("given twice (first on line %d)", line)}
+		}
+		lines[k.Value] = k.Line
+		if err := set(&p, v); err != nil {
+			return &ConfigError{Line: v.Line, Key: k.Value, Err: err}
+		}
+	}
+	if err := p.Check(); err != nil {
+		var pe *PolicyError
+		if errors.As(err, &pe) {
+			key := strings.TrimPrefix(pe.Key, "policy.")
+			line := lines[key]
+			if line == 0 {
+				line = n.Line
+			}
+			return &ConfigError{Line: line, Key: key, Err: pe.Err}
+		}
+		return err
+	}
+	c.Policy = &p
+	return nil
+}
+
+func decodeBool(dst *bool, n *yaml.Node) error {
+	var b *bool
+	if err := setBool(&b, n); err != nil {
+		return err
+	}
+	*dst = *b
+	return nil
+}
+
+func decodeCount(dst *int, n *yaml.Node) error {
+	var v int
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < 0 {
+		return fmt.Errorf("%q: want a whole number, 0 or more", n.Value)
+	}
+	*dst = v
+	return nil
+}
+
+func decodeDuration(dst *time.Duration, n *yaml.Node, min time.Duration) error {
+	if err := scalar(n, "a duration such as 30s or 5m"); err != nil {
+		return err
+	}
+	d, err := time.ParseDuration(n.Value)
+	if err != nil || d < min {
+		if min > 0 {
+			return fmt.Errorf("%q: want a duration of at least %s, such as 30s or 5m", n.Value, min)
+		}
+		return fmt.Errorf("%q: want a duration, 0s or more, such as 30s or 5m", n.Value)
+	}
+	*dst = d
+	return nil
 }
 
 // ReloadFrom returns what a reload of the file at path changes in running,
@@ -337,7 +469,13 @@ func ReloadFrom(path string, optional bool, base, running RunOptions, given func
 	if o.Reconcile <= 0 {
 		o.Reconcile = DefaultReconcile
 	}
-	return Reloadable{MaxQP: o.MaxQP, Reconcile: o.Reconcile}, nil
+	if o.Policy.Mode == "" {
+		o.Policy = DefaultPolicy()
+	}
+	if err := o.Policy.Check(); err != nil { // the command line's over the file's
+		return Reloadable{}, &ConfigError{Path: path, Err: err}
+	}
+	return Reloadable{MaxQP: o.MaxQP, Reconcile: o.Reconcile, Policy: &o.Policy}, nil
 }
 
 // renameString is a comparable form of rename options.

@@ -45,6 +45,19 @@ max_qp:
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
+	pol, err := ParseConfig("a.yaml", []byte("policy:\n  mode: reset\n  dry_run: true\n  qp_use: 0.5\n  stale_qps: 0\n  stale_rules: [stale-error-qp]\n  for: 0s\n  cooldown: 10m\n  max_per_hour: 3\n  method: relink\n  grace: 0s\n  timeout: 1m\n"))
+	wantPol := Policy{Mode: PolicyReset, DryRun: true, QPUse: 0.5, StaleQPs: 0, StaleRules: []string{"stale-error-qp"}, For: 0,
+		Cooldown: 10 * time.Minute, MaxPerHour: 3, Method: "relink", Grace: 0, Timeout: time.Minute}
+	if err != nil || pol.Policy == nil || !cmp.Equal(*pol.Policy, wantPol) {
+		t.Errorf("policy: %+v, %v; want %+v", pol.Policy, err, wantPol)
+	}
+	// Left out, a key keeps its default.
+	pol, err = ParseConfig("a.yaml", []byte("policy:\n  mode: reset\n"))
+	wantPol = DefaultPolicy()
+	wantPol.Mode = PolicyReset
+	if err != nil || pol.Policy == nil || !cmp.Equal(*pol.Policy, wantPol) {
+		t.Errorf("policy with mode only: %+v, %v; want %+v", pol.Policy, err, wantPol)
+	}
 	for _, empty := range []string{"", "# only comments\n", "---\n", "~\n"} {
 		if c, err := ParseConfig("a.yaml", []byte(empty)); err != nil || !cmp.Equal(c, Config{}) {
 			t.Errorf("ParseConfig(%q) = %+v, %v; want an empty Config", empty, c, err)
@@ -55,7 +68,7 @@ max_qp:
 // Every bad file is refused with the file, the line and the key.
 func TestParseConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
-		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: exhaustion_threshold, interval, max_qp, metrics_address, names_map, probes, reconcile, rename, rename_force, retain, socket)`},
+		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: exhaustion_threshold, interval, max_qp, metrics_address, names_map, policy, probes, reconcile, rename, rename_force, retain, socket)`},
 		{"rename: map,uuid\n", `agent: config a.yaml:1: rename: unknown policy "uuid"`},
 		{"names_map: names.conf\n", `agent: config a.yaml:1: names_map: "names.conf": want an absolute path`},
 		{"exhaustion_threshold: 80\n", `agent: config a.yaml:1: exhaustion_threshold: "80": want a share of max_qp above 0 and at most 1`},
@@ -75,6 +88,27 @@ func TestParseConfigErrors(t *testing.T) {
 		{"- interval\n", `agent: config a.yaml:1: want a mapping of keys to values`},
 		{"interval: 10s\n---\nreconcile: 1m\n", `agent: config a.yaml:2: a second YAML document`},
 		{"interval: [\n", `agent: config a.yaml: `},
+		// The policy: its keys, their types, and contradictions, at the
+		// key at fault (or the mapping when the file leaves it out).
+		{"policy: reset\n", `agent: config a.yaml:1: policy: want a mapping`},
+		{"policy:\n  mode: fix\n", `agent: config a.yaml:2: policy.mode: "fix": want observe or reset`},
+		{"policy:\n  mode: reset\n  qp_usage: 0.9\n", `agent: config a.yaml:3: policy.qp_usage: unknown key (valid: cooldown, dry_run, for, grace, max_per_hour, method, mode, qp_use, stale_qps, stale_rules, timeout)`},
+		{"policy:\n  qp_use: 90%\n", `agent: config a.yaml:2: policy.qp_use: "90%": want a share of max_qp from 0 to 1`},
+		{"policy:\n  qp_use: 90\n", `agent: config a.yaml:2: policy.qp_use: 90: want a share of max_qp from 0 to 1`},
+		{"policy:\n  stale_qps: -1\n", `agent: config a.yaml:2: policy.stale_qps: "-1": want a whole number`},
+		{"policy:\n  for: soon\n", `agent: config a.yaml:2: policy.for: "soon": want a duration`},
+		{"policy:\n  cooldown: 100ms\n", `agent: config a.yaml:2: policy.cooldown: "100ms": want a duration of at least 1s`},
+		{"policy:\n  method: reboot\n", `agent: config a.yaml:2: policy.method: unknown method "reboot"`},
+		{"policy:\n  stale_rules: stale-error-qp\n", `agent: config a.yaml:2: policy.stale_rules: want a list of rule names`},
+		{"policy:\n  mode: reset\n  stale_rules: [stale-error-qp, qp-exhaustion]\n", `agent: config a.yaml:3: policy.stale_rules: qp-exhaustion: a device rule, not a QP rule`},
+		{"policy:\n  stale_rules: [stale-eror-qp]\n", `agent: config a.yaml:2: policy.stale_rules: stale-eror-qp: unknown rule`},
+		{"policy:\n  dry_run: true\n", `agent: config a.yaml:2: policy.dry_run: set with mode observe, which never resets`},
+		{"policy:\n  mode: reset\n  method: netdev-bounce\n", `agent: config a.yaml:3: policy.method: netdev-bounce keeps every QP`},
+		{"policy:\n  mode: reset\n  qp_use: 0\n  stale_qps: 0\n", `agent: config a.yaml:3: policy.qp_use: 0 with stale_qps 0: the policy would reset healthy devices`},
+		{"policy:\n  mode: reset\n  max_per_hour: 0\n", `agent: config a.yaml:3: policy.max_per_hour: 0: want at least 1`},
+		{"policy:\n  mode: reset\n  for: 2h\n", `agent: config a.yaml:2: policy.cooldown: 1h0m0s is shorter than for (2h0m0s)`},
+		{"policy:\n  stale_rules: []\n", `agent: config a.yaml:2: policy.stale_rules: empty with stale_qps 100`},
+		{"policy:\n  mode: reset\n  mode: observe\n", `agent: config a.yaml:3: policy.mode: given twice (first on line 2)`},
 	} {
 		_, err := ParseConfig("a.yaml", []byte(tt.in))
 		var ce *ConfigError
@@ -110,7 +144,8 @@ func TestDefaultConfigFile(t *testing.T) {
 	}
 	// The values shown are the defaults.
 	if *c.Socket != DefaultSocket || *c.MetricsAddress != DefaultMetricsAddress || *c.Reconcile != DefaultReconcile || *c.Interval != 10*time.Second || !*c.Probes ||
-		*c.Rename != "" || *c.NamesMap != rename.DefaultMapFile || *c.RenameForce || *c.ExhaustionThreshold != 0.8 {
+		*c.Rename != "" || *c.NamesMap != rename.DefaultMapFile || *c.RenameForce || *c.ExhaustionThreshold != 0.8 ||
+		!cmp.Equal(*c.Policy, DefaultPolicy()) {
 		t.Errorf("the default file shows other values than the defaults: %+v", c)
 	}
 }
@@ -151,6 +186,28 @@ func TestApplyAndReload(t *testing.T) {
 	r, err := ReloadFrom(path, false, base, running, given)
 	if err != nil || r.Reconcile != time.Minute || !cmp.Equal(r.MaxQP, map[string]uint64{"rxe0": 300, "siw0": 5}) {
 		t.Errorf("reload: %+v, %v", r, err)
+	}
+	if r.Policy == nil || !cmp.Equal(*r.Policy, DefaultPolicy()) {
+		t.Errorf("reload without a policy: %+v, want the default", r.Policy)
+	}
+	// The policy reloads; a policy flag wins over the file, and a file
+	// that contradicts a flag is refused.
+	write("interval: 30s\npolicy:\n  mode: reset\n  stale_qps: 5\n")
+	r, err = ReloadFrom(path, false, base, running, given)
+	if err != nil || r.Policy == nil || r.Policy.Mode != PolicyReset || r.Policy.StaleQPs != 5 {
+		t.Errorf("reload with a policy: %+v, %v", r.Policy, err)
+	}
+	flagged := base
+	flagged.Policy = DefaultPolicy()
+	flagged.Policy.DryRun = true
+	withFlag := func(key string) bool { return key == "reconcile" || key == "policy_dry_run" }
+	r, err = ReloadFrom(path, false, flagged, running, withFlag)
+	if err != nil || r.Policy == nil || r.Policy.Mode != PolicyReset || !r.Policy.DryRun {
+		t.Errorf("reload with --policy-dry-run: %+v, %v", r.Policy, err)
+	}
+	write("interval: 30s\npolicy:\n  mode: observe\n")
+	if _, err := ReloadFrom(path, false, flagged, running, withFlag); err == nil || !strings.Contains(err.Error(), "policy.dry_run: set with mode observe") {
+		t.Errorf("reload of mode observe under --policy-dry-run: %v", err)
 	}
 	for file, want := range map[string]string{
 		"interval: 1m\n":                           "interval: changed from 30s to 1m0s, which takes a restart (nothing reloaded)",
@@ -238,7 +295,8 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // one line naming the file, and never panics.
 func FuzzParseConfig(f *testing.F) {
 	for _, seed := range []string{"", "interval: 10s\n", "max_qp:\n  rxe0: 5\n", "probes: [\n", "a: b\n---\nc: d\n",
-		"rename: map,guid\nnames_map: /etc/x\n", "exhaustion_threshold: 0.5\n", "{interval: 1m, reconcile: 5m}\n", "&a [*a]\n"} {
+		"rename: map,guid\nnames_map: /etc/x\n", "exhaustion_threshold: 0.5\n", "{interval: 1m, reconcile: 5m}\n", "&a [*a]\n",
+		"policy:\n  mode: reset\n  stale_rules: [stale-error-qp]\n  for: 1m\n", "policy: {mode: reset, dry_run: true, qp_use: 0.5, method: relink}\n"} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/reset"
 )
 
 // Netlink is what the agent reads over RDMA netlink; *rdmanl.Client is
@@ -51,6 +52,9 @@ type Deps struct {
 	LearnDevice func(rdmanl.Device) DeviceFacts
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Reset resets a device for the remediation policy; nil is
+	// ResetDevice.
+	Reset func(ctx context.Context, o reset.Options) (reset.Report, error)
 }
 
 // DialNetlink opens an rdmanl.Client as a Netlink.
@@ -69,5 +73,18 @@ func (d Deps) withDefaults() Deps {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
+	if d.Reset == nil {
+		d.Reset = ResetDevice
+	}
 	return d
+}
+
+// ResetDevice runs reset.Run on a netlink client of its own.
+func ResetDevice(ctx context.Context, o reset.Options) (reset.Report, error) {
+	c, err := rdmanl.Dial()
+	if err != nil {
+		return reset.Report{Device: o.Device, Method: o.Method, Result: reset.ResultFailed, Error: err.Error()}, err
+	}
+	defer c.Close()
+	return reset.Run(ctx, c, o)
 }

@@ -34,6 +34,21 @@
 // start, and after a reset or re-registration brings it back under its
 // kernel name) gets its persistent name through package rename, logged.
 //
+// # Remediation policy
+//
+// RunOptions.Policy is off (PolicyObserve) by default. With PolicyReset,
+// runPolicy looks every Interval at each device's evidence: QPs in use (the
+// resource summary) against max_qp (configured, else learned), and its
+// stale QPs (QPs with a finding of Policy.StaleRules, each once, from the
+// evaluation the metrics use). When both thresholds have held for
+// Policy.For, the device is reset through Deps.Reset (reset.Run, with the
+// policy's method, grace and timeout and the agent's rename policies, its
+// removal in RunOptions.ResetHelper), unless it was reset less than
+// Policy.Cooldown ago (by node GUID), Policy.MaxPerHour resets were made in
+// the last hour, or its reset has not returned. Each decision is logged
+// with its evidence when it changes (a reset every time) and counted;
+// Policy.DryRun logs the resets it would make, on their own cadence.
+//
 // # One-shot checks
 //
 // CheckOnce observes the host for a --watch with the probes (when they
@@ -62,7 +77,8 @@
 // (netlink's summary), current findings by rule and severity (an
 // evaluation at most five seconds old), probe events and lost events,
 // scans, scan errors and durations, max_qp (configured, else as the device
-// reported it) and the share in use; every device
+// reported it) and the share in use, the policy in force, its decisions
+// and the resets it started, and the names applied to devices; every device
 // series is labelled with the device name and its node GUID. A scrape
 // reads the State only: it never waits on netlink or the probes.
 //
@@ -71,8 +87,8 @@
 // LoadConfig reads the agent's YAML file (DefaultConfig), checking every
 // key and value and naming the line of the first problem; Config.Apply
 // lays it under the command line's flags. On SIGHUP Run calls
-// RunOptions.Reload (ReloadFrom in the CLI): max_qp and the reconcile
-// interval change at once, a bad file or a change only a restart can make
+// RunOptions.Reload (ReloadFrom in the CLI): max_qp, the reconcile
+// interval and the policy change at once, a bad file or a change only a restart can make
 // is refused and logged.
 //
 // # systemd
@@ -88,6 +104,8 @@
 // only and says why. Owners are resolved through /proc (package owner);
 // zombie contexts of other users' processes are seen only with root or
 // CAP_SYS_PTRACE (the rule says how many processes it could not read).
+// The policy's resets need what reset.Run needs (CAP_NET_ADMIN; for the
+// PCI methods CAP_SYS_ADMIN and a writable /sys).
 // While ib_core is not loaded (no NETLINK_RDMA, nothing to probe) the agent
 // serves the socket and tries again every RunOptions.Retry.
 // packaging/systemd has the unit.

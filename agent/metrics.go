@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"runtime"
@@ -47,6 +48,10 @@ type metricsSnapshot struct {
 	findings     map[findingKey]int
 	maxQP        map[string]uint64
 	skippedRules []leakwatch.Skipped
+	policy       Policy
+	decisions    map[[3]string]uint64
+	resets       map[[4]string]uint64
+	renames      map[[3]string]uint64
 }
 
 // deviceMaxQP is the configured limit of a device, else what it reported.
@@ -62,27 +67,45 @@ type findingKey struct {
 	severity     leakwatch.Severity
 }
 
+// evaluated renews the evaluation the metrics and the policy read when it
+// is findingsTTL old. The caller holds s.mu.
+func (s *State) evaluated() {
+	now := s.now()
+	if !s.findingsAt.IsZero() && now.Sub(s.findingsAt) < findingsTTL && !now.Before(s.findingsAt) {
+		return
+	}
+	s.resolveOwners()
+	rep := s.w.Evaluate(leakwatch.Query{MinAge: defaultMinAge})
+	s.findings = map[findingKey]int{}
+	s.findingQPs = map[string]map[string][]uint32{}
+	for _, f := range rep.Findings {
+		s.findings[findingKey{f.Device, f.Rule, f.Severity}]++
+		if f.Rule == leakwatch.RuleQPExhaustion || f.Rule == leakwatch.RuleZombieUverbsContext {
+			continue // device rules: no QP
+		}
+		byRule := s.findingQPs[f.Device]
+		if byRule == nil {
+			byRule = map[string][]uint32{}
+			s.findingQPs[f.Device] = byRule
+		}
+		byRule[f.Rule] = append(byRule[f.Rule], f.QPN)
+	}
+	s.skipped = rep.SkippedRules
+	s.findingsAt = now
+}
+
 // snapshot copies what the metrics export. The findings come from an
 // evaluation at most findingsTTL old.
 func (s *State) snapshot() metricsSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	if s.findingsAt.IsZero() || now.Sub(s.findingsAt) >= findingsTTL || now.Before(s.findingsAt) {
-		s.resolveOwners()
-		rep := s.w.Evaluate(leakwatch.Query{MinAge: defaultMinAge})
-		s.findings = map[findingKey]int{}
-		for _, f := range rep.Findings {
-			s.findings[findingKey{f.Device, f.Rule, f.Severity}]++
-		}
-		s.skipped = rep.SkippedRules
-		s.findingsAt = now
-	}
+	s.evaluated()
 	snap := metricsSnapshot{
 		version: s.version, started: s.w.Started(), probes: s.probes, listedOK: s.listedOK, lost: s.lost,
 		events: make(map[string]uint64, len(s.events)), devices: slices.Clone(s.devices),
 		guids: make(map[string]string, len(s.guids)), dev: make(map[string]devMetrics, len(s.dev)),
 		tally: s.w.Tally(topOwners), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
+		policy: s.pol, decisions: maps.Clone(s.decisions), resets: maps.Clone(s.resets), renames: maps.Clone(s.renames),
 	}
 	for k, v := range s.events {
 		snap.events[k] = v
@@ -109,6 +132,7 @@ type collector struct {
 	resources, qps, ownerQPs, findings, maxQP, useRatio     *prometheus.Desc
 	scans, scanErrors, scanDuration, lastScan               *prometheus.Desc
 	ruleSkipped                                             *prometheus.Desc
+	policyInfo, decisions, resets, renames                  *prometheus.Desc
 }
 
 // NewCollector returns a prometheus.Collector of the agent's State.
@@ -139,12 +163,20 @@ func NewCollector(st *State) prometheus.Collector {
 		scanErrors:   d("scan_errors_total", "Failed netlink QP dumps of the device.", dev...),
 		scanDuration: d("scan_duration_seconds", "How long the device's last netlink QP dump took.", dev...),
 		lastScan:     d("last_scan_timestamp_seconds", "When the device's last netlink QP dump ended, in seconds since the Unix epoch.", dev...),
+		policyInfo:   d("policy_info", "The remediation policy in force (1): mode observe or reset, and whether resets are only logged (dry_run).", "mode", "dry_run"),
+		decisions: d("policy_decisions_total", "Decisions of the remediation policy about a device whose thresholds held: reset, dry_run, cooldown, hourly_limit, in_progress, no_max_qp.",
+			append(dev, "decision")...),
+		resets: d("resets_total", "Resets the policy started, by method and result (done; waiting: the removal still waits for the device's holders; failed). device and node_guid are the device's before the reset.",
+			append(dev, "method", "result")...),
+		renames: d("renames_total", "Persistent names the agent applied to devices as they appeared, by result (renamed, unchanged, skipped, failed); device is the name after it.",
+			append(dev, "result")...),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
-		c.resources, c.qps, c.ownerQPs, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan} {
+		c.resources, c.qps, c.ownerQPs, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
+		c.policyInfo, c.decisions, c.resets, c.renames} {
 		ch <- d
 	}
 }
@@ -167,6 +199,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.startTime, float64(s.started.UnixNano())/1e9)
 	gauge(c.probesUp, b2f(s.probes))
 	gauge(c.netlinkUp, b2f(s.listedOK))
+	gauge(c.policyInfo, 1, s.policy.Mode, strconv.FormatBool(s.policy.DryRun))
+	for l, n := range s.decisions {
+		counter(c.decisions, float64(n), l[0], l[1], l[2])
+	}
+	for l, n := range s.resets {
+		counter(c.resets, float64(n), l[0], l[1], l[2], l[3])
+	}
+	for l, n := range s.renames {
+		counter(c.renames, float64(n), l[0], l[1], l[2])
+	}
 	counter(c.lost, float64(s.lost))
 	for kind, n := range s.events {
 		counter(c.events, float64(n), kind)

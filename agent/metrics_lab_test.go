@@ -23,16 +23,7 @@ import (
 func TestLabMetrics(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
 	const addr = "127.0.0.1:19095"
-	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "agent", "--socket", filepath.Join(t.TempDir(), "agent.sock"),
-		"--interval", "1s", "--metrics-address", addr)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+	logs, exited, stop := labAgent(t, "--socket", filepath.Join(t.TempDir(), "agent.sock"), "--interval", "1s", "--metrics-address", addr)
 
 	guid := func(dev string) string {
 		b, err := os.ReadFile("/sys/class/infiniband/" + dev + "/node_guid")
@@ -54,7 +45,7 @@ func TestLabMetrics(t *testing.T) {
 	// Up with its probes: the agent's own gauges say so.
 	var fams map[string]*dto.MetricFamily
 	var body string
-	waitLab(t, 60*time.Second, exited, &logs, "the agent serving metrics with its probes", func() bool {
+	waitLab(t, 60*time.Second, exited, logs, "the agent serving metrics with its probes", func() bool {
 		fams, body, _ = scrapeErr("http://" + addr + "/metrics")
 		up, _ := value(fams, "rdmatool_probes_up", map[string]string{})
 		scans, _ := value(fams, "rdmatool_scans_total", siw)
@@ -65,7 +56,7 @@ func TestLabMetrics(t *testing.T) {
 	// begun before they attached) is done. From here to the end (over 5s
 	// at --interval 1s) its history lives on events.
 	siwDumps, _ := value(fams, "rdmatool_scans_total", siw)
-	waitLab(t, 30*time.Second, exited, &logs, "two more intervals", func() bool {
+	waitLab(t, 30*time.Second, exited, logs, "two more intervals", func() bool {
 		fams, body, _ = scrapeErr("http://" + addr + "/metrics")
 		n, _ := value(fams, "rdmatool_scans_total", siw)
 		return n >= siwDumps+2
@@ -76,7 +67,7 @@ func TestLabMetrics(t *testing.T) {
 	w.WaitFor("ready", 30*time.Second)
 	pid := strconv.Itoa(w.PID())
 	started := time.Now()
-	waitLab(t, 30*time.Second, exited, &logs, "the workload's QPs in /metrics", func() bool {
+	waitLab(t, 30*time.Second, exited, logs, "the workload's QPs in /metrics", func() bool {
 		fams, body, _ = scrapeErr("http://" + addr + "/metrics")
 		errQPs, _ := value(fams, "rdmatool_qps", with(rxe, "type", "RC", "state", "ERR"))
 		owned, _ := value(fams, "rdmatool_owner_qps", with(rxe, "pid", pid, "comm", "qpwork", "ulp", ""))
@@ -85,7 +76,7 @@ func TestLabMetrics(t *testing.T) {
 	t.Logf("QPs in ERR in /metrics %.1fs after the workload was ready", time.Since(started).Seconds())
 	// The finding follows once the state is older than its min age (5s)
 	// and the evaluation it comes from (at most 5s old) is renewed.
-	waitLab(t, 30*time.Second, exited, &logs, "stale-error-qp in /metrics", func() bool {
+	waitLab(t, 30*time.Second, exited, logs, "stale-error-qp in /metrics", func() bool {
 		fams, body, _ = scrapeErr("http://" + addr + "/metrics")
 		n, _ := value(fams, "rdmatool_findings", with(rxe, "rule", leakwatch.RuleStaleErrorQP, "severity", "warning"))
 		return n >= 2
@@ -123,15 +114,34 @@ func TestLabMetrics(t *testing.T) {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 	w.Release(30 * time.Second)
+	stop()
+}
 
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("agent did not stop on SIGTERM: %s", logs.String())
+// labAgent starts `rdmatool agent` with args in the guest and returns its
+// log, a channel closed when it exits, and stop: SIGTERM, and the agent
+// must exit 0 within 30s. The agent is killed at the end of the test.
+func labAgent(t *testing.T, args ...string) (logs *strings.Builder, exited <-chan struct{}, stop func()) {
+	t.Helper()
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"agent"}, args...)...)
+	logs = &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("agent exited %d: %s", code, logs.String())
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	return logs, done, func() {
+		t.Helper()
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("agent did not stop on SIGTERM: %s", logs.String())
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("agent exited %d: %s", code, logs.String())
+		}
 	}
 }
 

@@ -56,6 +56,22 @@ func scrapeErr(url string) (map[string]*dto.MetricFamily, string, error) {
 
 // value returns the value of the series of name with exactly labels, and
 // whether there is one.
+// deviceValue scrapes url for the value of name on the device's series
+// (device and node_guid, and the labels kv gives in pairs); -1 when the
+// scrape fails, 0 when there is no such series.
+func deviceValue(url, dev, guid, name string, kv ...string) float64 {
+	fams, _, err := scrapeErr(url)
+	if err != nil {
+		return -1
+	}
+	labels := map[string]string{"device": dev, "node_guid": guid}
+	for i := 0; i+1 < len(kv); i += 2 {
+		labels[kv[i]] = kv[i+1]
+	}
+	v, _ := value(fams, name, labels)
+	return v
+}
+
 func value(fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
 	f := fams[name]
 	if f == nil {

@@ -72,6 +72,13 @@ type RunOptions struct {
 	// Reload, when set, is called on SIGHUP for the options to change: an
 	// error refuses the reload (logged) and the agent keeps its options.
 	Reload func() (Reloadable, error)
+	// Policy is the remediation policy (DefaultPolicy, observing, when
+	// its Mode is "").
+	Policy Policy
+	// ResetHelper is the command line that runs reset.RunHelper (the
+	// rdmatool binary's hidden helper command), required by Policy mode
+	// reset unless it is a dry run.
+	ResetHelper []string
 }
 
 // Reloadable are the options a running agent takes on SIGHUP; the others
@@ -79,6 +86,7 @@ type RunOptions struct {
 type Reloadable struct {
 	MaxQP     map[string]uint64
 	Reconcile time.Duration
+	Policy    *Policy // nil keeps the policy in force
 }
 
 // Run is the agent. Until ctx ends it serves the socket, follows the probe
@@ -107,6 +115,12 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	if o.Retry <= 0 {
 		o.Retry = time.Minute
 	}
+	if o.Policy.Mode == "" {
+		o.Policy = DefaultPolicy()
+	}
+	if err := checkPolicy(o.Policy, o.ResetHelper); err != nil {
+		return err
+	}
 	log := d.Log.With("source", "agent")
 	nl, err := d.Dial()
 	if err != nil && !errors.Is(err, syscall.EPROTONOSUPPORT) {
@@ -124,6 +138,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	st := NewState(cfg, d.Now, o.Version)
 	st.setReconcile(o.Reconcile)
 	st.SetProcRoot(d.ProcRoot)
+	st.setPolicy(o.Policy)
 
 	ln, err := Listen(o.Socket)
 	if err != nil {
@@ -144,6 +159,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	}
 	srv := newServer(NewHandler(st), log, idleTimeout)
 	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds(), "reconcile_seconds", o.Reconcile.Seconds())
+	logPolicy(log, o.Policy)
 	var msrv *http.Server
 	if mln != nil {
 		msrv = newServer(metricsHandler(st, log), log, idleTimeout)
@@ -193,12 +209,16 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	})
 	if o.Reload != nil {
 		g.Go(func() error {
-			reloadOnHUP(gctx, o.Reload, st, log)
+			reloadOnHUP(gctx, o.Reload, o.ResetHelper, st, log)
 			return nil
 		})
 	}
 	g.Go(func() error {
 		runDevices(gctx, d, o, st, nl, log)
+		return nil
+	})
+	g.Go(func() error {
+		runPolicy(gctx, d, o, st, d.Log.With("source", "policy"))
 		return nil
 	})
 	err = g.Wait()
@@ -332,7 +352,7 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 					if o.Rename != nil {
 						// The scanner starts under the old name; the next
 						// listing gives it the new one.
-						applyName(ctx, nl, *o.Rename, dev, log)
+						applyName(ctx, nl, *o.Rename, dev, st, log)
 					}
 					r := running{dev: &atomic.Pointer[rdmanl.Device]{}}
 					r.dev.Store(&dev)
@@ -502,7 +522,7 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 
 // reloadOnHUP applies reload's options on every SIGHUP until ctx ends. A
 // reload that fails changes nothing.
-func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), st *State, log *slog.Logger) {
+func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), helper []string, st *State, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -513,21 +533,28 @@ func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), st *Sta
 		case <-hup:
 		}
 		r, err := reload()
+		if err == nil && r.Policy != nil {
+			err = checkPolicy(*r.Policy, helper)
+		}
 		if err != nil {
 			log.Error("configuration reload refused, keeping the running one", "err", err)
 			continue
 		}
 		st.reload(r)
 		log.Info("configuration reloaded", "reconcile_seconds", r.Reconcile.Seconds(), "max_qp", r.MaxQP)
+		if r.Policy != nil {
+			logPolicy(log, *r.Policy)
+		}
 	}
 }
 
 // applyName gives a device that appeared its persistent name and logs what
 // was done, or why not.
-func applyName(ctx context.Context, nl Netlink, o rename.Options, dev rdmanl.Device, log *slog.Logger) {
+func applyName(ctx context.Context, nl Netlink, o rename.Options, dev rdmanl.Device, st *State, log *slog.Logger) {
 	o.Devices, o.All = []string{dev.Name}, false
 	rep, err := rename.Run(ctx, nl, o)
 	for _, r := range rep.Renames {
+		st.renamed(r)
 		switch r.Status {
 		case rename.StatusRenamed:
 			log.Info("device renamed", "device", r.From, "name", r.To, "node_guid", r.NodeGUID.String(), "policy", r.Policy, "reason", r.Reason)

@@ -68,8 +68,14 @@ type State struct {
 	facts       map[string]DeviceFacts // by device name, as learned
 	// The last evaluation for the metrics, and when it was made.
 	findings   map[findingKey]int
+	findingQPs map[string]map[string][]uint32 // QPNs by device and QP rule
 	skipped    []leakwatch.Skipped
 	findingsAt time.Time
+	// The remediation policy, and what it and the renames did.
+	pol       Policy
+	decisions map[[3]string]uint64 // device, node GUID, decision
+	resets    map[[4]string]uint64 // device, node GUID, method, result
+	renames   map[[3]string]uint64 // device, node GUID, result
 }
 
 // devMetrics are a device's scan counters and its last resource counts.
@@ -96,7 +102,8 @@ func NewState(cfg leakwatch.Config, now func() time.Time, version string) *State
 	return &State{w: leakwatch.New(cfg, now), now: now, version: version, probeErr: cfg.ProbesReason,
 		devices: []string{}, scanErrs: map[string]string{},
 		guids: map[string]string{}, dev: map[string]*devMetrics{}, events: map[string]uint64{}, maxQP: cfg.MaxQP, facts: map[string]DeviceFacts{},
-		devicesChanged: make(chan struct{}, 1)}
+		devicesChanged: make(chan struct{}, 1), pol: DefaultPolicy(),
+		decisions: map[[3]string]uint64{}, resets: map[[4]string]uint64{}, renames: map[[3]string]uint64{}}
 }
 
 // SetProbes says whether probe events feed the history, and why not.
@@ -170,6 +177,9 @@ func (s *State) reload(r Reloadable) {
 	}
 	s.maxQP = r.MaxQP
 	s.w.SetMaxQP(r.MaxQP)
+	if r.Policy != nil {
+		s.pol = *r.Policy
+	}
 	s.findingsAt = time.Time{} // the metrics' findings follow at once
 }
 

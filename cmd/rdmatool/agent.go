@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 )
 
 func newAgentCmd(g *globals) *cobra.Command {
-	var o agent.RunOptions
+	o := agent.RunOptions{Policy: agent.DefaultPolicy()}
 	var maxQP []string
 	var logFormat, configPath, renamePolicies, namesMap string
 	var renameForce bool
@@ -44,8 +45,9 @@ a 0755 directory and removed on exit. Logs go to stderr (journald).
 Prometheus metrics are served on --metrics-address (loopback by default; ""
 serves none), at /metrics only: QPs by device, type and state, the largest
 QP owners, resources in use, current findings by rule and severity, probe
-events and lost events, scans and their errors and duration. Every device
-series carries the device name and its node GUID.
+events and lost events, scans and their errors and duration, the policy's
+decisions and resets, the names applied. Every device series carries the
+device name and its node GUID.
 
 With --rename (or the rename key), each device the agent sees appear (at
 its start, and again after a reset or re-registration) gets its persistent
@@ -55,10 +57,23 @@ each rename is logged.
 Options come from --config (` + agent.DefaultConfig + `, when it exists;
 packaging/rdmatool/agent.yaml documents every key), flags overriding it. A
 file with an unknown key, a value of the wrong type or a bad duration stops
-the agent at start with the key and its line. SIGHUP reloads the file: max_qp
-and reconcile change at once; a bad file, or one changing what only a restart
+the agent at start with the key and its line. SIGHUP reloads the file: max_qp,
+reconcile and the policy change at once; a bad file, or one changing what only a restart
 can (socket, metrics_address, interval, probes, retain, exhaustion_threshold,
 the rename keys), is refused and logged, and the agent keeps running as it was.
+The remediation policy is off (--policy observe) unless asked for. With
+--policy reset (or the config's policy key, which holds its thresholds), a
+device that has at least policy.stale_qps stale QPs (findings of
+policy.stale_rules) while at least policy.qp_use of its max_qp is in use,
+both for policy.for, is reset as ` + "`rdmatool reset --yes`" + ` would (method, grace
+and timeout from the config; netdev-bounce is refused, QPs survive it), at
+most once per policy.cooldown per device (by node GUID) and
+policy.max_per_hour times an hour on the host. Every decision (reset,
+dry_run, cooldown, hourly_limit, in_progress, no_max_qp) is logged with its
+evidence and counted in rdmatool_policy_decisions_total, each reset's result
+in rdmatool_resets_total; --policy-dry-run only logs. The policy reloads on
+SIGHUP.
+
 Under systemd (Type=notify) it says READY once it serves and pets the
 watchdog while its history answers.
 
@@ -108,6 +123,11 @@ cannot start.`,
 			o.Reload = func() (agent.Reloadable, error) {
 				return agent.ReloadFrom(configPath, optional, base, running, given)
 			}
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("agent: find the rdmatool binary for resets: %w", err)
+			}
+			o.ResetHelper = []string{exe, resetHelperCmd}
 			o.Version = version
 			d := g.deps()
 			d.Log = log
@@ -127,6 +147,8 @@ cannot start.`,
 	f.StringVar(&namesMap, "names-map", rename.DefaultMapFile, "the map policy's file")
 	f.BoolVar(&renameForce, "rename-force", false, "rename devices whose name user space assigned too")
 	f.Float64Var(&o.ExhaustionThreshold, "exhaustion-threshold", 0.8, "share of max_qp in use that qp-exhaustion reports")
+	f.StringVar(&o.Policy.Mode, "policy", agent.PolicyObserve, "remediation policy: observe (never act) or reset (thresholds in the config's policy key)")
+	f.BoolVar(&o.Policy.DryRun, "policy-dry-run", false, "with --policy reset, log the resets the policy would make and make none")
 	return cmd
 }
 

@@ -301,12 +301,23 @@ func TestAgentConfigRefused(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("interval: 10s\nmax_qp:\n  rxe0: many\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A good policy file; a flag that contradicts it is refused as well.
+	pol := filepath.Join(dir, "policy.yaml")
+	conflict := filepath.Join(dir, "conflict.yaml")
+	for path, body := range map[string]string{pol: "policy:\n  stale_qps: 10\n", conflict: "policy:\n  mode: reset\n  method: netdev-bounce\n"} {
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tt := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--config", bad}, "rdmatool: agent: config " + bad + ":3: max_qp.rxe0: \"many\": want a positive number\n"},
 		{[]string{"--config", filepath.Join(dir, "none.yaml")}, "rdmatool: agent: config " + filepath.Join(dir, "none.yaml") + ": no such file or directory\n"},
+		{[]string{"--config", pol, "--policy-dry-run"}, "rdmatool: agent: policy.dry_run: set with mode observe, which never resets: a dry run needs mode reset\n"},
+		{[]string{"--config", pol, "--policy", "fix"}, "rdmatool: agent: policy.mode: \"fix\": want observe or reset\n"},
+		{[]string{"--config", conflict}, "rdmatool: agent: config " + conflict + ":3: policy.method: netdev-bounce keeps every QP: it cannot free a device's QPs\n"},
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"agent", "--socket", filepath.Join(dir, "s")}, tt.args...)...)
 		if code != 2 || stdout != "" || stderr != tt.want {
