@@ -295,6 +295,7 @@ func TestLabAgentRenameRacesDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() }) // after the cleanups below, which use it
+
 	const guid = rdmanl.GUID(0x000000fffe000708) // EUI-64 of the MAC
 	byGUID := func() (rdmanl.Device, bool) {
 		devs, err := c.Devices(context.Background())
