@@ -338,8 +338,14 @@ func TestLabAgentRenameRacesDelete(t *testing.T) {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() { cmd.Process.Kill() })
-	if !waitUntil(60*time.Second, func() bool { _, err := agent.AskStatus(t.Context(), sock); return err == nil }) {
-		t.Fatal("the agent does not answer")
+	// Its device events come from the probes (and from 6.12 the monitor
+	// group): a device added before they attach waits for the listing
+	// interval.
+	if !waitUntil(60*time.Second, func() bool {
+		st, err := agent.AskStatus(t.Context(), sock)
+		return err == nil && st.Probes == "on"
+	}) {
+		t.Fatal("the agent does not answer with its probes on")
 	}
 	for range 10 {
 		add()
