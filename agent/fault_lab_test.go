@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/vmtest"
 	"golang.org/x/sys/unix"
 )
@@ -275,4 +277,119 @@ func TestLabUnprivileged(t *testing.T) {
 	if err := json.Unmarshal(out, &rep); err != nil || rep.Probes != "off" || !strings.Contains(rep.ProbesError, "CAP_BPF") {
 		t.Errorf("qp-leaks as nobody: %v, probes %s (%s)", err, rep.Probes, rep.ProbesError)
 	}
+}
+
+// The agent's rename policy under devices deleted in the middle of their
+// renames: a device added and deleted at once, ten times, while the agent
+// names it. The agent lives on, logs each failure as one line saying the
+// device is gone, and names the device that stays. Killed with SIGKILL,
+// the next agent names the device that came back while none ran.
+func TestLabAgentRenameRacesDelete(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	if out, err := exec.Command("sh", "-c", "ip link add name ragent8 address 02:00:00:00:07:08 type dummy && ip link set ragent8 up").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "link", "del", "ragent8").Run() })
+	c, err := rdmanl.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() }) // after the cleanups below, which use it
+
+	const guid = rdmanl.GUID(0x000000fffe000708) // EUI-64 of the MAC
+	byGUID := func() (rdmanl.Device, bool) {
+		devs, err := c.Devices(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(devs, func(d rdmanl.Device) bool { return d.NodeGUID == guid })
+		if i < 0 {
+			return rdmanl.Device{}, false
+		}
+		return devs[i], true
+	}
+	del := func() {
+		if d, ok := byGUID(); ok {
+			if err := c.LinkDelete(context.Background(), d); err != nil && !errors.Is(err, rdmanl.ErrNoDevice) {
+				t.Fatalf("delete %s: %v", d.Name, err)
+			}
+		}
+	}
+	t.Cleanup(del)
+	add := func() {
+		if err := c.LinkAdd(context.Background(), "rxe8", "rxe", "ragent8"); err != nil {
+			t.Fatalf("add rxe8: %v", err)
+		}
+	}
+	named := func() bool { d, ok := byGUID(); return ok && d.Name == "lab_roce8" }
+	names := filepath.Join(t.TempDir(), "names.conf")
+	if err := os.WriteFile(names, []byte(guid.String()+" lab_roce8\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	args := []string{"agent", "--socket", sock, "--metrics-address", "127.0.0.1:0", "--interval", "30s",
+		"--rename", "map", "--names-map", names, "--rename-force"}
+	var logs strings.Builder
+	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"-v"}, args...)...)
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	// Its device events come from the probes (and from 6.12 the monitor
+	// group): a device added before they attach waits for the listing
+	// interval.
+	if !waitUntil(60*time.Second, func() bool {
+		st, err := agent.AskStatus(t.Context(), sock)
+		return err == nil && st.Probes == "on"
+	}) {
+		t.Fatal("the agent does not answer with its probes on")
+	}
+	for range 10 {
+		add()
+		del()
+	}
+	add()
+	stayed, _ := byGUID()
+	if !waitUntil(10*time.Second, named) {
+		d, _ := byGUID()
+		t.Errorf("the device that stayed (index %d) is %q 10s after it was added, want lab_roce8", stayed.Index, d.Name)
+	}
+	if _, err := agent.AskStatus(t.Context(), sock); err != nil {
+		t.Errorf("the agent after the races: %v", err)
+	}
+	cmd.Process.Kill()
+	<-exited
+	if t.Failed() {
+		t.Logf("agent log:\n%s", logs.String())
+	}
+	failed := 0
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "panic") || strings.HasPrefix(l, "goroutine ") {
+			t.Errorf("agent log: %s", l)
+		}
+		if strings.Contains(l, "rename failed") {
+			failed++
+			if !strings.Contains(l, "no such RDMA device") {
+				t.Errorf("a failed rename that does not say the device is gone: %s", l)
+			}
+		}
+	}
+	t.Logf("kernel %s: 10 devices deleted while the agent named them: %d renames failed as gone", vmtest.Kernel(), failed)
+
+	// While no agent runs, the device comes back under its kernel name;
+	// the next agent names it at its start.
+	del()
+	add()
+	if d, _ := byGUID(); d.Name != "rxe8" {
+		t.Fatalf("with no agent, the new device is %s, want rxe8", d.Name)
+	}
+	stop := startAgent(t, sock, args[5:]...) // after agent --socket S --metrics-address A
+	if !waitUntil(30*time.Second, named) {
+		d, _ := byGUID()
+		t.Errorf("the restarted agent left the device as %s, want lab_roce8", d.Name)
+	}
+	stop()
 }

@@ -274,6 +274,9 @@ func TestRunMonitor(t *testing.T) {
 			host.set([]rdmanl.Device{rxe}, nil)
 			events <- syscall.ENOBUFS // the overrun: events lost
 			waitFor(t, "rxe9 gone after an overrun", func() bool { return len(devices()) == 1 })
+			if n := strings.Count(logs.String(), "rdma netlink monitor overrun: events lost, listing the devices"); n != 1 {
+				t.Errorf("the overrun logged %d times, want once:\n%s", n, logs.String())
+			}
 			waitFor(t, "the monitor joined again", func() bool {
 				select {
 				case events <- nil:

@@ -12,11 +12,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"github.com/rdmatool/rdmatool/agent/query"
 	"github.com/rdmatool/rdmatool/leakwatch"
 )
 
@@ -32,21 +32,13 @@ import (
 // device the agent does not see or a path it does not serve (paths are
 // taken as they come, never cleaned or redirected), 405 with Allow: GET,
 // HEAD for another method. Values quoted back in an error are cut at
-// maxQuoted bytes.
+// query.MaxQuoted bytes; package query reads the parameters.
 
 // defaultMinAge is min_age when a query leaves it out.
-const defaultMinAge = 5 * time.Second
+const defaultMinAge = query.DefaultMinAge
 
-// maxQuoted bounds what an error answer quotes of the request.
-const maxQuoted = 64
-
-// quote is s for an error message, cut at maxQuoted bytes.
-func quote(s string) string {
-	if len(s) > maxQuoted {
-		return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf(" (%d bytes)", len(s))
-	}
-	return strconv.Quote(s)
-}
+// quote is s for an error message, cut at query.MaxQuoted bytes.
+func quote(s string) string { return query.Quote(s) }
 
 // NewHandler serves the agent's API from st.
 func NewHandler(st *State) http.Handler {
@@ -74,7 +66,7 @@ func NewHandler(st *State) http.Handler {
 			writeJSON(w, http.StatusOK, st.Status())
 			return
 		}
-		q, err := parseQuery(v)
+		q, err := query.Parse(v)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return
@@ -136,56 +128,6 @@ func newServer(h http.Handler, log *slog.Logger, idle time.Duration) *http.Serve
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-}
-
-// parseQuery reads the parameters of /v1/qp-leaks.
-func parseQuery(v url.Values) (leakwatch.Query, error) {
-	q := leakwatch.Query{MinAge: defaultMinAge}
-	for name, vals := range v {
-		switch name {
-		case "dev", "min_age", "no_probes", "limit":
-			if len(vals) != 1 {
-				return q, fmt.Errorf("agent: parameter %s given %d times", name, len(vals))
-			}
-		case "rule", "max_qp":
-		default:
-			return q, fmt.Errorf("agent: unknown parameter %s (valid: dev, min_age, rule, max_qp, no_probes, limit)", quote(name))
-		}
-	}
-	q.Device = v.Get("dev")
-	if s := v.Get("min_age"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return q, fmt.Errorf("agent: min_age %s: want a duration such as 5s", quote(s))
-		}
-		q.MinAge = d
-	}
-	q.Rules = v["rule"]
-	if err := leakwatch.CheckRules(q.Rules); err != nil {
-		return q, fmt.Errorf("agent: query: %w", err)
-	}
-	if len(v["max_qp"]) > 0 {
-		m, err := leakwatch.ParseMaxQP(v["max_qp"])
-		if err != nil {
-			return q, fmt.Errorf("agent: query: %w", err)
-		}
-		q.MaxQP = m
-	}
-	if s := v.Get("limit"); s != "" {
-		n, err := strconv.ParseUint(s, 10, 31)
-		if err != nil {
-			return q, fmt.Errorf("agent: limit %s: want a number of findings, 0 for all", quote(s))
-		}
-		q.Limit = int(n)
-	}
-	switch v.Get("no_probes") {
-	case "", "0", "false":
-	case "1", "true":
-		q.SkipProbeRules = "disabled by --no-probes"
-	default:
-		return q, fmt.Errorf("agent: no_probes %s: want 1 or 0", quote(v.Get("no_probes")))
-	}
-	return q, nil
 }
 
 // apiError is the body of every error answer.

@@ -260,6 +260,8 @@ func TestBadQueries(t *testing.T) {
 		{"/v1/qp-leaks?min_age=%zz", 400, `agent: malformed query \"min_age=%zz\"`},
 		{"/v1/status?%", 400, `agent: malformed query \"%\"`},
 		{"/v1/qp-leaks?dev=" + strings.Repeat("x", 10000), 404, `agent: no RDMA device \"` + strings.Repeat("x", 64) + `\" (10000 bytes)`},
+		// leakwatch quotes a rule in full: the answer cuts the text.
+		{"/v1/qp-leaks?rule=" + strings.Repeat("x", 10000), 400, `agent: query: leakwatch: unknown rule \"xxxx`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
@@ -622,9 +624,11 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	}
 	defer conn.Close()
 	fmt.Fprint(conn, "GET /v1/status HTTP/1.1\r\nHost: agent\r\n\r\n")
-	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	// The answer, then EOF once the connection sat idle: a connection the
-	// server kept open would run into the read deadline instead.
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	// The answer, then EOF once the connection sat idle for 50ms: a
+	// connection the server kept open would run into the read deadline
+	// instead, also one closed only by the 10s ReadTimeout, which
+	// net/http takes for the idle timeout when IdleTimeout is unset.
 	b, err := io.ReadAll(conn)
 	if err != nil {
 		t.Fatalf("reading until the server closed the idle connection: %v (read %q)", err, b)

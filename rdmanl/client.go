@@ -455,7 +455,7 @@ func resDump[T any](ctx context.Context, c *Client, dev Device, opts DumpOptions
 			}
 			if err != nil {
 				var zero T
-				yield(zero, wrap(what, err))
+				yield(zero, c.goneOr(ctx, dev, what, err))
 				return
 			}
 			if !interrupted {
@@ -627,16 +627,33 @@ func (c *Client) CMIDs(ctx context.Context, dev Device, opts DumpOptions) iter.S
 }
 
 // Rename renames dev. The kernel's answer is checked: a taken name is an
-// error matching os.ErrExist.
+// error matching os.ErrExist, a device that is gone one matching
+// ErrNoDevice.
 func (c *Client) Rename(ctx context.Context, dev Device, name string) error {
 	attrs := encode(func(ae *netlink.AttributeEncoder) {
 		ae.Uint32(attrDevIndex, dev.Index)
 		ae.String(attrDevName, name)
 	})
 	if _, err := c.do(ctx, cmdSet, netlink.Acknowledge, attrs); err != nil {
-		return wrap(fmt.Sprintf("rename %s to %s", dev.Name, name), err)
+		return c.goneOr(ctx, dev, fmt.Sprintf("rename %s to %s", dev.Name, name), err)
 	}
 	return nil
+}
+
+// goneOr wraps err, the kernel's answer to a request about dev, and makes
+// it ErrNoDevice when dev is gone: the SET and DELLINK doits and the
+// resource dumps (also when the device goes between two messages of a
+// dump) answer EINVAL, not ENODEV, for an index no registered device has
+// (ib_device_get_by_index fails for a device deleted or being
+// unregistered), so an EINVAL is looked into with a device listing.
+func (c *Client) goneOr(ctx context.Context, dev Device, op string, err error) error {
+	if errors.Is(err, unix.EINVAL) {
+		devs, lerr := c.Devices(ctx)
+		if lerr == nil && !slices.ContainsFunc(devs, func(d Device) bool { return d.Index == dev.Index }) {
+			return &Error{Op: op, Err: ErrNoDevice}
+		}
+	}
+	return wrap(op, err)
 }
 
 // LinkAdd creates a software RDMA device (linkType "rxe" or "siw") called
@@ -653,11 +670,12 @@ func (c *Client) LinkAdd(ctx context.Context, name, linkType, netdev string) err
 	return nil
 }
 
-// LinkDelete removes a software RDMA device.
+// LinkDelete removes a software RDMA device; a device that is gone gives
+// an error matching ErrNoDevice.
 func (c *Client) LinkDelete(ctx context.Context, dev Device) error {
 	attrs := encode(func(ae *netlink.AttributeEncoder) { ae.Uint32(attrDevIndex, dev.Index) })
 	if _, err := c.do(ctx, cmdDelLink, netlink.Acknowledge, attrs); err != nil {
-		return wrap("delete link "+dev.Name, err)
+		return c.goneOr(ctx, dev, "delete link "+dev.Name, err)
 	}
 	return nil
 }

@@ -368,6 +368,61 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// The kernel's SET and DELLINK doits and the resource dumps answer EINVAL
+// for an index no device has: a device deleted under a rename, a delete or
+// a dump is then ErrNoDevice,
+// while an EINVAL about a listed device stays what it is.
+func TestGoneDeviceIsErrNoDevice(t *testing.T) {
+	devDump := readRecorded(t, filepath.Join("testdata", recordedName("dev-dump", "6.12", ""))) // indices 0 and 1
+	dial := func() (*netlink.Conn, error) {
+		return nltest.Dial(func(req []netlink.Message) ([]netlink.Message, error) {
+			if uint16(req[0].Header.Type)&0x3ff == cmdGet {
+				return dumpReply(devDump, req[0].Header.Sequence)
+			}
+			msgs, err := nltest.Error(int(unix.EINVAL), req)
+			for i := range msgs {
+				msgs[i].Header.Flags = 0
+			}
+			return msgs, err
+		}), nil
+	}
+	conn, _ := dial()
+	c := newClient(conn)
+	c.redial = dial // a failed dump leaves the socket to be replaced, as Dial's client does
+	defer c.Close()
+	dumpQPs := func(d Device) error {
+		for _, err := range c.QPs(t.Context(), d, DumpOptions{NoSRQJoin: true}) {
+			return err
+		}
+		return nil
+	}
+	tests := []struct {
+		name   string
+		call   func(Device) error
+		dev    Device
+		gone   bool
+		prefix string
+	}{
+		{"rename of a deleted device", func(d Device) error { return c.Rename(t.Context(), d, "fab0") }, Device{Index: 7, Name: "rxe7"}, true, "rdmanl: rename rxe7 to fab0: no such RDMA device"},
+		{"rename of a listed device", func(d Device) error { return c.Rename(t.Context(), d, "fab0") }, Device{Index: 1, Name: "siw0"}, false, "rdmanl: rename siw0 to fab0: invalid argument"},
+		{"delete of a deleted device", func(d Device) error { return c.LinkDelete(t.Context(), d) }, Device{Index: 7, Name: "rxe7"}, true, "rdmanl: delete link rxe7: no such RDMA device"},
+		{"delete of a listed device", func(d Device) error { return c.LinkDelete(t.Context(), d) }, Device{Index: 0, Name: "rxe0"}, false, "rdmanl: delete link rxe0: invalid argument"},
+		{"dump of a deleted device", dumpQPs, Device{Index: 7, Name: "rxe7"}, true, "rdmanl: dump QPs of rxe7: no such RDMA device"},
+		{"dump of a listed device", dumpQPs, Device{Index: 1, Name: "siw0"}, false, "rdmanl: dump QPs of siw0: invalid argument"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call(tt.dev)
+			if got := errors.Is(err, ErrNoDevice) && errors.Is(err, os.ErrNotExist); got != tt.gone {
+				t.Errorf("error %v matches ErrNoDevice and os.ErrNotExist: %v, want %v", err, got, tt.gone)
+			}
+			if err == nil || err.Error() != tt.prefix {
+				t.Errorf("error %q, want %q", err, tt.prefix)
+			}
+		})
+	}
+}
+
 func TestRenameRequest(t *testing.T) {
 	conn := nltest.Dial(nltest.CheckRequest(
 		[]netlink.HeaderType{msgType(cmdSet)}, []netlink.HeaderFlags{netlink.Request | netlink.Acknowledge},

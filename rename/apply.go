@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -20,6 +21,10 @@ type StepError struct {
 	// "rdmatool-tmp3 (was rxe2)".
 	Rollback error
 	Stranded []string
+	// Deleted lists the group's other devices that were gone when their
+	// renames were to be undone (deleted meanwhile), by their old names:
+	// nothing was left under a wrong name for them.
+	Deleted []string
 }
 
 func (e *StepError) Error() string {
@@ -29,6 +34,9 @@ func (e *StepError) Error() string {
 // cause says why the rename failed, and what undoing its group left.
 func (e *StepError) cause() string {
 	s := causeText(e.Err)
+	if len(e.Deleted) > 0 {
+		s += fmt.Sprintf("; %s deleted meanwhile", strings.Join(e.Deleted, ", "))
+	}
 	if e.Rollback != nil {
 		s += fmt.Sprintf("; undoing the renames before it failed too (%s): %s left under the wrong name",
 			causeText(e.Rollback), strings.Join(e.Stranded, ", "))
@@ -78,31 +86,42 @@ func applyGroup(ctx context.Context, r Renamer, devs map[uint32]rdmanl.Device, g
 		d.Name = name
 		return d
 	}
+	// A device's old and new name: a device that steps aside to a
+	// temporary name has two steps, the first from its old name and the
+	// last to its new one.
+	from, to := map[uint32]string{}, map[uint32]string{}
+	for _, u := range g {
+		if _, ok := from[u.Index]; !ok {
+			from[u.Index] = u.From
+		}
+		to[u.Index] = u.To
+	}
 	for k, s := range g {
 		err := r.Rename(ctx, current(s, s.From), s.To)
 		if err == nil {
 			continue
 		}
-		failure := &StepError{From: s.From, To: s.To, Err: err}
+		// Named as the user knows the device: a step from a temporary
+		// name is the device's move from its old name.
+		failure := &StepError{From: from[s.Index], To: s.To, Err: err}
 		undo := context.WithoutCancel(ctx)
 		for j := k - 1; j >= 0; j-- {
 			u := g[j]
-			if err := r.Rename(undo, current(u, u.To), u.From); err != nil {
+			err := r.Rename(undo, current(u, u.To), u.From)
+			switch {
+			case err == nil:
+			case errors.Is(err, rdmanl.ErrNoDevice):
+				// Deleted meanwhile (a racing DELLINK): nothing is
+				// left under a wrong name.
+				if u.Index != s.Index && !slices.Contains(failure.Deleted, from[u.Index]) {
+					failure.Deleted = append(failure.Deleted, from[u.Index])
+				}
+			default:
 				if failure.Rollback == nil {
 					failure.Rollback = err
 				}
 				failure.Stranded = append(failure.Stranded, fmt.Sprintf("%s (was %s)", u.To, u.From))
 			}
-		}
-		// A device's old and new name: a device that steps aside to a
-		// temporary name has two steps, the first from its old name and
-		// the last to its new one.
-		from, to := map[uint32]string{}, map[uint32]string{}
-		for _, u := range g {
-			if _, ok := from[u.Index]; !ok {
-				from[u.Index] = u.From
-			}
-			to[u.Index] = u.To
 		}
 		errs := map[uint32]error{}
 		for i := range from {

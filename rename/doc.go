@@ -64,7 +64,11 @@
 // that names the other device. Renames that wait for each other form a
 // group: when one fails, the group's earlier renames are undone in reverse
 // order, even after the context ends, so no device is left under a
-// temporary name.
+// temporary name. A device deleted during its rename (a racing DELLINK:
+// the kernel answers EINVAL, rdmanl makes it rdmanl.ErrNoDevice) fails
+// with an error matching rdmanl.ErrNoDevice, and its group is undone; a
+// device of the group found gone while undoing is named as deleted, not as
+// stranded. The map file is only read.
 //
 // # Privileges
 //

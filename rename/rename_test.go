@@ -22,9 +22,12 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata")
 // fakeKernel is a Renamer that keeps names the way ib_core does: unique,
 // and EEXIST for a taken one. A rename leaves NAME_ASSIGN_TYPE as it is.
 type fakeKernel struct {
-	devs  []rdmanl.Device
-	fail  map[string]error // "from>to": the error that rename returns
-	calls []string         // "from>to", in order
+	devs []rdmanl.Device
+	fail map[string]error // "from>to": the error that rename returns
+	// deleteFirst: "from>to": the index of a device deleted just before
+	// that rename reaches the kernel, as by a racing DELLINK.
+	deleteFirst map[string]uint32
+	calls       []string // "from>to", in order
 }
 
 func (k *fakeKernel) Devices(context.Context) ([]rdmanl.Device, error) {
@@ -34,6 +37,9 @@ func (k *fakeKernel) Devices(context.Context) ([]rdmanl.Device, error) {
 func (k *fakeKernel) Rename(_ context.Context, d rdmanl.Device, name string) error {
 	call := d.Name + ">" + name
 	k.calls = append(k.calls, call)
+	if del, ok := k.deleteFirst[call]; ok {
+		k.devs = slices.DeleteFunc(k.devs, func(o rdmanl.Device) bool { return o.Index == del })
+	}
 	op := fmt.Sprintf("rename %s to %s", d.Name, name)
 	i := slices.IndexFunc(k.devs, func(o rdmanl.Device) bool { return o.Index == d.Index })
 	if i < 0 {
@@ -106,6 +112,7 @@ func TestRun(t *testing.T) {
 		opts      Options
 		mapFile   string // content; "-" for none at all
 		fail      map[string]error
+		deletes   map[string]uint32 // fakeKernel.deleteFirst
 		want      []brief
 		wantNames []string // every device's name afterwards
 		wantCalls []string
@@ -341,6 +348,63 @@ func TestRun(t *testing.T) {
 			wantErr:   "(and 1 more failed renames)",
 		},
 		{
+			name:      "the device is deleted before its rename",
+			devs:      []rdmanl.Device{hcaA, hcaB},
+			opts:      Options{All: true},
+			mapFile:   labMap,
+			deletes:   map[string]uint32{"mlx5_0>fab0-hca0": 3},
+			want:      []brief{{"mlx5_0", "fab0-hca0", "map", "failed", "map MAP:2", "rename: mlx5_0 to fab0-hca0: no such device"}, {"mlx5_1", "fab0-hca1", "map", "renamed", "map MAP:3", ""}},
+			wantNames: []string{"fab0-hca1"},
+			wantCalls: []string{"mlx5_0>fab0-hca0", "mlx5_1>fab0-hca1"},
+			wantErr:   "rename: mlx5_0 to fab0-hca0: no such device",
+			wantIs:    rdmanl.ErrNoDevice,
+		},
+		{
+			name:    "a device of a swap is deleted while under its temporary name",
+			devs:    []rdmanl.Device{hcaA, hcaB},
+			opts:    Options{All: true},
+			mapFile: "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
+			deletes: map[string]uint32{"mlx5_1>mlx5_0": 3},
+			want: []brief{
+				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: mlx5_0 to mlx5_1: no such device"},
+				{"mlx5_1", "mlx5_0", "map", "failed", "map MAP:2", "rename: mlx5_1 to mlx5_0: given up because renaming mlx5_0 to mlx5_1 failed: no such device"},
+			},
+			wantNames: []string{"mlx5_1"},
+			wantCalls: []string{"mlx5_0>rdmatool-tmp3", "mlx5_1>mlx5_0", "rdmatool-tmp3>mlx5_1", "mlx5_0>mlx5_1", "rdmatool-tmp3>mlx5_0"},
+			wantErr:   "rename: mlx5_0 to mlx5_1: no such device (and 1 more failed renames)",
+			wantIs:    rdmanl.ErrNoDevice,
+		},
+		{
+			name:    "the other device of a swap is deleted",
+			devs:    []rdmanl.Device{hcaA, hcaB},
+			opts:    Options{All: true},
+			mapFile: "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
+			deletes: map[string]uint32{"mlx5_1>mlx5_0": 4},
+			want: []brief{
+				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: mlx5_0 to mlx5_1: given up because renaming mlx5_1 to mlx5_0 failed: no such device"},
+				{"mlx5_1", "mlx5_0", "map", "failed", "map MAP:2", "rename: mlx5_1 to mlx5_0: no such device"},
+			},
+			wantNames: []string{"mlx5_0"},
+			wantCalls: []string{"mlx5_0>rdmatool-tmp3", "mlx5_1>mlx5_0", "rdmatool-tmp3>mlx5_0"},
+			wantErr:   "rename: mlx5_0 to mlx5_1: given up because renaming mlx5_1 to mlx5_0 failed: no such device (and 1 more failed renames)",
+			wantIs:    rdmanl.ErrNoDevice,
+		},
+		{
+			name:    "a device of a swap is deleted and the last step fails",
+			devs:    []rdmanl.Device{hcaA, hcaB},
+			opts:    Options{All: true},
+			mapFile: "0002:c903:00a1:b2c3 mlx5_1\n0002:c903:00a1:b2c4 mlx5_0\n",
+			deletes: map[string]uint32{"rdmatool-tmp3>mlx5_1": 4},
+			fail:    map[string]error{"rdmatool-tmp3>mlx5_1": &rdmanl.Error{Op: "rename rdmatool-tmp3 to mlx5_1", Err: syscall.EBUSY}},
+			want: []brief{
+				{"mlx5_0", "mlx5_1", "map", "failed", "map MAP:1", "rename: mlx5_0 to mlx5_1: device or resource busy; mlx5_1 deleted meanwhile"},
+				{"mlx5_1", "mlx5_0", "map", "failed", "map MAP:2", "rename: mlx5_1 to mlx5_0: given up because renaming mlx5_0 to mlx5_1 failed: device or resource busy; mlx5_1 deleted meanwhile"},
+			},
+			wantNames: []string{"mlx5_0"},
+			wantCalls: []string{"mlx5_0>rdmatool-tmp3", "mlx5_1>mlx5_0", "rdmatool-tmp3>mlx5_1", "mlx5_0>mlx5_1", "rdmatool-tmp3>mlx5_0"},
+			wantErr:   "(and 1 more failed renames)",
+		},
+		{
 			name:    "the kernel says the name is taken",
 			devs:    []rdmanl.Device{hcaA},
 			opts:    Options{All: true},
@@ -397,7 +461,7 @@ func TestRun(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k := &fakeKernel{devs: slices.Clone(tt.devs), fail: tt.fail}
+			k := &fakeKernel{devs: slices.Clone(tt.devs), fail: tt.fail, deleteFirst: tt.deletes}
 			o := tt.opts
 			if tt.mapFile != "" {
 				o.MapFile = writeMap(t, tt.mapFile)

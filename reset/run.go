@@ -199,6 +199,14 @@ wait:
 	h.pipe.Close()
 	if helperErr != nil {
 		rep.Events = obs.stop()
+		if !removed && deletedMeanwhile(ctx, c, t.dev) {
+			// Another process deleted the device before the helper
+			// removed it: the reset changed nothing and brings back
+			// nothing.
+			rep.State = fmt.Sprintf("%s is gone: another process deleted it before the reset removed it", t.dev.Name)
+			rep.Next = "nothing to undo; see the helper's log " + h.logPath
+			return fmt.Errorf("reset: %s: deleted by another process before the reset removed it: %w", t.dev.Name, rdmanl.ErrNoDevice)
+		}
 		rep.State, rep.Next = failedState(t, rep, removed, h)
 		return helperErr
 	}
@@ -299,6 +307,13 @@ func pidList(hs []Holder) string {
 		s[i] = fmt.Sprint(h.PID)
 	}
 	return strings.Join(s, " ")
+}
+
+// deletedMeanwhile reports whether dev is no longer listed (by its index,
+// which a device keeps until it is deleted), also after ctx ended.
+func deletedMeanwhile(ctx context.Context, c *rdmanl.Client, dev rdmanl.Device) bool {
+	devs, err := c.Devices(context.WithoutCancel(ctx))
+	return err == nil && !slices.ContainsFunc(devs, func(d rdmanl.Device) bool { return d.Index == dev.Index })
 }
 
 // failedState says where a failed helper left the device.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -67,13 +68,13 @@ func TestParseFilterMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			flt, extras, err := parseFilter(qpRow{}, tt.args, tt.extra...)
+			flt, extras, err := rowfilter.Parse(qpRow{}, tt.args, tt.extra...)
 			if err != nil {
-				t.Fatalf("parseFilter(%q): %v", tt.args, err)
+				t.Fatalf("rowfilter.Parse(%q): %v", tt.args, err)
 			}
 			var got []uint32
 			for _, r := range filterQPs() {
-				if flt.match(r) {
+				if flt.Match(r) {
 					got = append(got, r.LQPN)
 				}
 			}
@@ -108,11 +109,11 @@ func TestParseFilterOtherRows(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			flt, _, err := parseFilter(tt.row, tt.args)
+			flt, _, err := rowfilter.Parse(tt.row, tt.args)
 			if err != nil {
-				t.Fatalf("parseFilter(%q): %v", tt.args, err)
+				t.Fatalf("rowfilter.Parse(%q): %v", tt.args, err)
 			}
-			if got := flt.match(tt.row); got != tt.want {
+			if got := flt.Match(tt.row); got != tt.want {
 				t.Errorf("match(%q) = %v, want %v", tt.args, got, tt.want)
 			}
 		})
@@ -155,9 +156,9 @@ func TestParseFilterErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := parseFilter(tt.row, tt.args, tt.extra...)
+			_, _, err := rowfilter.Parse(tt.row, tt.args, tt.extra...)
 			if err == nil {
-				t.Fatalf("parseFilter(%q) succeeded, want an error", tt.args)
+				t.Fatalf("rowfilter.Parse(%q) succeeded, want an error", tt.args)
 			}
 			msg := err.Error() + " " // so the last name ends in a space too
 			for _, s := range tt.want {

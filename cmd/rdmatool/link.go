@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode"
 
+	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
 )
@@ -90,27 +90,11 @@ func checkNetdevName(name string) error {
 	return nil
 }
 
-// parseLink splits "DEV[/PORT]".
-func parseLink(s string) (dev string, port uint32, err error) {
-	dev, p, hasPort := strings.Cut(s, "/")
-	if dev == "" {
-		return "", 0, fmt.Errorf("link %q: no device name", s)
-	}
-	if hasPort && p != "" && p != "-" {
-		n, err := strconv.ParseUint(p, 10, 32)
-		if err != nil || n == 0 {
-			return "", 0, fmt.Errorf("link %q: port must be a number from 1", s)
-		}
-		port = uint32(n)
-	}
-	return dev, port, nil
-}
-
 func showLinks(cmd *cobra.Command, g *globals, sel string) error {
 	devName, port := "", uint32(0)
 	if sel != "" {
 		var err error
-		if devName, port, err = parseLink(sel); err != nil {
+		if devName, port, err = rowfilter.ParseLink(sel); err != nil {
 			return err
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 
@@ -59,7 +60,55 @@ func main() {
 			}
 		}
 	}
+	// RDMATOOL_HEAPPROFILE=PREFIX writes heap profiles, for the agent's soak
+	// in the lab: PREFIX.N on the Nth SIGUSR1, PREFIX.exit at the end.
+	if prefix := os.Getenv("RDMATOOL_HEAPPROFILE"); prefix != "" {
+		stop := heapProfiles(prefix)
+		code := run(os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// heapProfiles writes a heap profile to PREFIX.N on the Nth SIGUSR1 until
+// the returned function is called, which writes PREFIX.exit. Each profile
+// follows a garbage collection, so its in-use figures are what is live.
+func heapProfiles(prefix string) (stop func()) {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for n := 1; ; n++ {
+			if _, ok := <-usr1; !ok {
+				return
+			}
+			writeHeapProfile(fmt.Sprintf("%s.%d", prefix, n))
+		}
+	}()
+	return func() {
+		signal.Stop(usr1)
+		close(usr1)
+		<-done
+		writeHeapProfile(prefix + ".exit")
+	}
+}
+
+// writeHeapProfile writes the heap profile to path; a failure is reported
+// on stderr only, as this is a measurement aid.
+func writeHeapProfile(path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.WriteHeapProfile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rdmatool: heap profile:", err)
+	}
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

@@ -147,10 +147,13 @@ nothing to do; on failure it prints one line and exits 2. Run by udev
 			}
 			defer c.Close()
 			_, err = job.Run(cmd.Context(), c)
-			if errors.Is(err, rdmanl.ErrNoDevice) {
+			var step *rename.StepError
+			if errors.Is(err, rdmanl.ErrNoDevice) && !errors.As(err, &step) {
 				// Another rule may have renamed it first: rdma-core's
 				// 60-rdma-persistent-naming.rules runs rdma_rename as a
-				// PROGRAM, before any RUN.
+				// PROGRAM, before any RUN. (A rename is by index: a
+				// device gone at its rename was deleted, and the error
+				// says no more than that.)
 				return fmt.Errorf("%w (renamed by an earlier udev rule? see rdmatool's udev README)", err)
 			}
 			return err

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
@@ -20,13 +21,13 @@ func BenchmarkQPListingJSON(b *testing.B) {
 			PDN: 3, Owner: rdmanl.Owner{PID: uint32(os.Getpid())}, OnSRQ: i%2 == 0, SRQN: 1}
 	}
 	lw := newListWriter(io.Discard, &globals{json: true})
-	var flt filter
+	var flt rowfilter.Filter
 	b.ReportAllocs()
 	b.ResetTimer()
 	var row qpRow // as listRes: one row value, passed by address
 	for i := range b.N {
 		row = qpRowOf(qps[i%len(qps)], procs, rdmanl.ULPIndex{})
-		if !flt.match(&row) {
+		if !flt.Match(&row) {
 			b.Fatal("no filter matched nothing")
 		}
 		if err := lw.row(&row); err != nil {

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/spf13/cobra"
@@ -51,7 +52,7 @@ func newResCmd(g *globals) *cobra.Command {
 // resRequest is a parsed `res` command line: the filter, and the device
 // (and port) the link or dev filter selects.
 type resRequest struct {
-	flt  filter
+	flt  rowfilter.Filter
 	dev  string // "" for every device
 	port uint32 // 0 for every port
 }
@@ -84,7 +85,7 @@ func parseRes(object string, args []string) (resRequest, error) {
 	if !ok {
 		return r, fmt.Errorf("unknown resource %q (want summary, qp, cq, mr, pd, ctx, srq or cm_id)", object)
 	}
-	flt, extras, err := parseFilter(o.row, args, o.selectors...)
+	flt, extras, err := rowfilter.Parse(o.row, args, o.selectors...)
 	if err != nil {
 		return r, err
 	}
@@ -94,7 +95,7 @@ func parseRes(object string, args []string) (resRequest, error) {
 		sel = extras["dev"]
 	}
 	if sel != "" {
-		if r.dev, r.port, err = parseLink(sel); err != nil {
+		if r.dev, r.port, err = rowfilter.ParseLink(sel); err != nil {
 			return r, err
 		}
 	}
@@ -192,7 +193,7 @@ type dumpFunc[T any] func(context.Context, rdmanl.Device, rdmanl.DumpOptions) it
 // listRes streams one resource type of devs through the filter into the
 // listing. Malformed entries the kernel sent are skipped with a warning
 // that counts them.
-func listRes[T, R any](ctx context.Context, flt filter, devs []rdmanl.Device, opts rdmanl.DumpOptions,
+func listRes[T, R any](ctx context.Context, flt rowfilter.Filter, devs []rdmanl.Device, opts rdmanl.DumpOptions,
 	dump dumpFunc[T], conv func(T) R, lw *listWriter, log interface{ Warn(string, ...any) }) error {
 	var row R // one for the listing: the writer and the filter take its address, not a copy per entry
 	for _, d := range devs {
@@ -206,7 +207,7 @@ func listRes[T, R any](ctx context.Context, flt filter, devs []rdmanl.Device, op
 				return err
 			}
 			row = conv(v)
-			if len(flt.terms) > 0 && !flt.match(&row) {
+			if !flt.Empty() && !flt.Match(&row) {
 				continue
 			}
 			if err := lw.row(&row); err != nil {
