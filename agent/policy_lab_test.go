@@ -19,7 +19,7 @@ import (
 // cooldown the agent does not reset it again. The metrics count both
 // decisions and the reset, and the log gives each decision's evidence.
 func TestLabPolicyReset(t *testing.T) {
-	vmtest.Require(t, vmtest.RXE)
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
 	// If the test fails half-way, later tests still find rxe0.
 	t.Cleanup(func() {
 		if _, err := os.Stat("/sys/class/infiniband/rxe0"); err != nil {
@@ -59,16 +59,44 @@ policy:
 	metric := func(name string, kv ...string) float64 {
 		return deviceValue("http://"+addr+"/metrics", "rxe0", guid, name, kv...)
 	}
-	waitLab(t, 60*time.Second, exited, logs, "the agent serving metrics", func() bool { return metric("rdmatool_scans_total") > 0 })
+	// The probes attached, and two more intervals (siw0 is dumped at each):
+	// rxe0's dump after they attached is done, so the workload's states
+	// reach the history through the probes.
+	siwScans := func() float64 {
+		b, err := os.ReadFile("/sys/class/infiniband/siw0/node_guid")
+		if err != nil {
+			return -1
+		}
+		return deviceValue("http://"+addr+"/metrics", "siw0", strings.TrimSpace(string(b)), "rdmatool_scans_total")
+	}
+	waitLab(t, 60*time.Second, exited, logs, "the probes attached", func() bool {
+		fams, _, err := scrapeErr("http://" + addr + "/metrics")
+		up, _ := value(fams, "rdmatool_probes_up", map[string]string{})
+		return err == nil && up == 1
+	})
+	n := siwScans()
+	waitLab(t, 30*time.Second, exited, logs, "two more intervals", func() bool { return siwScans() >= n+2 })
 
 	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "10", "--to", "ERR", "--hold", "stdin")
 	w.WaitFor("ready", 30*time.Second)
 	started := time.Now()
 	// Stale after the findings' min age (5s), held for 3s, seen at the
 	// next interval.
-	waitLab(t, 60*time.Second, exited, logs, "a reset decision", func() bool {
-		return metric("rdmatool_policy_decisions_total", "decision", "reset") == 1
-	})
+	decided := func() bool { return metric("rdmatool_policy_decisions_total", "decision", "reset") == 1 }
+	deadline := time.Now().Add(60 * time.Second)
+	for !decided() && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !decided() {
+		_, body, _ := scrapeErr("http://" + addr + "/metrics")
+		var evidence []string
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "rdmatool_") && strings.Contains(l, `device="rxe0"`) {
+				evidence = append(evidence, l)
+			}
+		}
+		t.Fatalf("no reset decision 60s after the workload was ready; rxe0's series:\n%s\nagent log:\n%s", strings.Join(evidence, "\n"), logs.String())
+	}
 	t.Logf("reset decided %.1fs after the workload was ready", time.Since(started).Seconds())
 	// The removal waits for the workload (rxe has no disassociate): it
 	// ends, and the reset completes.
