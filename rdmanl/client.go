@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/mdlayher/netlink"
@@ -113,15 +112,6 @@ func (c *Client) do(ctx context.Context, op uint16, flags netlink.HeaderFlags, a
 // dump sends a dump request and calls fn for each reply message until fn
 // returns false. It reports whether the kernel flagged the dump as
 // interrupted.
-//
-// The replies are read by a goroutine of their own, up to readAhead
-// messages ahead of fn. The kernel builds a dump's next reply inside the
-// recvmsg that takes the current one (netlink_recvmsg calls netlink_dump),
-// so a reader that waited for fn would leave the kernel idle while fn
-// decodes and the caller renders: read ahead, the two run at once on two
-// CPUs. Each message's Data is the reader's own copy (the netlink library
-// copies every datagram out of its pooled buffer), so handing it over is
-// safe.
 func (c *Client) dump(ctx context.Context, op uint16, attrs []byte, fn func(netlink.Message) bool) (interrupted bool, err error) {
 	if err := c.ready(); err != nil {
 		return false, err
@@ -140,45 +130,10 @@ func (c *Client) dump(ctx context.Context, op uint16, attrs []byte, fn func(netl
 	if err != nil {
 		return false, ctxErr(ctx, err)
 	}
-	type reply struct {
-		m   netlink.Message
-		err error
-	}
-	replies := make(chan reply, readAhead)
-	quit := make(chan struct{})
-	var reader sync.WaitGroup
-	reader.Go(func() {
-		defer close(replies)
-		for m, err := range c.c.ReceiveIter() {
-			select {
-			case <-quit:
-				return
-			default:
-			}
-			select {
-			case replies <- reply{m, err}:
-			case <-quit:
-				return
-			}
+	for m, err := range c.c.ReceiveIter() {
+		if err != nil {
+			return interrupted, ctxErr(ctx, err)
 		}
-	})
-	stopped := false
-	defer func() {
-		if stopped {
-			// fn stopped before the dump's end: a read under way
-			// returns at this deadline, and the rest of the dump stays
-			// queued on this socket, so the next request takes a new one.
-			_ = c.c.SetReadDeadline(time.Unix(1, 0))
-			c.stale = true
-		}
-		close(quit)
-		reader.Wait()
-	}()
-	for r := range replies {
-		if r.err != nil {
-			return interrupted, ctxErr(ctx, r.err)
-		}
-		m := r.m
 		if m.Header.Sequence != req.Header.Sequence {
 			return interrupted, fmt.Errorf("reply sequence %d does not match request %d", m.Header.Sequence, req.Header.Sequence)
 		}
@@ -189,17 +144,11 @@ func (c *Client) dump(ctx context.Context, op uint16, attrs []byte, fn func(netl
 			continue
 		}
 		if !fn(m) {
-			stopped = true
 			break
 		}
 	}
 	return interrupted, nil
 }
-
-// readAhead is how many reply messages dump's reader may hold before fn
-// has taken them: enough to keep the kernel busy while fn works on one,
-// few enough (32 KiB each) to be nothing next to what a dump yields.
-const readAhead = 4
 
 func encode(fn func(*netlink.AttributeEncoder)) []byte {
 	ae := netlink.NewAttributeEncoder()
