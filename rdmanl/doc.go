@@ -6,8 +6,10 @@
 // Constants mirror include/uapi/rdma/rdma_netlink.h.
 //
 // It is built on github.com/mdlayher/netlink; it opens no sockets by hand.
-// Dumps stream entry by entry; a goroutine reads a dump's next replies
-// while the caller works on the current one. Attributes and enum values a newer kernel adds
+// Dumps stream entry by entry, one reply read when the caller is done with
+// the last (so a dump held between two replies sees the kernel's state at
+// the next, and a device deleted meanwhile ends it with ErrNoDevice).
+// Attributes and enum values a newer kernel adds
 // decode to "unknown" with their raw value, never to an error.
 //
 // # Privileges
