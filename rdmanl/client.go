@@ -144,6 +144,9 @@ func (c *Client) dump(ctx context.Context, op uint16, attrs []byte, fn func(netl
 			continue
 		}
 		if !fn(m) {
+			// Stopped before the dump's end: the rest stays queued on
+			// this socket, so the next request takes a new one.
+			c.stale = true
 			break
 		}
 	}
