@@ -242,6 +242,12 @@ func (w *Watcher) Scan(s Scan) {
 		for _, qp := range ds.QPs {
 			k := qpKey{ds.Device.Index, qp.LQPN}
 			h := w.qps[k]
+			if h != nil && h.Destroyed && h.DestroySeen && !s.Started.IsZero() && !h.DestroyedAt.Before(s.Started.Add(-probeMargin)) {
+				// The probes saw it destroyed after this dump began: the
+				// kernel listed it before the destroy. A QP that reuses
+				// the number comes with its own create event.
+				continue
+			}
 			if h == nil || h.Destroyed {
 				h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: s.Time}
 				w.qps[k] = h

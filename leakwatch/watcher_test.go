@@ -429,6 +429,32 @@ func TestScanPerDevice(t *testing.T) {
 	}
 }
 
+// A dump that began before the probes saw a QP destroyed still lists it
+// (the kernel built that reply first): the QP stays destroyed, and is not
+// reported for the minutes until the next reconciliation. A dump that began
+// well after the destroy and lists the number is a new QP.
+func TestScanListsAQPDestroyedDuringTheDump(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{MinAge: 5 * time.Second, Probes: true}, c.now)
+	w.Event(create(c.at(0), rxe, 17, false))
+	w.Event(modify(c.at(time.Second), rxe, 17, rdmanl.QPStateInit))
+	w.Event(ev(c.at(3*time.Second), EventQPDestroyed, rxe, 17))
+	s := dump(c.at(2*time.Second), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42))
+	s.Time = c.at(4 * time.Second)
+	w.Scan(s)
+	if n := w.LiveQPs(); n != 0 {
+		t.Errorf("%d live QPs after a dump that began before the destroy listed the destroyed QP, want 0", n)
+	}
+	c.at(time.Minute)
+	if f := summarize(w.Findings()); len(f) != 0 {
+		t.Errorf("findings about a destroyed QP: %v", f)
+	}
+	w.Scan(dump(c.at(2*time.Minute), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42)))
+	if n := w.LiveQPs(); n != 1 {
+		t.Errorf("%d live QPs after a later dump listed QP 17 again, want 1 (a new QP)", n)
+	}
+}
+
 // Histories are copies: changing one, evidence included, leaves the
 // watcher as it was.
 func TestHistoriesAreCopies(t *testing.T) {
