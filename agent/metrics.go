@@ -78,9 +78,10 @@ func (s *State) evaluated() {
 	rep := s.w.Evaluate(leakwatch.Query{MinAge: defaultMinAge})
 	s.findings = map[findingKey]int{}
 	s.findingQPs = map[string]map[string][]uint32{}
+	byQP := s.pol.Mode == PolicyReset // only the reset policy reads them
 	for _, f := range rep.Findings {
 		s.findings[findingKey{f.Device, f.Rule, f.Severity}]++
-		if f.Rule == leakwatch.RuleQPExhaustion || f.Rule == leakwatch.RuleZombieUverbsContext {
+		if !byQP || f.Rule == leakwatch.RuleQPExhaustion || f.Rule == leakwatch.RuleZombieUverbsContext {
 			continue // device rules: no QP
 		}
 		byRule := s.findingQPs[f.Device]

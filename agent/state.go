@@ -178,7 +178,7 @@ func (s *State) reload(r Reloadable) {
 	s.maxQP = r.MaxQP
 	s.w.SetMaxQP(r.MaxQP)
 	if r.Policy != nil {
-		s.pol = *r.Policy
+		s.pol = *r.Policy // the evaluation below collects QPNs for it
 	}
 	s.findingsAt = time.Time{} // the metrics' findings follow at once
 }
