@@ -71,6 +71,10 @@ type History struct {
 	// when a WR is posted after ERR).
 	LastWQEAt    time.Time
 	LastWQECount int
+	// lastWQELatest is the newest delivery: one stamped after a modify
+	// to ERR began belongs to that ERR even when it reached the ring
+	// buffer first (the provider delivered it before the modify returned).
+	lastWQELatest time.Time
 
 	Destroyed   bool
 	DestroyedAt time.Time
@@ -392,7 +396,18 @@ func (w *Watcher) Event(ev Event) {
 		}
 		h = get()
 		if ev.NewState == rdmanl.QPStateErr && (h.State != rdmanl.QPStateErr || h.ErrAt.IsZero()) {
-			h.ErrAt, h.LastWQEAt, h.LastWQECount = ev.Time, time.Time{}, 0
+			// A modify's event is stamped when it began and sent when it
+			// returned; rxe delivers LAST_WQE_REACHED from its responder
+			// work, which may run before the modify returns. Deliveries
+			// since the modify began are this Error's.
+			h.ErrAt = ev.Time
+			if h.LastWQECount > 0 && !h.lastWQELatest.Before(ev.Time) {
+				if h.LastWQEAt.Before(ev.Time) {
+					h.LastWQEAt, h.LastWQECount = h.lastWQELatest, 1
+				}
+			} else {
+				h.LastWQEAt, h.LastWQECount = time.Time{}, 0
+			}
 		}
 		h.setState(ev.NewState, ev.Time, "probe")
 	case EventQPAsync:
@@ -400,6 +415,7 @@ func (w *Watcher) Event(ev Event) {
 		if ev.LastWQE {
 			dev.emitsLastWQE = true
 			h.LastWQECount++
+			h.lastWQELatest = ev.Time
 			if h.LastWQECount == 1 {
 				h.LastWQEAt = ev.Time
 				h.note(ev.Time, "probe", "LAST_WQE_REACHED delivered")

@@ -199,6 +199,28 @@ func TestRules(t *testing.T) {
 			w.Event(lastWQE(c.at(2*time.Millisecond), rxe, 33))
 			c.at(6 * time.Second)
 		}, []found{{RuleLastWQEUnhandled, "rxe0", 33, 42}}},
+		{"LAST_WQE delivered before the modify to ERR returned (its event comes second, stamped at its start)", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), rxe, 35, true))
+			w.Event(lastWQE(c.at(3*time.Millisecond), rxe, 35))
+			w.Event(modify(t0.Add(2*time.Millisecond), rxe, 35, rdmanl.QPStateErr))
+			c.at(6 * time.Second)
+		}, []found{{RuleLastWQEUnhandled, "rxe0", 35, 42}}},
+		{"the same, torn down by the spec", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), rxe, 35, true))
+			w.Event(lastWQE(c.at(3*time.Millisecond), rxe, 35))
+			w.Event(modify(t0.Add(2*time.Millisecond), rxe, 35, rdmanl.QPStateErr))
+			w.Event(ev(c.at(5*time.Millisecond), EventQPDestroyed, rxe, 35))
+			c.at(time.Minute)
+		}, nil},
+		{"a LAST_WQE of an earlier Error does not count for the next", func(w *Watcher, c *clock) {
+			w.Event(create(c.at(0), rxe, 36, true))
+			w.Event(modify(c.at(time.Millisecond), rxe, 36, rdmanl.QPStateErr))
+			w.Event(lastWQE(c.at(2*time.Millisecond), rxe, 36))
+			w.Event(modify(c.at(3*time.Millisecond), rxe, 36, rdmanl.QPStateReset))
+			w.Event(modify(c.at(4*time.Millisecond), rxe, 36, rdmanl.QPStateRTS))
+			w.Event(modify(c.at(5*time.Millisecond), rxe, 36, rdmanl.QPStateErr))
+			c.at(6 * time.Second)
+		}, []found{{RuleLastWQENotEmitted, "rxe0", 36, 42}}},
 		{"device unregistered under its QPs", func(w *Watcher, c *clock) {
 			w.Event(create(c.at(0), rxe, 34, true))
 			w.Event(modify(c.at(time.Millisecond), rxe, 34, rdmanl.QPStateRTS))
