@@ -75,14 +75,15 @@ func (s *State) evaluated() {
 		return
 	}
 	s.resolveOwners()
-	rep := s.w.Evaluate(leakwatch.Query{MinAge: defaultMinAge})
 	s.findings = map[findingKey]int{}
 	s.findingQPs = map[string]map[string][]uint32{}
 	byQP := s.pol.Mode == PolicyReset // only the reset policy reads them
-	for _, f := range rep.Findings {
+	// Counted as they come, none kept: 60,000 stuck QPs cost no more
+	// than their counts.
+	rep := s.w.Evaluate(leakwatch.Query{MinAge: defaultMinAge, Limit: -1, Each: func(f *leakwatch.Finding) {
 		s.findings[findingKey{f.Device, f.Rule, f.Severity}]++
 		if !byQP || f.Rule == leakwatch.RuleQPExhaustion || f.Rule == leakwatch.RuleZombieUverbsContext {
-			continue // device rules: no QP
+			return // device rules: no QP
 		}
 		byRule := s.findingQPs[f.Device]
 		if byRule == nil {
@@ -90,7 +91,7 @@ func (s *State) evaluated() {
 			s.findingQPs[f.Device] = byRule
 		}
 		byRule[f.Rule] = append(byRule[f.Rule], f.QPN)
-	}
+	}})
 	s.skipped = rep.SkippedRules
 	s.findingsAt = now
 }

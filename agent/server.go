@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -77,8 +78,18 @@ func NewHandler(st *State) http.Handler {
 			return
 		}
 		writeReport(w, rep)
+		if len(rep.Findings) >= bigAnswer {
+			// The heap grew by what the answer held: give it back to the
+			// OS now, not over the minutes the runtime would take.
+			rep = CheckReport{}
+			debug.FreeOSMemory()
+		}
 	})
 }
+
+// bigAnswer is the number of findings from which an answer's memory is
+// returned to the OS once it is written: about 1.5 KiB a finding, 15 MiB.
+const bigAnswer = 10000
 
 // writeReport writes rep as writeJSON does, but encodes its findings one at
 // a time: the answer about 60k findings is 40 MB of JSON, which is never

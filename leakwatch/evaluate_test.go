@@ -1,6 +1,7 @@
 package leakwatch
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -325,8 +326,10 @@ func TestDestroyEventAfterScan(t *testing.T) {
 	}
 }
 
-// BenchmarkEvaluate is one agent query over 10,000 QPs in ERR (10,000
-// findings) and one that selects nothing.
+// BenchmarkEvaluate is one query over 10,000 QPs in ERR (10,000
+// findings): keeping them all, keeping the 1,000 an answer lists by
+// default, only counting them (the agent's metrics), and one that selects
+// nothing.
 func BenchmarkEvaluate(b *testing.B) {
 	c := &clock{t: t0}
 	w := New(Config{Probes: true}, c.now)
@@ -339,7 +342,12 @@ func BenchmarkEvaluate(b *testing.B) {
 	for _, q := range []struct {
 		name string
 		q    Query
-	}{{"all", Query{MinAge: 5 * time.Second}}, {"none", Query{MinAge: time.Hour}}} {
+	}{
+		{"all", Query{MinAge: 5 * time.Second}},
+		{"limit-1000", Query{MinAge: 5 * time.Second, Limit: 1000}},
+		{"count", Query{MinAge: 5 * time.Second, Limit: -1, Each: func(*Finding) {}}},
+		{"none", Query{MinAge: time.Hour}},
+	} {
 		b.Run(q.name, func(b *testing.B) {
 			for b.Loop() {
 				w.Evaluate(q.q)
@@ -372,4 +380,54 @@ func BenchmarkTrack(b *testing.B) {
 	}
 	b.ReportMetric(kept, "heap-B/qp")
 	runtime.KeepAlive(qps)
+}
+
+// A limited evaluation counts every finding, passes each to Query.Each,
+// keeps the most severe up to the limit, and a kept finding's evidence
+// stays as it was when the history takes more.
+func TestEvaluateLimitAndEach(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	var qps []rdmanl.QP
+	for qpn := uint32(17); qpn < 27; qpn++ {
+		qps = append(qps, qp(qpn, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42))
+	}
+	w.Scan(scan(c.at(0), rxe, qps...))
+	w.Event(create(c.at(time.Second), rxe, 30, true))
+	w.Event(modify(c.at(time.Second), rxe, 30, rdmanl.QPStateErr)) // last-wqe-not-emitted: error, not warning
+	c.at(time.Minute)
+	for _, tt := range []struct {
+		limit int
+		want  []uint32
+	}{{0, []uint32{17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 30}}, {3, []uint32{17, 18, 30}}, {-1, nil}} {
+		var each int
+		rep := w.Evaluate(Query{MinAge: 5 * time.Second, Limit: tt.limit, Each: func(*Finding) { each++ }})
+		var got []uint32
+		for _, f := range rep.Findings {
+			got = append(got, f.QPN)
+		}
+		if !slices.Equal(got, tt.want) || rep.Findings == nil {
+			t.Errorf("limit %d: findings on QPs %v, want %v", tt.limit, got, tt.want)
+		}
+		if each != 11 || rep.FindingsTotal != 11 || rep.FindingsOmitted != 11-len(tt.want) {
+			t.Errorf("limit %d: Each called %d times, total %d, omitted %d; want 11, 11, %d", tt.limit, each, rep.FindingsTotal, rep.FindingsOmitted, 11-len(tt.want))
+		}
+		if n := rep.Summary[0].Count + rep.Summary[1].Count; len(rep.Summary) != 2 || n != 11 {
+			t.Errorf("limit %d: summary %+v", tt.limit, rep.Summary)
+		}
+	}
+	// QP 30's history full of notes: each new one moves them in place.
+	for i := range maxEvidence {
+		w.Event(Event{Kind: EventQPAsync, Time: c.at(time.Minute), DevIndex: rxe.Index, DevName: rxe.Name, QPN: 30, Async: fmt.Sprintf("event %d", i)})
+	}
+	c.at(2 * time.Minute)
+	rep := w.Evaluate(Query{MinAge: 5 * time.Second, Limit: 1})
+	if rep.Findings[0].QPN != 30 {
+		t.Fatalf("limit 1 kept %+v", rep.Findings[0])
+	}
+	before := slices.Clone(rep.Findings[0].Evidence)
+	w.Event(Event{Kind: EventQPAsync, Time: c.at(2 * time.Minute), DevIndex: rxe.Index, DevName: rxe.Name, QPN: 30, Async: "one more"})
+	if d := cmp.Diff(before, rep.Findings[0].Evidence); d != "" || len(before) == 0 {
+		t.Errorf("a kept finding's evidence changed with its history (-before +after):\n%s", d)
+	}
 }

@@ -51,7 +51,8 @@ func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 		State: h.State.String(), PID: h.Owner.PID, TGID: h.TGID, Comm: h.Comm, Cgroup: h.Cgroup, ContainerID: h.ContainerID,
 		KernName: h.Owner.KernName, ULP: h.ULP,
 		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
-		Evidence: append([]Evidence{}, h.Evidence...),
+		// Shared with the history until Evaluate keeps the finding.
+		Evidence: h.Evidence[:len(h.Evidence):len(h.Evidence)],
 	}
 	if h.Owner.KernName != "" && f.Comm == "" {
 		f.Comm = h.Owner.KernName
@@ -261,7 +262,9 @@ func (w *Watcher) Findings() Report {
 
 // Evaluate runs the rules q selects at the watcher's current time. It
 // changes nothing, so queries with different options can follow each other
-// on one watcher.
+// on one watcher. What it holds follows what it reports, not the findings
+// there are: QP by QP, each finding is counted into the summary, passed to
+// q.Each and kept only when q.Limit lets it through.
 func (w *Watcher) Evaluate(q Query) Report {
 	now := w.now()
 	cfg := w.cfg
@@ -278,24 +281,8 @@ func (w *Watcher) Evaluate(q Query) Report {
 		probes, probesReason = false, q.SkipProbeRules
 	}
 	enabled := func(id string) bool { return len(q.Rules) == 0 || slices.Contains(q.Rules, id) }
-	// Destroyed QPs past Retain are left out as if expired; Scan and
-	// Findings delete them.
-	var qps []*History
-	for _, h := range w.qps {
-		if q.Device != "" && h.Device != q.Device {
-			continue
-		}
-		if h.Destroyed && now.Sub(h.DestroyedAt) > w.retention(h) {
-			continue
-		}
-		qps = append(qps, h)
-	}
-	rep := Report{Findings: []Finding{}, SkippedRules: []Skipped{}, ObservedSeconds: math.Round(now.Sub(w.start).Seconds()*1000) / 1000}
-	for _, h := range qps {
-		if !h.Destroyed {
-			rep.QPs++
-		}
-	}
+	rep := Report{SkippedRules: []Skipped{}, ObservedSeconds: math.Round(now.Sub(w.start).Seconds()*1000) / 1000}
+	var rules []qpRule
 	for _, r := range qpRules {
 		if !enabled(r.id) {
 			continue
@@ -308,14 +295,44 @@ func (w *Watcher) Evaluate(q Query) Report {
 			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: r.id, Reason: reason})
 			continue
 		}
-		for _, h := range qps {
-			dev := w.devs[h.DevIndex]
-			if dev == nil {
-				dev = &deviceState{name: h.Device}
-			}
+		rules = append(rules, r)
+	}
+	var sum summarizer
+	keep := keeper{limit: q.Limit}
+	take := func(f *Finding) {
+		rep.FindingsTotal++
+		sum.add(f)
+		if q.Each != nil {
+			q.Each(f)
+		}
+		keep.offer(f)
+	}
+	// Destroyed QPs past Retain are left out as if expired; Scan and
+	// Findings delete them.
+	var one []Finding // the findings of one QP
+	for _, h := range w.qps {
+		if q.Device != "" && h.Device != q.Device {
+			continue
+		}
+		if h.Destroyed && now.Sub(h.DestroyedAt) > w.retention(h) {
+			continue
+		}
+		if !h.Destroyed {
+			rep.QPs++
+		}
+		dev := w.devs[h.DevIndex]
+		if dev == nil {
+			dev = &deviceState{name: h.Device}
+		}
+		one = one[:0]
+		for _, r := range rules {
 			if f, ok := r.check(h, dev, now, cfg); ok {
-				rep.Findings = append(rep.Findings, f)
+				one = append(one, f)
 			}
+		}
+		one = dropSuperseded(one)
+		for i := range one {
+			take(&one[i])
 		}
 	}
 	if enabled(RuleQPExhaustion) {
@@ -333,7 +350,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 				continue
 			}
 			if f, ok := qpExhaustion(d, max, now, cfg); ok {
-				rep.Findings = append(rep.Findings, f)
+				take(&f)
 			}
 		}
 		if len(unknown) > 0 {
@@ -344,45 +361,28 @@ func (w *Watcher) Evaluate(q Query) Report {
 	}
 	if enabled(RuleZombieUverbsContext) {
 		fs, skipped := w.zombieFindings(q, now)
-		rep.Findings = append(rep.Findings, fs...)
+		for i := range fs {
+			take(&fs[i])
+		}
 		if skipped != nil {
 			rep.SkippedRules = append(rep.SkippedRules, *skipped)
 		}
 	}
-	rep.Findings = dropSuperseded(rep.Findings)
-	sort.Slice(rep.Findings, func(i, j int) bool {
-		a, b := rep.Findings[i], rep.Findings[j]
-		if a.Device != b.Device {
-			return a.Device < b.Device
-		}
-		if a.QPN != b.QPN {
-			return a.QPN < b.QPN
-		}
-		if a.Rule != b.Rule {
-			return a.Rule < b.Rule
-		}
-		return a.PID < b.PID
-	})
-	rep.Summary = Summarize(rep.Findings)
-	rep.FindingsTotal = len(rep.Findings)
-	rep.Findings, rep.FindingsOmitted = limitFindings(rep.Findings, q.Limit)
+	rep.Summary = sum.result()
+	rep.Findings = keep.findings()
+	rep.FindingsOmitted = rep.FindingsTotal - len(rep.Findings)
 	return rep
 }
 
-// dropSuperseded removes stale-error-qp for QPs that a more specific SRQ
-// rule already explains, so each leak is reported once, for its cause.
+// dropSuperseded removes stale-error-qp from one QP's findings when a
+// more specific SRQ rule already explains it, so each leak is reported
+// once, for its cause.
 func dropSuperseded(fs []Finding) []Finding {
-	type qp struct {
-		dev string
-		qpn uint32
-	}
-	specific := map[qp]bool{}
-	for _, f := range fs {
-		if f.Rule == RuleLastWQENotEmitted || f.Rule == RuleLastWQEUnhandled {
-			specific[qp{f.Device, f.QPN}] = true
-		}
-	}
-	return slices.DeleteFunc(fs, func(f Finding) bool {
-		return f.Rule == RuleStaleErrorQP && specific[qp{f.Device, f.QPN}]
+	specific := slices.ContainsFunc(fs, func(f Finding) bool {
+		return f.Rule == RuleLastWQENotEmitted || f.Rule == RuleLastWQEUnhandled
 	})
+	if !specific {
+		return fs
+	}
+	return slices.DeleteFunc(fs, func(f Finding) bool { return f.Rule == RuleStaleErrorQP })
 }

@@ -2,6 +2,7 @@ package leakwatch
 
 import (
 	"cmp"
+	"container/heap"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,34 +40,55 @@ type groupKey struct {
 // Summarize groups findings by device, rule and owner, most severe and
 // largest first.
 func Summarize(fs []Finding) []Group {
-	idx := map[groupKey]int{}
-	groups := []Group{}
-	qpns := map[int][]uint32{}
-	for _, f := range fs {
-		pid := f.TGID
-		if pid == 0 {
-			pid = f.PID
+	var s summarizer
+	for i := range fs {
+		s.add(&fs[i])
+	}
+	return s.result()
+}
+
+// summarizer builds Summarize's groups one finding at a time.
+type summarizer struct {
+	idx    map[groupKey]int
+	groups []Group
+	qpns   [][]uint32
+}
+
+func (s *summarizer) add(f *Finding) {
+	pid := f.TGID
+	if pid == 0 {
+		pid = f.PID
+	}
+	k := groupKey{f.Device, f.Rule, pid, f.Comm, f.KernName, f.ULP, f.Cgroup, f.ContainerID}
+	i, ok := s.idx[k]
+	if !ok {
+		if s.idx == nil {
+			s.idx = map[groupKey]int{}
 		}
-		k := groupKey{f.Device, f.Rule, pid, f.Comm, f.KernName, f.ULP, f.Cgroup, f.ContainerID}
-		i, ok := idx[k]
-		if !ok {
-			i = len(groups)
-			idx[k] = i
-			groups = append(groups, Group{Device: f.Device, Rule: f.Rule, Severity: f.Severity, PID: pid, Comm: f.Comm,
-				KernName: f.KernName, ULP: f.ULP, Cgroup: f.Cgroup, ContainerID: f.ContainerID, Hint: f.Hint})
-		}
-		g := &groups[i]
-		g.Count++
-		g.MaxAgeSeconds = max(g.MaxAgeSeconds, f.AgeSeconds)
-		if severityRank(f.Severity) > severityRank(g.Severity) {
-			g.Severity = f.Severity
-		}
-		if f.Rule != RuleQPExhaustion {
-			qpns[i] = append(qpns[i], f.QPN)
-		}
+		i = len(s.groups)
+		s.idx[k] = i
+		s.groups = append(s.groups, Group{Device: f.Device, Rule: f.Rule, Severity: f.Severity, PID: pid, Comm: f.Comm,
+			KernName: f.KernName, ULP: f.ULP, Cgroup: f.Cgroup, ContainerID: f.ContainerID, Hint: f.Hint})
+		s.qpns = append(s.qpns, nil)
+	}
+	g := &s.groups[i]
+	g.Count++
+	g.MaxAgeSeconds = max(g.MaxAgeSeconds, f.AgeSeconds)
+	if severityRank(f.Severity) > severityRank(g.Severity) {
+		g.Severity = f.Severity
+	}
+	if f.Rule != RuleQPExhaustion {
+		s.qpns[i] = append(s.qpns[i], f.QPN)
+	}
+}
+
+func (s *summarizer) result() []Group {
+	groups := s.groups
+	if groups == nil {
+		groups = []Group{}
 	}
 	for i := range groups {
-		groups[i].QPNs = ranges(qpns[i])
+		groups[i].QPNs = ranges(s.qpns[i])
 	}
 	slices.SortStableFunc(groups, func(a, b Group) int {
 		return cmp.Or(cmp.Compare(severityRank(b.Severity), severityRank(a.Severity)), cmp.Compare(b.Count, a.Count),
@@ -110,24 +132,69 @@ func ranges(ns []uint32) string {
 	return b.String()
 }
 
-// limitFindings keeps at most limit findings (0: all), the most severe
-// first, in fs's order; it returns how many it left out.
-func limitFindings(fs []Finding, limit int) ([]Finding, int) {
-	if limit <= 0 || len(fs) <= limit {
-		return fs, 0
+// reportOrder is the order of a report's findings: by device, QP, rule
+// and owner.
+func reportOrder(a, b *Finding) int {
+	return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.QPN, b.QPN), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.PID, b.PID))
+}
+
+// keepOrder ranks findings for a limited report: the most severe first,
+// then in the report's order.
+func keepOrder(a, b *Finding) int {
+	return cmp.Or(cmp.Compare(severityRank(b.Severity), severityRank(a.Severity)), reportOrder(a, b))
+}
+
+// keeper keeps the findings a report lists: all of them (limit 0), none
+// (limit below 0), or the limit first by keepOrder, held in a heap whose
+// root is the one to drop next, so that an evaluation of 60,000 findings
+// holds no more than it reports. A kept finding gets its own copy of the
+// evidence, which Evaluate's findings share with the histories.
+type keeper struct {
+	limit int
+	kept  worstFirst
+}
+
+func (k *keeper) offer(f *Finding) {
+	switch {
+	case k.limit < 0:
+	case k.limit == 0:
+		k.kept = append(k.kept, own(f))
+	case len(k.kept) < k.limit:
+		heap.Push(&k.kept, own(f))
+	case keepOrder(f, &k.kept[0]) < 0:
+		k.kept[0] = own(f)
+		heap.Fix(&k.kept, 0)
 	}
-	order := make([]int, len(fs))
-	for i := range order {
-		order[i] = i
+}
+
+// own copies a finding with its evidence.
+func own(f *Finding) Finding {
+	c := *f
+	c.Evidence = append([]Evidence{}, f.Evidence...)
+	return c
+}
+
+// findings returns what was kept in the report's order.
+func (k *keeper) findings() []Finding {
+	fs := []Finding(k.kept)
+	if fs == nil {
+		fs = []Finding{}
 	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(severityRank(fs[b].Severity), severityRank(fs[a].Severity))
-	})
-	keep := order[:limit]
-	slices.Sort(keep)
-	out := make([]Finding, 0, limit)
-	for _, i := range keep {
-		out = append(out, fs[i])
-	}
-	return out, len(fs) - limit
+	slices.SortFunc(fs, func(a, b Finding) int { return reportOrder(&a, &b) })
+	return fs
+}
+
+// worstFirst is a container/heap of findings whose root is the last by
+// keepOrder.
+type worstFirst []Finding
+
+func (h worstFirst) Len() int           { return len(h) }
+func (h worstFirst) Less(i, j int) bool { return keepOrder(&h[i], &h[j]) > 0 }
+func (h worstFirst) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *worstFirst) Push(x any)        { *h = append(*h, x.(Finding)) }
+func (h *worstFirst) Pop() any {
+	old := *h
+	f := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return f
 }

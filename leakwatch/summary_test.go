@@ -38,15 +38,35 @@ func TestSummarizeAndLimit(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Summarize (-want +got):\n%s", d)
 	}
-	kept, omitted := limitFindings(fs, 10)
-	if omitted != 993 || len(kept) != 10 {
-		t.Fatalf("limit 10: kept %d, omitted %d", len(kept), omitted)
+	limited := func(limit int) []Finding {
+		k := keeper{limit: limit}
+		for i := range fs {
+			k.offer(&fs[i])
+		}
+		return k.findings()
 	}
-	// The most severe are kept, in the report's order.
-	if kept[0].QPN != 17 || kept[7].Rule != RuleLastWQENotEmitted || kept[9].Rule != RuleQPExhaustion {
-		t.Errorf("kept %+v", kept)
+	// The most severe are kept, then the first in the report's order, and
+	// listed in the report's order.
+	kept := limited(10)
+	var got10 []found
+	for _, f := range kept {
+		got10 = append(got10, found{f.Rule, f.Device, f.QPN, f.PID})
 	}
-	if all, n := limitFindings(fs, 0); n != 0 || len(all) != len(fs) {
-		t.Errorf("limit 0 left out %d", n)
+	want10 := []found{{RuleQPExhaustion, "rxe0", 0, 0}}
+	for qpn := uint32(17); qpn < 24; qpn++ {
+		want10 = append(want10, found{RuleStaleErrorQP, "rxe0", qpn, 43})
+	}
+	want10 = append(want10, found{RuleLastWQENotEmitted, "siw0", 3, 0}, found{RuleLastWQENotEmitted, "siw0", 5, 0})
+	if d := cmp.Diff(want10, got10); d != "" {
+		t.Errorf("limit 10 (-want +got):\n%s", d)
+	}
+	if n := len(limited(0)); n != len(fs) {
+		t.Errorf("limit 0 kept %d of %d", n, len(fs))
+	}
+	if n := len(limited(-1)); n != 0 {
+		t.Errorf("limit -1 kept %d", n)
+	}
+	if n := len(limited(5000)); n != len(fs) {
+		t.Errorf("limit 5000 kept %d of %d", n, len(fs))
 	}
 }

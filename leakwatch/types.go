@@ -76,9 +76,14 @@ type Query struct {
 	// SkipProbeRules, when not empty, skips the rules that need probe
 	// events with this reason, as if the probes were off.
 	SkipProbeRules string
-	// Limit caps the findings reported QP by QP (0: all); the summary
-	// counts them all.
+	// Limit caps the findings reported QP by QP (0: all, below 0: none);
+	// the summary counts them all.
 	Limit int
+	// Each, when set, is called with every finding, in no order, before
+	// Limit applies: a caller that only counts findings (Limit below 0)
+	// holds none of them. The finding and its evidence are valid only
+	// during the call.
+	Each func(*Finding)
 }
 
 // Process is what /proc said about a QP owner.
