@@ -18,7 +18,9 @@ const slowDrain = time.Second
 
 const specDrainSRQ = "IB spec 10.3.1 (LAST_WQE_REACHED); since Linux 6.11 ib_drain_qp waits up to 60 s for it on each SRQ QP (__ib_drain_srq)"
 
-// drainState is what the probes saw of a QP's drains.
+// drainState is what the probes saw of a QP's drains; a QP has one once a
+// drain of it was seen (few QPs are drained while watched, so the others
+// do not carry its 88 bytes).
 type drainState struct {
 	// DrainSince is when the outermost running drain began (zero: none
 	// running); DrainFunc is its function.
@@ -37,29 +39,37 @@ type drainState struct {
 // drainStarted records a drain's start. ib_drain_qp calls ib_drain_rq on a
 // QP without an SRQ: nested drains count as the outermost.
 func (h *History) drainStarted(ev Event) {
-	if h.drainDepth == 0 {
-		h.DrainSince, h.DrainFunc = ev.Time, ev.Drain
+	if h.drain == nil {
+		h.drain = &drainState{}
+	}
+	d := h.drain
+	if d.drainDepth == 0 {
+		d.DrainSince, d.DrainFunc = ev.Time, ev.Drain
 		h.note(ev.Time, "probe", "%s began", ev.Drain)
 	}
-	h.drainDepth++
+	d.drainDepth++
 }
 
 // drainEnded records a drain's return; one whose start the probes missed
 // counts with the duration the probe measured.
 func (h *History) drainEnded(ev Event) {
-	if h.drainDepth > 1 {
-		h.drainDepth--
+	if h.drain == nil {
+		h.drain = &drainState{}
+	}
+	ds := h.drain
+	if ds.drainDepth > 1 {
+		ds.drainDepth--
 		return
 	}
 	d := ev.Duration
-	if d == 0 && !h.DrainSince.IsZero() {
-		d = ev.Time.Sub(h.DrainSince)
+	if d == 0 && !ds.DrainSince.IsZero() {
+		d = ev.Time.Sub(ds.DrainSince)
 	}
-	h.drainDepth, h.DrainSince, h.DrainFunc = 0, time.Time{}, ""
+	ds.drainDepth, ds.DrainSince, ds.DrainFunc = 0, time.Time{}, ""
 	h.note(ev.Time, "probe", "%s returned after %s", ev.Drain, d.Round(time.Millisecond))
-	if d > h.DrainTook || h.DrainBound {
+	if d > ds.DrainTook || ds.DrainBound {
 		// A return seen late replaces the bound its QP's end gave.
-		h.DrainTook, h.DrainEnded, h.DrainBound = d, ev.Time, false
+		ds.DrainTook, ds.DrainEnded, ds.DrainBound = d, ev.Time, false
 	}
 }
 
@@ -70,14 +80,15 @@ func (h *History) drainEnded(ev Event) {
 // function (another rdmatool, a trace ending), so a long drain's return
 // can go unseen.
 func (h *History) drainClosed(t time.Time, source string) {
-	if h.DrainSince.IsZero() {
+	ds := h.drain
+	if ds == nil || ds.DrainSince.IsZero() {
 		return
 	}
-	d := t.Sub(h.DrainSince)
-	h.note(t, source, "%s return not seen; the QP ended %s after it began", h.DrainFunc, d.Round(time.Millisecond))
-	h.drainDepth, h.DrainSince, h.DrainFunc = 0, time.Time{}, ""
-	if d > h.DrainTook {
-		h.DrainTook, h.DrainEnded, h.DrainBound = d, t, true
+	d := t.Sub(ds.DrainSince)
+	h.note(t, source, "%s return not seen; the QP ended %s after it began", ds.DrainFunc, d.Round(time.Millisecond))
+	ds.drainDepth, ds.DrainSince, ds.DrainFunc = 0, time.Time{}, ""
+	if d > ds.DrainTook {
+		ds.DrainTook, ds.DrainEnded, ds.DrainBound = d, t, true
 	}
 }
 
@@ -99,35 +110,41 @@ func ownerName(h *History) string {
 // least slowDrain) and not returned (its caller is blocked: critical), or
 // returned after that long (the caller was blocked that long: error).
 func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
-	if !h.OnSRQ {
+	ds := h.drain
+	if !h.OnSRQ || ds == nil {
 		return Finding{}, false
 	}
 	threshold := max(cfg.MinAge, slowDrain)
 	owner := ownerName(h)
-	fix := fmt.Sprintf("run %s without an SRQ (use_srq=0 for nvmet_rdma and ib_srpt) or on a provider that delivers LAST_WQE_REACHED", owner)
-	why := dev.name + " does not deliver it"
-	if lw, _ := dev.lastWQEKnown(); lw == LastWQEDelivered {
-		why = dev.name + " delivers it, yet not for this QP:"
+	explain := func() (why, fix string) {
+		fix = fmt.Sprintf("run %s without an SRQ (use_srq=0 for nvmet_rdma and ib_srpt) or on a provider that delivers LAST_WQE_REACHED", owner)
+		why = dev.name + " does not deliver it"
+		if lw, _ := dev.lastWQEKnown(); lw == LastWQEDelivered {
+			why = dev.name + " delivers it, yet not for this QP:"
+		}
+		return why, fix
 	}
-	if !h.DrainSince.IsZero() && !h.Destroyed {
-		wait := now.Sub(h.DrainSince)
+	if !ds.DrainSince.IsZero() && !h.Destroyed {
+		wait := now.Sub(ds.DrainSince)
 		if wait < threshold {
 			return Finding{}, false
 		}
+		why, fix := explain()
 		f := base(RuleSRQDrainStalled, SeverityCritical, h, wait)
 		f.DrainSeconds, f.Draining = f.AgeSeconds, true
 		f.Hint = fmt.Sprintf("%s of this SRQ QP of %s has waited %s for IB_EVENT_QP_LAST_WQE_REACHED (%s); the kernel waits up to 60 s per SRQ QP and the caller (a connection teardown, a port removal or a module unload) is blocked until then: %s",
-			h.DrainFunc, owner, wait.Round(100*time.Millisecond), why, fix)
+			ds.DrainFunc, owner, wait.Round(100*time.Millisecond), why, fix)
 		f.Spec = specDrainSRQ
 		return f, true
 	}
-	if h.DrainTook < threshold {
+	if ds.DrainTook < threshold {
 		return Finding{}, false
 	}
-	f := base(RuleSRQDrainStalled, SeverityError, h, now.Sub(h.DrainEnded))
-	f.DrainSeconds = math.Round(h.DrainTook.Seconds()*1000) / 1000
-	took := h.DrainTook.Round(100 * time.Millisecond).String()
-	if h.DrainBound {
+	why, fix := explain()
+	f := base(RuleSRQDrainStalled, SeverityError, h, now.Sub(ds.DrainEnded))
+	f.DrainSeconds = math.Round(ds.DrainTook.Seconds()*1000) / 1000
+	took := ds.DrainTook.Round(100 * time.Millisecond).String()
+	if ds.DrainBound {
 		took = "up to " + took + " (its return was not seen; the QP ended then)"
 	}
 	if h.Destroyed {

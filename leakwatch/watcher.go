@@ -37,64 +37,67 @@ type qpKey struct {
 // so every time here is when rdmatool first saw something: a scan or a
 // probe event.
 type History struct {
-	DevIndex uint32
-	Device   string
-	QPN      uint32
-	Type     rdmanl.QPType
+	// Its fields are ordered for size, not by theme: the agent keeps one
+	// per QP, 60,000 and more.
+
+	Device string
 	// State is the last known state, StateSince when it was first seen in
 	// it. StateKnown is false while the only source is a netlink state
 	// the kernel does not fill in (siw before 6.2 reports RESET always).
-	State       rdmanl.QPState
 	StateSince  time.Time
-	StateKnown  bool
 	StateSource string // "scan" or "probe"
 	FirstSeen   time.Time
-	EverRTS     bool
 
 	Owner rdmanl.Owner
 	// ULP is the kernel module a kernel QP of rdma_cm serves (from the
 	// scans' DeviceScan.ULPs).
 	ULP  string
-	TGID uint32 // the process of Owner.PID, when known
 	Comm string
 	// Cgroup and ContainerID locate the owner (from /proc, at the last
 	// scan that found it).
 	Cgroup      string
 	ContainerID string
-	OnSRQ       bool
-	SRQN        uint32
 
 	// ErrAt is when a probe saw the QP moved to ERR (zero if not seen).
 	ErrAt time.Time
 	// LastWQEAt is the first LAST_WQE_REACHED after ErrAt (or ever, if no
 	// ERR was seen); LastWQECount counts deliveries (rxe sends it again
 	// when a WR is posted after ERR).
-	LastWQEAt    time.Time
-	LastWQECount int
+	LastWQEAt time.Time
 	// lastWQELatest is the newest delivery: one stamped after a modify
 	// to ERR began belongs to that ERR even when it reached the ring
 	// buffer first (the provider delivered it before the modify returned).
 	lastWQELatest time.Time
+	DestroyedAt   time.Time
 
-	Destroyed   bool
-	DestroyedAt time.Time
+	// drain is what the probes saw of the QP's drains (nil: none seen).
+	drain    *drainState
+	Evidence []Evidence
+	// scanGen is the Watcher.scanGen of the last scan that listed the QP.
+	scanGen uint64
+
+	LastWQECount int32
+	DevIndex     uint32
+	QPN          uint32
+	TGID         uint32 // the process of Owner.PID, when known
+	SRQN         uint32
+
+	Type       rdmanl.QPType
+	State      rdmanl.QPState
+	StateKnown bool
+	EverRTS    bool
+	OnSRQ      bool
+	Destroyed  bool
 	// DestroySeen says a probe saw the destroy (not just a scan missing the
 	// QP); only then are the destroy rules evaluated.
 	DestroySeen          bool
 	ErrBeforeDestroy     bool
 	LastWQEBeforeDestroy bool
 	DeviceGone           bool // destroyed by device unregistration
-
-	// drainState is what the probes saw of the QP's drains.
-	drainState
-
-	inScan bool
-	// scanGen is the Watcher.scanGen of the last scan that listed the QP.
-	scanGen uint64
+	inScan               bool
 	// keep says the destroy rules may report this destroyed QP, so it is
 	// kept for Config.Retain; others go after goneRetain.
-	keep     bool
-	Evidence []Evidence
+	keep bool
 }
 
 // ended records that the QP is gone at t. Only an SRQ QP whose destroy a
@@ -111,7 +114,7 @@ func (h *History) ended(t time.Time) {
 	h.drainClosed(t, source)
 	h.keep = h.DestroySeen && !h.DeviceGone && h.OnSRQ && !(h.ErrBeforeDestroy && h.LastWQEBeforeDestroy)
 	// An SRQ QP whose drain was slow stays for srq-drain-stalled.
-	h.keep = h.keep || (h.OnSRQ && h.DrainTook >= slowDrain)
+	h.keep = h.keep || (h.OnSRQ && h.drain != nil && h.drain.DrainTook >= slowDrain)
 	// An SRQ QP a scan found gone may still get its destroy event (it
 	// waited in the ring buffer) and become reportable: its evidence stays
 	// until then.
@@ -490,6 +493,10 @@ func (w *Watcher) Histories() []History {
 	for _, h := range w.qps {
 		c := *h
 		c.Evidence = slices.Clone(h.Evidence)
+		if h.drain != nil {
+			d := *h.drain
+			c.drain = &d
+		}
 		out = append(out, c)
 	}
 	return out
