@@ -256,7 +256,7 @@ func setMaxQP(c *Config, n *yaml.Node) error {
 // Apply sets in o what the file gives, except what the command line gave:
 // given reports whether the flag for a key was set (socket,
 // metrics_address, interval, reconcile, probes, rename, names_map,
-// rename_force). max_qp merges, the command line's entries winning per
+// rename_force, policy, policy_dry_run). max_qp merges, the command line's entries winning per
 // device. The rename keys complete o.Rename, which the command line set
 // (nil when it named no policies).
 func (c Config) Apply(o *RunOptions, given func(key string) bool) {

@@ -78,8 +78,8 @@ func (s *State) evaluated() {
 	s.findings = map[findingKey]int{}
 	s.findingQPs = map[string]map[string][]uint32{}
 	byQP := s.pol.Mode == PolicyReset // only the reset policy reads them
-	// Counted as they come, none kept: 60,000 stuck QPs cost no more
-	// than their counts.
+	// Counted as they come, none kept (the reset policy keeps their QP
+	// numbers): 60,000 stuck QPs cost their counts, not their findings.
 	rep := s.w.Evaluate(leakwatch.Query{MinAge: defaultMinAge, Limit: -1, Each: func(f *leakwatch.Finding) {
 		s.findings[findingKey{f.Device, f.Rule, f.Severity}]++
 		if !byQP || f.Rule == leakwatch.RuleQPExhaustion || f.Rule == leakwatch.RuleZombieUverbsContext {
