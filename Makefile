@@ -83,7 +83,9 @@ lab-bins:
 # once, then one guest per kernel runs them all (vmtest/labtests.sh; a boot
 # costs about as much as a package's tests under TCG). VMTEST_EXPECT_GUEST
 # makes vmtest.Require fail instead of skip if a test ever ran outside.
-# LAB_RUN=regexp runs only the tests it matches.
+# LAB_RUN=regexp runs only the tests it matches. Each kernel's output is
+# kept in .lab/tests/KERNEL.log; when one failed, vmtest/labfailures.sh
+# ends the run with its failed tests and their last logged lines.
 LAB_TESTS := $(LAB)/tests
 test-lab: lab lab-bins
 	@set -e; rm -rf $(LAB_TESTS); mkdir -p $(LAB_TESTS); : >$(LAB_TESTS)/list; \
@@ -92,12 +94,14 @@ test-lab: lab lab-bins
 		CGO_ENABLED=0 $(GO) test -c -o $$bin $$p; \
 		echo "$$p $$bin" >>$(LAB_TESTS)/list; \
 	done
-	@failed=; for k in $(KERNELS); do \
+	@set -o pipefail; failed=; logs=; for k in $(KERNELS); do \
 		echo "== lab tests on kernel $$k"; \
 		VMTEST_EXPECT_GUEST=1 VMTEST_RUN='$(LAB_RUN)' $(BIN)/vmlab run -kernel $$k -timeout 90m -- \
-			sh vmtest/labtests.sh $(LAB_TESTS)/list || failed="$$failed $$k"; \
+			sh vmtest/labtests.sh $(LAB_TESTS)/list 2>&1 | tee $(LAB_TESTS)/$$k.log || \
+			{ failed="$$failed $$k"; logs="$$logs $$k $(LAB_TESTS)/$$k.log"; }; \
 	done; \
-	if [ -n "$$failed" ]; then echo "lab tests failed on kernel(s):$$failed"; exit 1; fi
+	if [ -n "$$failed" ]; then sh vmtest/labfailures.sh $$logs; \
+		echo "lab tests failed on kernel(s):$$failed"; exit 1; fi
 
 # Only the kernel the demo boots is built.
 demo: deps lab-bins
