@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -125,26 +126,11 @@ func ParseConfig(path string, b []byte) (Config, error) {
 	if top.Kind != yaml.MappingNode {
 		return c, &ConfigError{Path: path, Line: top.Line, Err: errors.New("want a mapping of keys to values")}
 	}
-	seen := map[string]int{}
-	for i := 0; i+1 < len(top.Content); i += 2 {
-		k, v := top.Content[i], top.Content[i+1]
-		set, ok := configKeys[k.Value]
-		if !ok || k.Kind != yaml.ScalarNode {
-			return c, &ConfigError{Path: path, Line: k.Line, Key: k.Value,
-				Err: fmt.Errorf("unknown key (valid: %s)", strings.Join(knownKeys(), ", "))}
-		}
-		if line, dup := seen[k.Value]; dup {
-			return c, &ConfigError{Path: path, Line: k.Line, Key: k.Value, Err: fmt.Errorf("given twice (first on line %d)", line)}
-		}
-		seen[k.Value] = k.Line
-		if err := set(&c, v); err != nil {
-			var ce *ConfigError
-			if errors.As(err, &ce) { // a nested key
-				ce.Path, ce.Key = path, k.Value+"."+ce.Key
-				return c, ce
-			}
-			return c, &ConfigError{Path: path, Line: v.Line, Key: k.Value, Err: err}
-		}
+	if _, err := readMapping(&c, top, configKeys); err != nil {
+		var ce *ConfigError
+		errors.As(err, &ce)
+		ce.Path = path
+		return c, ce
 	}
 	return c, nil
 }
@@ -157,8 +143,34 @@ func unwrapPath(err error) error {
 	return err
 }
 
-func knownKeys() []string {
-	return []string{"exhaustion_threshold", "interval", "max_qp", "metrics_address", "names_map", "policy", "probes", "reconcile", "rename", "rename_force", "retain", "socket"}
+// readMapping reads the mapping n into dst, each key with its function in
+// keys. An unknown key, a key given twice or a value its function refuses
+// is a *ConfigError at that key's line (without Path), a nested key's
+// error named by its dotted path ("policy.qp_use"). It returns the line of
+// each key read.
+func readMapping[T any](dst *T, n *yaml.Node, keys map[string]func(*T, *yaml.Node) error) (map[string]int, error) {
+	lines := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		set, ok := keys[k.Value]
+		if !ok || k.Kind != yaml.ScalarNode {
+			valid := slices.Sorted(maps.Keys(keys))
+			return nil, &ConfigError{Line: k.Line, Key: k.Value, Err: fmt.Errorf("unknown key (valid: %s)", strings.Join(valid, ", "))}
+		}
+		if line, dup := lines[k.Value]; dup {
+			return nil, &ConfigError{Line: k.Line, Key: k.Value, Err: fmt.Errorf("given twice (first on line %d)", line)}
+		}
+		lines[k.Value] = k.Line
+		if err := set(dst, v); err != nil {
+			var ce *ConfigError
+			if errors.As(err, &ce) { // a nested key
+				ce.Key = k.Value + "." + ce.Key
+				return nil, ce
+			}
+			return nil, &ConfigError{Line: v.Line, Key: k.Value, Err: err}
+		}
+	}
+	return lines, nil
 }
 
 func scalar(n *yaml.Node, want string) error {
@@ -190,29 +202,56 @@ func checkAbsolute(s string) error {
 }
 
 func setDuration(dst **time.Duration, n *yaml.Node) error {
-	if err := scalar(n, "a duration such as 10s or 5m"); err != nil {
+	d, err := duration(n, time.Second)
+	if err != nil {
 		return err
-	}
-	d, err := time.ParseDuration(n.Value)
-	if err != nil || d < time.Second {
-		return fmt.Errorf("%q: want a duration of at least 1s, such as 10s or 5m", n.Value)
 	}
 	*dst = &d
 	return nil
 }
 
+// duration reads a duration of at least min.
+func duration(n *yaml.Node, min time.Duration) (time.Duration, error) {
+	if err := scalar(n, "a duration such as 30s or 5m"); err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(n.Value)
+	if err != nil || d < min {
+		if min > 0 {
+			return 0, fmt.Errorf("%q: want a duration of at least %s, such as 30s or 5m", n.Value, min)
+		}
+		return 0, fmt.Errorf("%q: want a duration, 0s or more, such as 30s or 5m", n.Value)
+	}
+	return d, nil
+}
+
 func setBool(dst **bool, n *yaml.Node) error {
-	var b bool
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
-		return fmt.Errorf("%q: want true or false", n.Value)
+	b, err := boolean(n)
+	if err != nil {
+		return err
 	}
 	*dst = &b
 	return nil
 }
 
-func setThreshold(c *Config, n *yaml.Node) error {
+func boolean(n *yaml.Node) (bool, error) {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
+		return false, fmt.Errorf("%q: want true or false", n.Value)
+	}
+	return b, nil
+}
+
+// number reads an int or a float.
+func number(n *yaml.Node) (float64, bool) {
 	var f float64
-	if n.Kind != yaml.ScalarNode || (n.Tag != "!!float" && n.Tag != "!!int") || n.Decode(&f) != nil || f <= 0 || f > 1 {
+	ok := n.Kind == yaml.ScalarNode && (n.Tag == "!!float" || n.Tag == "!!int") && n.Decode(&f) == nil
+	return f, ok
+}
+
+func setThreshold(c *Config, n *yaml.Node) error {
+	f, ok := number(n)
+	if !ok || f <= 0 || f > 1 {
 		return fmt.Errorf("%q: want a share of max_qp above 0 and at most 1, such as 0.8", n.Value)
 	}
 	c.ExhaustionThreshold = &f
@@ -329,9 +368,10 @@ var policyKeys = map[string]func(p *Policy, n *yaml.Node) error{
 		p.Mode = n.Value
 		return nil
 	},
-	"dry_run": func(p *Policy, n *yaml.Node) error { return decodeBool(&p.DryRun, n) },
+	"dry_run": func(p *Policy, n *yaml.Node) (err error) { p.DryRun, err = boolean(n); return err },
 	"qp_use": func(p *Policy, n *yaml.Node) error {
-		if n.Kind != yaml.ScalarNode || (n.Tag != "!!float" && n.Tag != "!!int") || n.Decode(&p.QPUse) != nil {
+		var ok bool
+		if p.QPUse, ok = number(n); !ok {
 			return fmt.Errorf("%q: want a share of max_qp from 0 to 1, such as 0.9", n.Value)
 		}
 		return nil
@@ -346,10 +386,10 @@ var policyKeys = map[string]func(p *Policy, n *yaml.Node) error{
 		p.StaleRules = rules
 		return nil
 	},
-	"for":      func(p *Policy, n *yaml.Node) error { return decodeDuration(&p.For, n, 0) },
-	"cooldown": func(p *Policy, n *yaml.Node) error { return decodeDuration(&p.Cooldown, n, time.Second) },
-	"grace":    func(p *Policy, n *yaml.Node) error { return decodeDuration(&p.Grace, n, 0) },
-	"timeout":  func(p *Policy, n *yaml.Node) error { return decodeDuration(&p.Timeout, n, time.Second) },
+	"for":      func(p *Policy, n *yaml.Node) (err error) { p.For, err = duration(n, 0); return err },
+	"cooldown": func(p *Policy, n *yaml.Node) (err error) { p.Cooldown, err = duration(n, time.Second); return err },
+	"grace":    func(p *Policy, n *yaml.Node) (err error) { p.Grace, err = duration(n, 0); return err },
+	"timeout":  func(p *Policy, n *yaml.Node) (err error) { p.Timeout, err = duration(n, time.Second); return err },
 	"method": func(p *Policy, n *yaml.Node) error {
 		if err := scalar(n, "a reset method, such as auto"); err != nil {
 			return err
@@ -367,48 +407,22 @@ func setPolicy(c *Config, n *yaml.Node) error {
 		return errors.New("want a mapping, such as {mode: reset, qp_use: 0.9}")
 	}
 	p := DefaultPolicy()
-	lines := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		set, ok := policyKeys[k.Value]
-		if !ok || k.Kind != yaml.ScalarNode {
-			keys := make([]string, 0, len(policyKeys))
-			for key := range policyKeys {
-				keys = append(keys, key)
-			}
-			slices.Sort(keys)
-			return &ConfigError{Line: k.Line, Key: k.Value, Err: fmt.Errorf("unknown key (valid: %s)", strings.Join(keys, ", "))}
-		}
-		if line, dup := lines[k.Value]; dup {
-			return &ConfigError{Line: k.Line, Key: k.Value, Err: fmt.Errorf("given twice (first on line %d)", line)}
-		}
-		lines[k.Value] = k.Line
-		if err := set(&p, v); err != nil {
-			return &ConfigError{Line: v.Line, Key: k.Value, Err: err}
-		}
+	lines, err := readMapping(&p, n, policyKeys)
+	if err != nil {
+		return err
 	}
 	if err := p.Check(); err != nil {
 		var pe *PolicyError
 		if errors.As(err, &pe) {
-			key := strings.TrimPrefix(pe.Key, "policy.")
-			line := lines[key]
+			line := lines[pe.Key]
 			if line == 0 {
 				line = n.Line
 			}
-			return &ConfigError{Line: line, Key: key, Err: pe.Err}
+			return &ConfigError{Line: line, Key: pe.Key, Err: pe.Err}
 		}
 		return err
 	}
 	c.Policy = &p
-	return nil
-}
-
-func decodeBool(dst *bool, n *yaml.Node) error {
-	var b *bool
-	if err := setBool(&b, n); err != nil {
-		return err
-	}
-	*dst = *b
 	return nil
 }
 
@@ -418,21 +432,6 @@ func decodeCount(dst *int, n *yaml.Node) error {
 		return fmt.Errorf("%q: want a whole number, 0 or more", n.Value)
 	}
 	*dst = v
-	return nil
-}
-
-func decodeDuration(dst *time.Duration, n *yaml.Node, min time.Duration) error {
-	if err := scalar(n, "a duration such as 30s or 5m"); err != nil {
-		return err
-	}
-	d, err := time.ParseDuration(n.Value)
-	if err != nil || d < min {
-		if min > 0 {
-			return fmt.Errorf("%q: want a duration of at least %s, such as 30s or 5m", n.Value, min)
-		}
-		return fmt.Errorf("%q: want a duration, 0s or more, such as 30s or 5m", n.Value)
-	}
-	*dst = d
 	return nil
 }
 

@@ -77,13 +77,17 @@ func (s *State) evaluated() {
 	s.resolveOwners()
 	s.findings = map[findingKey]int{}
 	s.findingQPs = map[string]map[string][]uint32{}
-	byQP := s.pol.Mode == PolicyReset // only the reset policy reads them
-	// Counted as they come, none kept (the reset policy keeps their QP
-	// numbers): 60,000 stuck QPs cost their counts, not their findings.
+	var staleRules []string // whose QP numbers the reset policy reads
+	if s.pol.Mode == PolicyReset {
+		staleRules = s.pol.StaleRules // QP rules (Policy.Check)
+	}
+	// Counted as they come, none kept (the reset policy keeps the QP
+	// numbers of its stale rules): 60,000 stuck QPs cost their counts, not
+	// their findings.
 	rep := s.w.Evaluate(leakwatch.Query{MinAge: defaultMinAge, Limit: -1, Each: func(f *leakwatch.Finding) {
 		s.findings[findingKey{f.Device, f.Rule, f.Severity}]++
-		if !byQP || f.Rule == leakwatch.RuleQPExhaustion || f.Rule == leakwatch.RuleZombieUverbsContext {
-			return // device rules: no QP
+		if !slices.Contains(staleRules, f.Rule) {
+			return
 		}
 		byRule := s.findingQPs[f.Device]
 		if byRule == nil {
@@ -218,7 +222,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, sk := range s.skippedRules {
 		gauge(c.ruleSkipped, 1, sk.Rule, sk.Reason)
 	}
-	inUse := map[string]uint64{}
 	for _, name := range s.devices {
 		guid := s.guids[name]
 		m := s.dev[name]
@@ -230,13 +233,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, r := range m.resources {
 			gauge(c.resources, float64(r.Current), name, guid, r.Name)
-			if r.Name == "qp" {
-				inUse[name] = r.Current
-			}
 		}
 		if max := s.deviceMaxQP(name); max > 0 {
 			gauge(c.maxQP, float64(max), name, guid)
-			if n, ok := inUse[name]; ok {
+			if n, ok := m.qpsInUse(); ok {
 				gauge(c.useRatio, float64(n)/float64(max), name, guid)
 			}
 		}

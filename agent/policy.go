@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/reset"
 )
@@ -84,19 +85,19 @@ func DefaultPolicy() Policy {
 }
 
 // PolicyError is a policy that makes no sense; Key names the setting as
-// the configuration file spells it ("policy.method").
+// the configuration file's policy mapping spells it ("method").
 type PolicyError struct {
 	Key string
 	Err error
 }
 
-func (e *PolicyError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *PolicyError) Error() string { return "policy." + e.Key + ": " + e.Err.Error() }
 func (e *PolicyError) Unwrap() error { return e.Err }
 
 // Check refuses a policy that makes no sense or contradicts itself.
 func (p Policy) Check() error {
 	bad := func(key, format string, a ...any) error {
-		return &PolicyError{Key: "policy." + key, Err: fmt.Errorf(format, a...)}
+		return &PolicyError{Key: key, Err: fmt.Errorf(format, a...)}
 	}
 	switch {
 	case p.Mode != PolicyObserve && p.Mode != PolicyReset:
@@ -129,13 +130,12 @@ func (p Policy) Check() error {
 	if p.StaleQPs > 0 && len(p.StaleRules) == 0 {
 		return bad("stale_rules", "empty with stale_qps %d: no QP could count as stale", p.StaleQPs)
 	}
-	qpRules := leakwatch.Rules()
+	if err := leakwatch.CheckRules(p.StaleRules); err != nil {
+		return bad("stale_rules", "%s", strings.TrimPrefix(err.Error(), "leakwatch: "))
+	}
 	for _, r := range p.StaleRules {
-		if r == leakwatch.RuleQPExhaustion || r == leakwatch.RuleZombieUverbsContext {
+		if !leakwatch.IsQPRule(r) {
 			return bad("stale_rules", "%s: a device rule, not a QP rule", r)
-		}
-		if !slices.Contains(qpRules, r) {
-			return bad("stale_rules", "%s: unknown rule", r)
 		}
 	}
 	return nil
@@ -152,7 +152,7 @@ type policyEvidence struct {
 }
 
 func (e policyEvidence) key() string {
-	if e.NodeGUID != "" && e.NodeGUID != "0000:0000:0000:0000" {
+	if e.NodeGUID != "" && e.NodeGUID != rdmanl.GUID(0).String() {
 		return e.NodeGUID // a reset may bring the device back under another name
 	}
 	return "name " + e.Device
@@ -307,7 +307,7 @@ func runPolicy(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.L
 				Helper: o.ResetHelper, Who: "rdmatool agent (policy)", Log: log,
 			}
 			if o.Rename != nil {
-				ro.Rename = rename.Options{Policies: o.Rename.Policies, MapFile: o.Rename.MapFile, MapMustExist: o.Rename.MapMustExist}
+				ro.Rename = *o.Rename // the reset sets which device, and forces
 			}
 			wg.Add(1)
 			go func() {
@@ -382,13 +382,8 @@ func (s *State) policyEvidence(rules []string) []policyEvidence {
 		if e.MaxQP == 0 {
 			e.MaxQP = s.facts[name].MaxQP
 		}
-		read := false
-		for _, r := range m.resources {
-			if r.Name == "qp" {
-				e.QPs, read = r.Current, true
-			}
-		}
-		if !read {
+		var read bool
+		if e.QPs, read = m.qpsInUse(); !read {
 			continue
 		}
 		stale := map[uint32]bool{}

@@ -28,20 +28,20 @@ func TestPolicyCheck(t *testing.T) {
 		mod  func(p *Policy)
 		key  string
 	}{
-		{"mode", func(p *Policy) { p.Mode = "fix" }, "policy.mode"},
-		{"dry run while observing", func(p *Policy) { p.Mode, p.DryRun = PolicyObserve, true }, "policy.dry_run"},
-		{"use above 1", func(p *Policy) { p.QPUse = 1.5 }, "policy.qp_use"},
-		{"no threshold", func(p *Policy) { p.QPUse, p.StaleQPs = 0, 0 }, "policy.qp_use"},
-		{"negative for", func(p *Policy) { p.For = -time.Second }, "policy.for"},
-		{"cooldown within for", func(p *Policy) { p.For, p.Cooldown = time.Hour, time.Minute }, "policy.cooldown"},
-		{"no resets an hour", func(p *Policy) { p.MaxPerHour = 0 }, "policy.max_per_hour"},
-		{"negative grace", func(p *Policy) { p.Grace = -1 }, "policy.grace"},
-		{"no timeout", func(p *Policy) { p.Timeout = 0 }, "policy.timeout"},
-		{"unknown method", func(p *Policy) { p.Method = "reboot" }, "policy.method"},
-		{"a method that frees nothing", func(p *Policy) { p.Method = reset.MethodNetdevBounce }, "policy.method"},
-		{"no stale rules", func(p *Policy) { p.StaleRules = nil }, "policy.stale_rules"},
-		{"a device rule", func(p *Policy) { p.StaleRules = []string{"qp-exhaustion"} }, "policy.stale_rules"},
-		{"an unknown rule", func(p *Policy) { p.StaleRules = []string{"stale-qp"} }, "policy.stale_rules"},
+		{"mode", func(p *Policy) { p.Mode = "fix" }, "mode"},
+		{"dry run while observing", func(p *Policy) { p.Mode, p.DryRun = PolicyObserve, true }, "dry_run"},
+		{"use above 1", func(p *Policy) { p.QPUse = 1.5 }, "qp_use"},
+		{"no threshold", func(p *Policy) { p.QPUse, p.StaleQPs = 0, 0 }, "qp_use"},
+		{"negative for", func(p *Policy) { p.For = -time.Second }, "for"},
+		{"cooldown within for", func(p *Policy) { p.For, p.Cooldown = time.Hour, time.Minute }, "cooldown"},
+		{"no resets an hour", func(p *Policy) { p.MaxPerHour = 0 }, "max_per_hour"},
+		{"negative grace", func(p *Policy) { p.Grace = -1 }, "grace"},
+		{"no timeout", func(p *Policy) { p.Timeout = 0 }, "timeout"},
+		{"unknown method", func(p *Policy) { p.Method = "reboot" }, "method"},
+		{"a method that frees nothing", func(p *Policy) { p.Method = reset.MethodNetdevBounce }, "method"},
+		{"no stale rules", func(p *Policy) { p.StaleRules = nil }, "stale_rules"},
+		{"a device rule", func(p *Policy) { p.StaleRules = []string{"qp-exhaustion"} }, "stale_rules"},
+		{"an unknown rule", func(p *Policy) { p.StaleRules = []string{"stale-qp"} }, "stale_rules"},
 	} {
 		p := on
 		p.StaleRules = slices.Clone(on.StaleRules)

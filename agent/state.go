@@ -86,6 +86,17 @@ type devMetrics struct {
 	resources         []rdmanl.ResourceCount
 }
 
+// qpsInUse is the device's QPs in use by its last resource counts, and
+// whether they were read.
+func (m devMetrics) qpsInUse() (uint64, bool) {
+	for _, r := range m.resources {
+		if r.Name == "qp" {
+			return r.Current, true
+		}
+	}
+	return 0, false
+}
+
 // devMetric returns the device's counters, made on first use.
 func (s *State) devMetric(name string) *devMetrics {
 	m := s.dev[name]
