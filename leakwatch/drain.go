@@ -100,8 +100,8 @@ func ownerName(h *History) string {
 		return h.ULP
 	case h.Owner.KernName != "":
 		return h.Owner.KernName
-	case h.Comm != "":
-		return h.Comm
+	case h.Comm() != "":
+		return h.Comm()
 	}
 	return "its owner"
 }

@@ -30,6 +30,12 @@ var qpRules = []qpRule{
 	{RuleSRQDrainStalled, true, srqDrainStalled},
 }
 
+// IsQPRule reports whether id is a rule whose findings are each about one
+// QP (Finding.QPN), not about a device.
+func IsQPRule(id string) bool {
+	return slices.ContainsFunc(qpRules, func(r qpRule) bool { return r.id == id })
+}
+
 // Rules lists every rule ID in the order they are evaluated.
 func Rules() []string {
 	ids := make([]string, 0, len(qpRules)+1)
@@ -48,11 +54,11 @@ const (
 func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 	f := Finding{
 		Rule: rule, Severity: sev, Device: h.Device, QPN: h.QPN, Type: h.Type.String(),
-		State: h.State.String(), PID: h.Owner.PID, TGID: h.TGID, Comm: h.Comm, Cgroup: h.Cgroup, ContainerID: h.ContainerID,
+		State: h.State.String(), PID: h.Owner.PID, TGID: h.TGID, Comm: h.Comm(), Cgroup: h.Cgroup(), ContainerID: h.ContainerID(),
 		KernName: h.Owner.KernName, ULP: h.ULP,
 		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
-		// Shared with the history until Evaluate keeps the finding.
-		Evidence: h.Evidence[:len(h.Evidence):len(h.Evidence)],
+		// Evidence: the history's notes, made when Evaluate keeps the
+		// finding.
 	}
 	if h.Owner.KernName != "" && f.Comm == "" {
 		f.Comm = h.Owner.KernName
@@ -68,7 +74,7 @@ func staleErrorQP(h *History, _ *deviceState, now time.Time, cfg Config) (Findin
 	if h.Destroyed || !h.StateKnown || (h.State != rdmanl.QPStateErr && h.State != rdmanl.QPStateSQE) {
 		return Finding{}, false
 	}
-	age := now.Sub(h.StateSince)
+	age := now.Sub(h.StateSince.Time())
 	if age < cfg.MinAge {
 		return Finding{}, false
 	}
@@ -94,7 +100,7 @@ func neverConnectedQP(h *History, _ *deviceState, now time.Time, cfg Config) (Fi
 	default:
 		return Finding{}, false
 	}
-	age := now.Sub(h.StateSince)
+	age := now.Sub(h.StateSince.Time())
 	if age < cfg.MinAge {
 		return Finding{}, false
 	}
@@ -119,7 +125,7 @@ func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg C
 	default:
 		return Finding{}, false
 	}
-	f := base(RuleSRQDestroyWithoutLastWQE, SeverityError, h, now.Sub(h.DestroyedAt))
+	f := base(RuleSRQDestroyWithoutLastWQE, SeverityError, h, now.Sub(h.DestroyedAt.Time()))
 	f.State = "destroyed"
 	f.Hint = why + "; tear SRQ QPs down as the spec says: modify to Error, wait for LAST_WQE_REACHED (or post a marker WR and wait for its flush), drain the CQ, then destroy"
 	f.Spec = specSRQTeardown
@@ -135,7 +141,7 @@ func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) 
 	if h.Destroyed || !h.OnSRQ || h.State != rdmanl.QPStateErr || h.LastWQECount > 0 {
 		return Finding{}, false
 	}
-	age := now.Sub(h.ErrAt)
+	age := now.Sub(h.ErrAt.Time())
 	if age < cfg.MinAge {
 		return Finding{}, false
 	}
@@ -155,7 +161,7 @@ func erredBefore(h *History, now time.Time) (time.Duration, bool) {
 	if h.Destroyed || !h.OnSRQ || !h.ErrAt.IsZero() || !h.StateKnown || h.State != rdmanl.QPStateErr || h.LastWQECount > 0 {
 		return 0, false
 	}
-	return now.Sub(h.StateSince), true
+	return now.Sub(h.StateSince.Time()), true
 }
 
 // lastWQENotEmittedBefore: an SRQ QP already in Error when watching began,
@@ -189,7 +195,7 @@ func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg Config) (
 	if h.Destroyed || !h.OnSRQ || h.LastWQECount == 0 {
 		return Finding{}, false
 	}
-	age := now.Sub(h.LastWQEAt)
+	age := now.Sub(h.LastWQEAt.Time())
 	if age < cfg.MinAge {
 		return Finding{}, false
 	}
@@ -208,7 +214,7 @@ func xrcTgtOrphan(h *History, dev *deviceState, now time.Time, cfg Config) (Find
 	if h.Owner.KernName != "" && h.Owner.KernName != "ib_uverbs" {
 		return Finding{}, false
 	}
-	age := now.Sub(h.FirstSeen)
+	age := now.Sub(h.FirstSeen.Time())
 	if age < cfg.MinAge {
 		return Finding{}, false
 	}
@@ -299,13 +305,13 @@ func (w *Watcher) Evaluate(q Query) Report {
 	}
 	var sum summarizer
 	keep := keeper{limit: q.Limit}
-	take := func(f *Finding) {
+	take := func(f *Finding, h *History) {
 		rep.FindingsTotal++
 		sum.add(f)
 		if q.Each != nil {
 			q.Each(f)
 		}
-		keep.offer(f)
+		keep.offer(f, h)
 	}
 	// Destroyed QPs past Retain are left out as if expired; Scan and
 	// Findings delete them.
@@ -314,7 +320,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 		if q.Device != "" && h.Device != q.Device {
 			continue
 		}
-		if h.Destroyed && now.Sub(h.DestroyedAt) > w.retention(h) {
+		if h.Destroyed && now.Sub(h.DestroyedAt.Time()) > w.retention(h) {
 			continue
 		}
 		if !h.Destroyed {
@@ -332,7 +338,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 		}
 		one = dropSuperseded(one)
 		for i := range one {
-			take(&one[i])
+			take(&one[i], h)
 		}
 	}
 	if enabled(RuleQPExhaustion) {
@@ -350,7 +356,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 				continue
 			}
 			if f, ok := qpExhaustion(d, max, now, cfg); ok {
-				take(&f)
+				take(&f, nil)
 			}
 		}
 		if len(unknown) > 0 {
@@ -362,7 +368,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 	if enabled(RuleZombieUverbsContext) {
 		fs, skipped := w.zombieFindings(q, now)
 		for i := range fs {
-			take(&fs[i])
+			take(&fs[i], nil)
 		}
 		if skipped != nil {
 			rep.SkippedRules = append(rep.SkippedRules, *skipped)

@@ -147,30 +147,36 @@ func keepOrder(a, b *Finding) int {
 // keeper keeps the findings a report lists: all of them (limit 0), none
 // (limit below 0), or the limit first by keepOrder, held in a heap whose
 // root is the one to drop next, so that an evaluation of 60,000 findings
-// holds no more than it reports. A kept finding gets its own copy of the
-// evidence, which Evaluate's findings share with the histories.
+// holds no more than it reports. A kept finding of a QP gets its evidence
+// from its history then: the others never make it.
 type keeper struct {
 	limit int
 	kept  worstFirst
 }
 
-func (k *keeper) offer(f *Finding) {
+// offer keeps f if the limit lets it through; h is the history of f's QP,
+// nil for a device's finding (which carries its evidence).
+func (k *keeper) offer(f *Finding, h *History) {
 	switch {
 	case k.limit < 0:
 	case k.limit == 0:
-		k.kept = append(k.kept, own(f))
+		k.kept = append(k.kept, own(f, h))
 	case len(k.kept) < k.limit:
-		heap.Push(&k.kept, own(f))
+		heap.Push(&k.kept, own(f, h))
 	case keepOrder(f, &k.kept[0]) < 0:
-		k.kept[0] = own(f)
+		k.kept[0] = own(f, h)
 		heap.Fix(&k.kept, 0)
 	}
 }
 
 // own copies a finding with its evidence.
-func own(f *Finding) Finding {
+func own(f *Finding, h *History) Finding {
 	c := *f
-	c.Evidence = append([]Evidence{}, f.Evidence...)
+	if h != nil {
+		c.Evidence = h.Evidence()
+	} else {
+		c.Evidence = append([]Evidence{}, f.Evidence...)
+	}
 	return c
 }
 

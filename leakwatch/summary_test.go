@@ -41,7 +41,7 @@ func TestSummarizeAndLimit(t *testing.T) {
 	limited := func(limit int) []Finding {
 		k := keeper{limit: limit}
 		for i := range fs {
-			k.offer(&fs[i])
+			k.offer(&fs[i], nil)
 		}
 		return k.findings()
 	}

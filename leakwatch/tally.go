@@ -58,7 +58,7 @@ func (w *Watcher) Tally(topN int) []DeviceTally {
 		}
 		t.QPs++
 		t.Classes[QPClass{Type: h.Type, State: h.State, StateKnown: h.StateKnown}]++
-		o := OwnerQPs{TGID: h.TGID, Comm: h.Comm}
+		o := OwnerQPs{TGID: h.TGID, Comm: h.Comm()}
 		if h.Owner.Kernel() {
 			o = OwnerQPs{Comm: h.Owner.KernName, ULP: h.ULP}
 		} else if o.TGID == 0 {

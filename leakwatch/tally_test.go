@@ -59,13 +59,13 @@ func TestResolveOwners(t *testing.T) {
 	for _, h := range w.Histories() {
 		got[h.QPN] = h
 	}
-	if h := got[17]; h.TGID != 40 || h.Comm != "moved" || h.Cgroup != "/new.slice" {
-		t.Errorf("qpn 17 owner %d %q %q, want the lookup's", h.TGID, h.Comm, h.Cgroup)
+	if h := got[17]; h.TGID != 40 || h.Comm() != "moved" || h.Cgroup() != "/new.slice" {
+		t.Errorf("qpn 17 owner %d %q %q, want the lookup's", h.TGID, h.Comm(), h.Cgroup())
 	}
-	if h := got[18]; h.Comm != "other" { // not found: what the scan said stays
-		t.Errorf("qpn 18 comm %q, want other kept", h.Comm)
+	if h := got[18]; h.Comm() != "other" { // not found: what the scan said stays
+		t.Errorf("qpn 18 comm %q, want other kept", h.Comm())
 	}
-	if h := got[1]; h.Comm != "" || h.TGID != 0 {
+	if h := got[1]; h.Comm() != "" || h.TGID != 0 {
 		t.Errorf("kernel QP touched: %+v", h)
 	}
 }

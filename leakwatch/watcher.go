@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unique"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
@@ -37,42 +38,40 @@ type qpKey struct {
 // so every time here is when rdmatool first saw something: a scan or a
 // probe event.
 type History struct {
-	// Its fields are ordered for size, not by theme: the agent keeps one
-	// per QP, 60,000 and more.
+	// Its fields are ordered for size, not by theme, and its times are
+	// Stamps: the agent keeps one per QP, 60,000 and more.
 
 	Device string
 	// State is the last known state, StateSince when it was first seen in
 	// it. StateKnown is false while the only source is a netlink state
 	// the kernel does not fill in (siw before 6.2 reports RESET always).
-	StateSince  time.Time
-	StateSource string // "scan" or "probe"
-	FirstSeen   time.Time
+	StateSince Stamp
+	FirstSeen  Stamp
 
 	Owner rdmanl.Owner
 	// ULP is the kernel module a kernel QP of rdma_cm serves (from the
 	// scans' DeviceScan.ULPs).
-	ULP  string
-	Comm string
-	// Cgroup and ContainerID locate the owner (from /proc, at the last
-	// scan that found it).
-	Cgroup      string
-	ContainerID string
+	ULP string
+	// names are the owner's command, cgroup and container (Comm, Cgroup,
+	// ContainerID), interned: the QPs of one process share them.
+	names unique.Handle[ownerNames]
 
 	// ErrAt is when a probe saw the QP moved to ERR (zero if not seen).
-	ErrAt time.Time
+	ErrAt Stamp
 	// LastWQEAt is the first LAST_WQE_REACHED after ErrAt (or ever, if no
 	// ERR was seen); LastWQECount counts deliveries (rxe sends it again
 	// when a WR is posted after ERR).
-	LastWQEAt time.Time
+	LastWQEAt Stamp
 	// lastWQELatest is the newest delivery: one stamped after a modify
 	// to ERR began belongs to that ERR even when it reached the ring
 	// buffer first (the provider delivered it before the modify returned).
-	lastWQELatest time.Time
-	DestroyedAt   time.Time
+	lastWQELatest Stamp
+	DestroyedAt   Stamp
 
 	// drain is what the probes saw of the QP's drains (nil: none seen).
-	drain    *drainState
-	Evidence []Evidence
+	drain *drainState
+	// notes are the observations Evidence returns, oldest first.
+	notes []note
 	// scanGen is the Watcher.scanGen of the last scan that listed the QP.
 	scanGen uint64
 
@@ -82,12 +81,13 @@ type History struct {
 	TGID         uint32 // the process of Owner.PID, when known
 	SRQN         uint32
 
-	Type       rdmanl.QPType
-	State      rdmanl.QPState
-	StateKnown bool
-	EverRTS    bool
-	OnSRQ      bool
-	Destroyed  bool
+	Type        rdmanl.QPType
+	State       rdmanl.QPState
+	stateSource source // of State: none yet, a scan or a probe
+	StateKnown  bool
+	EverRTS     bool
+	OnSRQ       bool
+	Destroyed   bool
 	// DestroySeen says a probe saw the destroy (not just a scan missing the
 	// QP); only then are the destroy rules evaluated.
 	DestroySeen          bool
@@ -100,18 +100,116 @@ type History struct {
 	keep bool
 }
 
+// Stamp is a time as nanoseconds since the Unix epoch, 0 for none: a
+// History keeps six, 8 bytes each where a time.Time takes 24.
+type Stamp int64
+
+// stampOf is t as a Stamp.
+func stampOf(t time.Time) Stamp {
+	if t.IsZero() {
+		return 0
+	}
+	return Stamp(t.UnixNano())
+}
+
+// Time is the stamp as a time in UTC; the zero time for none.
+func (s Stamp) Time() time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(s)).UTC()
+}
+
+// IsZero says whether the stamp is none.
+func (s Stamp) IsZero() bool { return s == 0 }
+
+// source is where an observation came from.
+type source uint8
+
+const (
+	sourceNone source = iota
+	sourceScan
+	sourceProbe
+)
+
+func (s source) String() string {
+	switch s {
+	case sourceScan:
+		return "scan"
+	case sourceProbe:
+		return "probe"
+	}
+	return ""
+}
+
+func sourceOf(s string) source {
+	switch s {
+	case "scan":
+		return sourceScan
+	case "probe":
+		return sourceProbe
+	}
+	return sourceNone
+}
+
+// note is one observation as a History keeps it: 32 bytes where its
+// Evidence takes 56.
+type note struct {
+	at     Stamp
+	what   string
+	source source
+}
+
+// ownerNames are what /proc or a probe named a QP's owner by.
+type ownerNames struct {
+	comm, cgroup, containerID string
+}
+
+// setNames sets the owner's names, interned.
+func (h *History) setNames(comm, cgroup, containerID string) {
+	h.names = unique.Make(ownerNames{comm, cgroup, containerID})
+}
+
+func (h *History) ownerNames() ownerNames {
+	if h.names == (unique.Handle[ownerNames]{}) {
+		return ownerNames{}
+	}
+	return h.names.Value()
+}
+
+// Comm is the owner's command name: the process's, from /proc or the
+// probe that saw the QP created.
+func (h *History) Comm() string { return h.ownerNames().comm }
+
+// Cgroup is the owner's cgroup (from /proc, at the last scan that found
+// it).
+func (h *History) Cgroup() string { return h.ownerNames().cgroup }
+
+// ContainerID is the owner's container, from its cgroup.
+func (h *History) ContainerID() string { return h.ownerNames().containerID }
+
+// Evidence is what was observed of the QP, oldest first (at most
+// maxEvidence observations; the first is always kept).
+func (h *History) Evidence() []Evidence {
+	out := make([]Evidence, len(h.notes))
+	for i, n := range h.notes {
+		out[i] = Evidence{Time: n.at.Time(), Source: n.source.String(), What: n.what}
+	}
+	return out
+}
+
 // ended records that the QP is gone at t. Only an SRQ QP whose destroy a
 // probe saw, torn down other than by the full IB spec 10.3.1 sequence, can
 // still be reported (srq-destroy-without-last-wqe); any other keeps just
 // enough for the races with scans and events, without its evidence
 // unless a destroy event may still come.
 func (h *History) ended(t time.Time) {
-	h.Destroyed, h.DestroyedAt = true, t
-	source := "scan"
+	h.Destroyed, h.DestroyedAt = true, stampOf(t)
+	src := "scan"
 	if h.DestroySeen {
-		source = "probe"
+		src = "probe"
 	}
-	h.drainClosed(t, source)
+	h.drainClosed(t, src)
 	h.keep = h.DestroySeen && !h.DeviceGone && h.OnSRQ && !(h.ErrBeforeDestroy && h.LastWQEBeforeDestroy)
 	// An SRQ QP whose drain was slow stays for srq-drain-stalled.
 	h.keep = h.keep || (h.OnSRQ && h.drain != nil && h.drain.DrainTook >= slowDrain)
@@ -120,7 +218,7 @@ func (h *History) ended(t time.Time) {
 	// until then.
 	awaitingDestroy := h.OnSRQ && !h.DeviceGone && !h.DestroySeen
 	if !h.keep && !awaitingDestroy {
-		h.Evidence = nil
+		h.notes = nil
 	}
 }
 
@@ -133,12 +231,12 @@ func (h *History) note(t time.Time, source, format string, args ...any) {
 }
 
 // noteText is note with the text as it is.
-func (h *History) noteText(t time.Time, source, what string) {
-	if len(h.Evidence) >= maxEvidence {
-		copy(h.Evidence[1:], h.Evidence[2:]) // keep the first observation
-		h.Evidence = h.Evidence[:maxEvidence-1]
+func (h *History) noteText(t time.Time, src, what string) {
+	if len(h.notes) >= maxEvidence {
+		copy(h.notes[1:], h.notes[2:]) // keep the first observation
+		h.notes = h.notes[:maxEvidence-1]
 	}
-	h.Evidence = append(h.Evidence, Evidence{Time: t.UTC(), Source: source, What: what})
+	h.notes = append(h.notes, note{at: stampOf(t), source: sourceOf(src), what: what})
 }
 
 // stateNotes are the notes of the states the kernel defines, made once
@@ -150,16 +248,16 @@ var stateNotes = func() (notes [8]string) {
 	return notes
 }()
 
-func (h *History) setState(s rdmanl.QPState, t time.Time, source string) {
+func (h *History) setState(s rdmanl.QPState, t time.Time, src string) {
 	if !h.StateKnown || h.State != s {
-		h.State, h.StateSince = s, t
+		h.State, h.StateSince = s, stampOf(t)
 		if int(s) < len(stateNotes) {
-			h.noteText(t, source, stateNotes[s])
+			h.noteText(t, src, stateNotes[s])
 		} else {
-			h.note(t, source, "state %s", s)
+			h.note(t, src, "state %s", s)
 		}
 	}
-	h.StateKnown, h.StateSource = true, source
+	h.StateKnown, h.stateSource = true, sourceOf(src)
 	if s == rdmanl.QPStateRTS {
 		h.EverRTS = true
 	}
@@ -236,6 +334,7 @@ func (w *Watcher) Scan(s Scan) {
 	w.scanZombies(s)
 	w.scanGen++ // marks the histories this scan lists: no map of 60k keys per scan
 	scanned := map[uint32]bool{}
+	var names namesCache
 	for _, ds := range s.Devices {
 		scanned[ds.Device.Index] = true
 		dev := w.device(ds.Device.Index, ds.Device.Name)
@@ -249,14 +348,14 @@ func (w *Watcher) Scan(s Scan) {
 		for _, qp := range ds.QPs {
 			k := qpKey{ds.Device.Index, qp.LQPN}
 			h := w.qps[k]
-			if h != nil && h.Destroyed && h.DestroySeen && !s.Started.IsZero() && !h.DestroyedAt.Before(s.Started.Add(-probeMargin)) {
+			if h != nil && h.Destroyed && h.DestroySeen && !s.Started.IsZero() && !h.DestroyedAt.Time().Before(s.Started.Add(-probeMargin)) {
 				// The probes saw it destroyed after this dump began: the
 				// kernel listed it before the destroy. A QP that reuses
 				// the number comes with its own create event.
 				continue
 			}
 			if h == nil || h.Destroyed {
-				h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: s.Time}
+				h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: stampOf(s.Time)}
 				w.qps[k] = h
 				h.note(s.Time, "scan", "first seen")
 			}
@@ -267,7 +366,7 @@ func (w *Watcher) Scan(s Scan) {
 			}
 			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
 			if p, ok := ds.Owners[qp.Owner.PID]; ok {
-				h.TGID, h.Comm, h.Cgroup, h.ContainerID = p.TGID, p.Comm, p.Cgroup, p.ContainerID
+				h.TGID, h.names = p.TGID, names.of(p)
 			}
 			h.inScan = true
 			// A QP in RESET has no port: one that reports RESET with a
@@ -281,7 +380,7 @@ func (w *Watcher) Scan(s Scan) {
 			}
 			if unfilled {
 				if !h.StateKnown {
-					h.StateSource = "scan"
+					h.stateSource = sourceScan
 				}
 				continue
 			}
@@ -292,7 +391,7 @@ func (w *Watcher) Scan(s Scan) {
 			// after the probes' last transition and shows another state
 			// reports such a change. Otherwise the probes are
 			// authoritative.
-			if h.StateSource == "probe" && (qp.State == h.State || s.Started.IsZero() || !h.StateSince.Before(s.Started.Add(-probeMargin))) {
+			if h.stateSource == sourceProbe && (qp.State == h.State || s.Started.IsZero() || !h.StateSince.Time().Before(s.Started.Add(-probeMargin))) {
 				continue
 			}
 			h.setState(qp.State, s.Time, "scan")
@@ -306,7 +405,7 @@ func (w *Watcher) Scan(s Scan) {
 		// created before this dump began: its destroy event was lost
 		// (a full ring buffer), and keeping it would leak memory and
 		// report its last state forever.
-		if h.inScan || h.StateSource == "scan" || (!s.Started.IsZero() && h.FirstSeen.Before(s.Started.Add(-probeMargin))) {
+		if h.inScan || h.stateSource == sourceScan || (!s.Started.IsZero() && h.FirstSeen.Time().Before(s.Started.Add(-probeMargin))) {
 			h.ended(s.Time)
 		}
 	}
@@ -353,7 +452,7 @@ func (w *Watcher) retention(h *History) time.Duration {
 func (w *Watcher) expire(now time.Time) {
 	referenced := map[uint32]bool{}
 	for k, h := range w.qps {
-		if h.Destroyed && now.Sub(h.DestroyedAt) > w.retention(h) {
+		if h.Destroyed && now.Sub(h.DestroyedAt.Time()) > w.retention(h) {
 			delete(w.qps, k)
 			continue
 		}
@@ -373,7 +472,7 @@ func (w *Watcher) Event(ev Event) {
 	h := w.qps[k]
 	get := func() *History {
 		if h == nil || h.Destroyed {
-			h = &History{DevIndex: k.dev, Device: dev.name, QPN: k.qpn, FirstSeen: ev.Time, Type: ev.QPType}
+			h = &History{DevIndex: k.dev, Device: dev.name, QPN: k.qpn, FirstSeen: stampOf(ev.Time), Type: ev.QPType}
 			w.qps[k] = h
 		}
 		return h
@@ -390,7 +489,8 @@ func (w *Watcher) Event(ev Event) {
 		if ev.KernOwner == "" {
 			h.Owner.PID, h.TGID = ev.TID, ev.PID
 		}
-		h.Comm, h.OnSRQ, h.SRQN = ev.Comm, ev.OnSRQ, ev.SRQN
+		h.OnSRQ, h.SRQN = ev.OnSRQ, ev.SRQN
+		h.setNames(ev.Comm, "", "")
 		h.note(ev.Time, "probe", "created")
 		h.setState(rdmanl.QPStateReset, ev.Time, "probe")
 	case EventQPModified:
@@ -403,13 +503,14 @@ func (w *Watcher) Event(ev Event) {
 			// returned; rxe delivers LAST_WQE_REACHED from its responder
 			// work, which may run before the modify returns. Deliveries
 			// since the modify began are this Error's.
-			h.ErrAt = ev.Time
-			if h.LastWQECount > 0 && !h.lastWQELatest.Before(ev.Time) {
-				if h.LastWQEAt.Before(ev.Time) {
+			at := stampOf(ev.Time)
+			h.ErrAt = at
+			if h.LastWQECount > 0 && h.lastWQELatest >= at {
+				if h.LastWQEAt < at {
 					h.LastWQEAt, h.LastWQECount = h.lastWQELatest, 1
 				}
 			} else {
-				h.LastWQEAt, h.LastWQECount = time.Time{}, 0
+				h.LastWQEAt, h.LastWQECount = 0, 0
 			}
 		}
 		h.setState(ev.NewState, ev.Time, "probe")
@@ -418,9 +519,9 @@ func (w *Watcher) Event(ev Event) {
 		if ev.LastWQE {
 			dev.emitsLastWQE = true
 			h.LastWQECount++
-			h.lastWQELatest = ev.Time
+			h.lastWQELatest = stampOf(ev.Time)
 			if h.LastWQECount == 1 {
-				h.LastWQEAt = ev.Time
+				h.LastWQEAt = stampOf(ev.Time)
 				h.note(ev.Time, "probe", "LAST_WQE_REACHED delivered")
 			}
 			return
@@ -486,13 +587,13 @@ func (w *Watcher) LiveQPs() int {
 	return n
 }
 
-// Histories returns copies of the QP histories being tracked, Evidence
-// included: changing them does not change the watcher.
+// Histories returns copies of the QP histories being tracked, their
+// observations included: changing them does not change the watcher.
 func (w *Watcher) Histories() []History {
 	out := make([]History, 0, len(w.qps))
 	for _, h := range w.qps {
 		c := *h
-		c.Evidence = slices.Clone(h.Evidence)
+		c.notes = slices.Clone(h.notes)
 		if h.drain != nil {
 			d := *h.drain
 			c.drain = &d
@@ -536,12 +637,29 @@ func (w *Watcher) CountQPs(index uint32, name string, t time.Time, qps int) {
 // probes, a report still names where the owner is now. An owner lookup
 // does not find (gone, or in another PID namespace) keeps what was known.
 func (w *Watcher) ResolveOwners(lookup func(tid uint32) (Process, bool)) {
+	var names namesCache
 	for _, h := range w.qps {
 		if h.Destroyed || h.Owner.PID == 0 || h.Owner.Kernel() {
 			continue
 		}
 		if p, ok := lookup(h.Owner.PID); ok {
-			h.TGID, h.Comm, h.Cgroup, h.ContainerID = p.TGID, p.Comm, p.Cgroup, p.ContainerID
+			h.TGID, h.names = p.TGID, names.of(p)
 		}
 	}
+}
+
+// namesCache interns the names of the processes one pass over the QPs
+// meets, each once however many QPs the process owns.
+type namesCache map[Process]unique.Handle[ownerNames]
+
+func (c *namesCache) of(p Process) unique.Handle[ownerNames] {
+	if n, ok := (*c)[p]; ok {
+		return n
+	}
+	if *c == nil {
+		*c = namesCache{}
+	}
+	n := unique.Make(ownerNames{p.Comm, p.Cgroup, p.ContainerID})
+	(*c)[p] = n
+	return n
 }

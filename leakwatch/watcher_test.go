@@ -485,9 +485,9 @@ func TestHistoriesAreCopies(t *testing.T) {
 	w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
 	h := w.Histories()
 	h[0].State = rdmanl.QPStateRTS
-	h[0].Evidence[0].What = "changed"
+	h[0].notes[0].what = "changed"
 	again := w.Histories()
-	if again[0].State != rdmanl.QPStateErr || again[0].Evidence[0].What == "changed" {
+	if again[0].State != rdmanl.QPStateErr || again[0].notes[0].what == "changed" {
 		t.Errorf("the watcher's history changed through a copy: %+v", again[0])
 	}
 }
@@ -511,8 +511,8 @@ func TestEvidenceSurvivesTheDestroyRace(t *testing.T) {
 		t.Errorf("evidence %+v, want the QP's life from its creation", ev)
 	}
 	for _, h := range w.Histories() {
-		if h.QPN == 31 && len(h.Evidence) != 0 {
-			t.Errorf("a destroyed QP no rule can report keeps %d observations", len(h.Evidence))
+		if h.QPN == 31 && len(h.notes) != 0 {
+			t.Errorf("a destroyed QP no rule can report keeps %d observations", len(h.notes))
 		}
 	}
 }
