@@ -3,7 +3,7 @@
 # size given (default 1000 10000 30000 60000) and at each size time the QP
 # listing of the floor (nlfloor), rdmatool and iproute2, then qp-leaks
 # (netlink only, with probes, answered by a running agent) and the agent's
-# CPU and RSS over 30 s at idle. QPs are held by
+# CPU and RSS over 30 s at idle, and its heap profile. QPs are held by
 # several qpwork processes of at most 20000 QPs each, so no process nears
 # vm.max_map_count. Every measurement is a labtime line labelled
 # "<what> <QPs>"; "size", "agent" and "held" lines carry the rest. The host
@@ -36,8 +36,12 @@ hold() {
 }
 
 sock=/tmp/rdmatool-agent.sock
-$bin/rdmatool agent --socket "$sock" --interval 5s 2>/tmp/agent.err &
+# Its heap profile (in use after a collection) is written at the end of
+# each idle window: .lab/bench/agent-heap-KERNEL.K for the Kth size.
+RDMATOOL_HEAPPROFILE=.lab/bench/agent-heap-$VMTEST_KERNEL \
+	$bin/rdmatool agent --socket "$sock" --interval 5s 2>/tmp/agent.err &
 agent=$!
+profiles=0
 # agent_names N: wait until the agent answers, naming at least N QPs.
 agent_names() {
 	i=0
@@ -101,6 +105,13 @@ for n in $sizes; do
 	cpu1=$(cut -d' ' -f14,15 /proc/$agent/stat)
 	ticks=$(( ${cpu1% *} + ${cpu1#* } - ${cpu0% *} - ${cpu0#* } ))
 	echo "idle $n ticks $ticks hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
+	profiles=$((profiles + 1))
+	kill -USR1 "$agent"
+	i=0
+	until [ -s .lab/bench/agent-heap-$VMTEST_KERNEL.$profiles ] || [ $i -gt 300 ]; do
+		i=$((i + 1))
+		sleep 0.1
+	done
 	kill -STOP "$agent"
 	echo "size qp-leaks-netlink $n $($bin/rdmatool qp-leaks -j --limit 0 --no-agent --no-probes --watch 2s --min-age 1s | wc -c)"
 done
