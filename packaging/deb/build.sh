@@ -36,7 +36,7 @@ trap 'rm -rf "$stage"' EXIT
 root=$stage/root
 install -d "$root/DEBIAN" "$root/usr/sbin" "$root/etc/rdmatool" \
 	"$root/lib/systemd/system" "$root/lib/udev/rules.d" \
-	"$root/usr/share/man/man8" "$root/usr/share/doc/rdmatool" \
+	"$root/usr/share/man/man8" "$root/usr/share/doc/rdmatool/examples" \
 	"$root/usr/share/bash-completion/completions" \
 	"$root/usr/share/zsh/vendor-completions" \
 	"$root/usr/share/fish/vendor_completions.d" \
@@ -63,6 +63,7 @@ install -m 0644 "$top/packaging/udev/70-rdmatool-naming.rules" "$root/lib/udev/r
 install -m 0644 "$top/packaging/rdmatool/agent.yaml" "$root/etc/rdmatool/agent.yaml"
 install -m 0644 "$top/packaging/rdmatool/names.conf.example" "$root/etc/rdmatool/names.conf.example"
 install -m 0644 "$top/packaging/README.md" "$root/usr/share/doc/rdmatool/README.md"
+install -m 0644 "$top/packaging/systemd/reset.conf.example" "$root/usr/share/doc/rdmatool/examples/reset.conf"
 install -m 0644 "$top/packaging/udev/README.md" "$root/usr/share/doc/rdmatool/README.udev.md"
 install -m 0644 "$top/packaging/deb/lintian-overrides" "$root/usr/share/lintian/overrides/rdmatool"
 install -m 0644 "$top/packaging/deb/copyright" "$root/usr/share/doc/rdmatool/copyright"

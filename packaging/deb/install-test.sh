@@ -35,7 +35,7 @@ for f in /usr/sbin/rdmatool /lib/systemd/system/rdmatool-agent.service \
 	/etc/rdmatool/names.conf.example /usr/share/man/man8/rdmatool-agent.8.gz \
 	/usr/share/man/man8/rdmatool.8.gz /usr/share/bash-completion/completions/rdmatool \
 	/usr/share/zsh/vendor-completions/_rdmatool /usr/share/fish/vendor_completions.d/rdmatool.fish \
-	/usr/share/doc/rdmatool/copyright; do
+	/usr/share/doc/rdmatool/copyright /usr/share/doc/rdmatool/examples/reset.conf; do
 	[ -s "$root$f" ] || fail "$f missing"
 done
 exec_start=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$root/lib/systemd/system/rdmatool-agent.service")
@@ -50,6 +50,14 @@ inroot /usr/sbin/rdmatool --version | grep -q '^rdmatool ' || fail "rdmatool --v
 out=$(inroot systemd-analyze verify --man=no /lib/systemd/system/rdmatool-agent.service 2>&1) ||
 	fail "systemd-analyze verify: $out"
 [ -z "$out" ] || fail "systemd-analyze verify: $out"
+# The reset drop-in, installed as its comment says, verifies with the unit.
+dropin=/etc/systemd/system/rdmatool-agent.service.d
+mkdir -p "$root$dropin"
+cp "$root/usr/share/doc/rdmatool/examples/reset.conf" "$root$dropin/reset.conf"
+out=$(inroot systemd-analyze verify --man=no /lib/systemd/system/rdmatool-agent.service 2>&1) ||
+	fail "systemd-analyze verify with the reset drop-in: $out"
+[ -z "$out" ] || fail "systemd-analyze verify with the reset drop-in: $out"
+rm -r "$root$dropin"
 
 # The operator edits a conffile, writes a names map and enables the agent.
 echo '# changed' >>"$root/etc/rdmatool/agent.yaml"
