@@ -81,8 +81,9 @@ type Query struct {
 	Limit int
 	// Each, when set, is called with every finding, in no order, before
 	// Limit applies: a caller that only counts findings (Limit below 0)
-	// holds none of them. The finding and its evidence are valid only
-	// during the call.
+	// holds none of them. The finding is valid only during the call, and
+	// a QP's finding has no Evidence there (it is made for the findings
+	// the report keeps).
 	Each func(*Finding)
 }
 
