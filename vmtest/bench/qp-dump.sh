@@ -58,6 +58,9 @@ agent_names() {
 # Its start (BTF, loading and verifying the probes) keeps the guest busy
 # for seconds: nothing is timed before it answers.
 agent_names 0
+# What the agent holds before any QP: the runtime, its text, the probes'
+# ring buffer (anonymous, file-backed and shared pages).
+echo "agent-start $(grep -E '^(VmRSS|RssAnon|RssFile|RssShmem)' /proc/$agent/status | tr -s ' \t\n' ' ')"
 
 for n in $sizes; do
 	while [ $held -lt "$n" ]; do
@@ -105,6 +108,7 @@ for n in $sizes; do
 	cpu1=$(cut -d' ' -f14,15 /proc/$agent/stat)
 	ticks=$(( ${cpu1% *} + ${cpu1#* } - ${cpu0% *} - ${cpu0#* } ))
 	echo "idle $n ticks $ticks hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
+	echo "idle-rss $n $(grep -E '^(RssAnon|RssFile|RssShmem)' /proc/$agent/status | tr -s ' \t\n' ' ')"
 	profiles=$((profiles + 1))
 	kill -USR1 "$agent"
 	i=0
