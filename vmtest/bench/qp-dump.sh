@@ -55,6 +55,10 @@ agent_names() {
 		sleep 1
 	done
 }
+# agent_counters prints the agent's scan and lost-event counts.
+agent_counters() {
+	$bin/rdmatool qp-leaks -j --limit 1 --agent-socket "$sock" 2>/dev/null | grep -oE '"(scans|lost_events)":[0-9]+' | tr '\n' ' '
+}
 # Its start (BTF, loading and verifying the probes) keeps the guest busy
 # for seconds: nothing is timed before it answers.
 agent_names 0
@@ -103,9 +107,13 @@ for n in $sizes; do
 	# scanning every --interval. Its CPU time over the window (utime +
 	# stime, in USER_HZ ticks: 100 a second on Linux) and its RSS at the end.
 	idle=30
+	# Its scans and lost probe events before and after the window: what
+	# it did while nobody asked.
+	echo "idle-work $n before $(agent_counters)"
 	cpu0=$(cut -d' ' -f14,15 /proc/$agent/stat)
 	sleep $idle
 	cpu1=$(cut -d' ' -f14,15 /proc/$agent/stat)
+	echo "idle-work $n after $(agent_counters)"
 	ticks=$(( ${cpu1% *} + ${cpu1#* } - ${cpu0% *} - ${cpu0#* } ))
 	echo "idle $n ticks $ticks hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
 	echo "idle-rss $n $(grep -E '^(RssAnon|RssFile|RssShmem)' /proc/$agent/status | tr -s ' \t\n' ' ')"
