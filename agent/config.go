@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rename"
@@ -78,7 +79,11 @@ func (e *ConfigError) Error() string {
 		b.WriteString(":" + strconv.Itoa(e.Line))
 	}
 	if e.Key != "" {
-		b.WriteString(": " + e.Key)
+		key := e.Key
+		if strings.ContainsFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			key = strconv.Quote(key) // a key with a line break stays on one line
+		}
+		b.WriteString(": " + key)
 	}
 	return b.String() + ": " + e.Err.Error()
 }
