@@ -45,7 +45,7 @@ func (h *History) drainStarted(ev Event) {
 	d := h.drain
 	if d.drainDepth == 0 {
 		d.DrainSince, d.DrainFunc = ev.Time, ev.Drain
-		h.note(ev.Time, "probe", "%s began", ev.Drain)
+		h.note(ev.Time, sourceProbe, "%s began", ev.Drain)
 	}
 	d.drainDepth++
 }
@@ -66,7 +66,7 @@ func (h *History) drainEnded(ev Event) {
 		d = ev.Time.Sub(ds.DrainSince)
 	}
 	ds.drainDepth, ds.DrainSince, ds.DrainFunc = 0, time.Time{}, ""
-	h.note(ev.Time, "probe", "%s returned after %s", ev.Drain, d.Round(time.Millisecond))
+	h.note(ev.Time, sourceProbe, "%s returned after %s", ev.Drain, d.Round(time.Millisecond))
 	if d > ds.DrainTook || ds.DrainBound {
 		// A return seen late replaces the bound its QP's end gave.
 		ds.DrainTook, ds.DrainEnded, ds.DrainBound = d, ev.Time, false
@@ -79,13 +79,13 @@ func (h *History) drainEnded(ev Event) {
 // progress while any program was attached to or detached from the same
 // function (another rdmatool, a trace ending), so a long drain's return
 // can go unseen.
-func (h *History) drainClosed(t time.Time, source string) {
+func (h *History) drainClosed(t time.Time, src source) {
 	ds := h.drain
 	if ds == nil || ds.DrainSince.IsZero() {
 		return
 	}
 	d := t.Sub(ds.DrainSince)
-	h.note(t, source, "%s return not seen; the QP ended %s after it began", ds.DrainFunc, d.Round(time.Millisecond))
+	h.note(t, src, "%s return not seen; the QP ended %s after it began", ds.DrainFunc, d.Round(time.Millisecond))
 	ds.drainDepth, ds.DrainSince, ds.DrainFunc = 0, time.Time{}, ""
 	if d > ds.DrainTook {
 		ds.DrainTook, ds.DrainEnded, ds.DrainBound = d, t, true

@@ -142,16 +142,6 @@ func (s source) String() string {
 	return ""
 }
 
-func sourceOf(s string) source {
-	switch s {
-	case "scan":
-		return sourceScan
-	case "probe":
-		return sourceProbe
-	}
-	return sourceNone
-}
-
 // note is one observation as a History keeps it: 32 bytes where its
 // Evidence takes 56.
 type note struct {
@@ -163,11 +153,6 @@ type note struct {
 // ownerNames are what /proc or a probe named a QP's owner by.
 type ownerNames struct {
 	comm, cgroup, containerID string
-}
-
-// setNames sets the owner's names, interned.
-func (h *History) setNames(comm, cgroup, containerID string) {
-	h.names = unique.Make(ownerNames{comm, cgroup, containerID})
 }
 
 func (h *History) ownerNames() ownerNames {
@@ -205,9 +190,9 @@ func (h *History) Evidence() []Evidence {
 // unless a destroy event may still come.
 func (h *History) ended(t time.Time) {
 	h.Destroyed, h.DestroyedAt = true, stampOf(t)
-	src := "scan"
+	src := sourceScan
 	if h.DestroySeen {
-		src = "probe"
+		src = sourceProbe
 	}
 	h.drainClosed(t, src)
 	h.keep = h.DestroySeen && !h.DeviceGone && h.OnSRQ && !(h.ErrBeforeDestroy && h.LastWQEBeforeDestroy)
@@ -222,21 +207,21 @@ func (h *History) ended(t time.Time) {
 	}
 }
 
-func (h *History) note(t time.Time, source, format string, args ...any) {
+func (h *History) note(t time.Time, src source, format string, args ...any) {
 	what := format // most notes are fixed text: no copy of it per QP
 	if len(args) > 0 {
 		what = fmt.Sprintf(format, args...)
 	}
-	h.noteText(t, source, what)
+	h.noteText(t, src, what)
 }
 
 // noteText is note with the text as it is.
-func (h *History) noteText(t time.Time, src, what string) {
+func (h *History) noteText(t time.Time, src source, what string) {
 	if len(h.notes) >= maxEvidence {
 		copy(h.notes[1:], h.notes[2:]) // keep the first observation
 		h.notes = h.notes[:maxEvidence-1]
 	}
-	h.notes = append(h.notes, note{at: stampOf(t), source: sourceOf(src), what: what})
+	h.notes = append(h.notes, note{at: stampOf(t), source: src, what: what})
 }
 
 // stateNotes are the notes of the states the kernel defines, made once
@@ -248,7 +233,7 @@ var stateNotes = func() (notes [8]string) {
 	return notes
 }()
 
-func (h *History) setState(s rdmanl.QPState, t time.Time, src string) {
+func (h *History) setState(s rdmanl.QPState, t time.Time, src source) {
 	if !h.StateKnown || h.State != s {
 		h.State, h.StateSince = s, stampOf(t)
 		if int(s) < len(stateNotes) {
@@ -257,7 +242,7 @@ func (h *History) setState(s rdmanl.QPState, t time.Time, src string) {
 			h.note(t, src, "state %s", s)
 		}
 	}
-	h.StateKnown, h.stateSource = true, sourceOf(src)
+	h.StateKnown, h.stateSource = true, src
 	if s == rdmanl.QPStateRTS {
 		h.EverRTS = true
 	}
@@ -357,7 +342,7 @@ func (w *Watcher) Scan(s Scan) {
 			if h == nil || h.Destroyed {
 				h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: stampOf(s.Time)}
 				w.qps[k] = h
-				h.note(s.Time, "scan", "first seen")
+				h.note(s.Time, sourceScan, "first seen")
 			}
 			h.scanGen = w.scanGen
 			h.Device, h.Type, h.Owner = dev.name, qp.Type, qp.Owner
@@ -374,8 +359,8 @@ func (w *Watcher) Scan(s Scan) {
 			// (siw on 6.1). Its rdma_cm ID, when connected, says it is.
 			unfilled := qp.State == rdmanl.QPStateReset && qp.Port != 0
 			if unfilled && ds.CMConnected[qp.LQPN] && (!h.StateKnown || h.State == rdmanl.QPStateInit || h.State == rdmanl.QPStateRTR) {
-				h.setState(rdmanl.QPStateRTS, s.Time, "scan")
-				h.note(s.Time, "scan", "rdma_cm ID connected; the provider reports no QP state")
+				h.setState(rdmanl.QPStateRTS, s.Time, sourceScan)
+				h.note(s.Time, sourceScan, "rdma_cm ID connected; the provider reports no QP state")
 				continue
 			}
 			if unfilled {
@@ -394,7 +379,7 @@ func (w *Watcher) Scan(s Scan) {
 			if h.stateSource == sourceProbe && (qp.State == h.State || s.Started.IsZero() || !h.StateSince.Time().Before(s.Started.Add(-probeMargin))) {
 				continue
 			}
-			h.setState(qp.State, s.Time, "scan")
+			h.setState(qp.State, s.Time, sourceScan)
 		}
 	}
 	for k, h := range w.qps {
@@ -490,9 +475,9 @@ func (w *Watcher) Event(ev Event) {
 			h.Owner.PID, h.TGID = ev.TID, ev.PID
 		}
 		h.OnSRQ, h.SRQN = ev.OnSRQ, ev.SRQN
-		h.setNames(ev.Comm, "", "")
-		h.note(ev.Time, "probe", "created")
-		h.setState(rdmanl.QPStateReset, ev.Time, "probe")
+		h.names = unique.Make(ownerNames{comm: ev.Comm})
+		h.note(ev.Time, sourceProbe, "created")
+		h.setState(rdmanl.QPStateReset, ev.Time, sourceProbe)
 	case EventQPModified:
 		if ev.Result != 0 || !ev.HasState {
 			return
@@ -513,7 +498,7 @@ func (w *Watcher) Event(ev Event) {
 				h.LastWQEAt, h.LastWQECount = 0, 0
 			}
 		}
-		h.setState(ev.NewState, ev.Time, "probe")
+		h.setState(ev.NewState, ev.Time, sourceProbe)
 	case EventQPAsync:
 		h = get()
 		if ev.LastWQE {
@@ -522,11 +507,11 @@ func (w *Watcher) Event(ev Event) {
 			h.lastWQELatest = stampOf(ev.Time)
 			if h.LastWQECount == 1 {
 				h.LastWQEAt = stampOf(ev.Time)
-				h.note(ev.Time, "probe", "LAST_WQE_REACHED delivered")
+				h.note(ev.Time, sourceProbe, "LAST_WQE_REACHED delivered")
 			}
 			return
 		}
-		h.note(ev.Time, "probe", "async event %s", ev.Async)
+		h.note(ev.Time, sourceProbe, "async event %s", ev.Async)
 	case EventQPDestroyed:
 		if h != nil && h.Destroyed && !h.DestroySeen && !h.DeviceGone && ev.Result == 0 {
 			// A scan that ran while this event waited in the ring
@@ -537,13 +522,13 @@ func (w *Watcher) Event(ev Event) {
 			h = get() // a QP created before the probes attached
 		}
 		if ev.Result != 0 {
-			h.note(ev.Time, "probe", "destroy failed: %d", ev.Result)
+			h.note(ev.Time, sourceProbe, "destroy failed: %d", ev.Result)
 			return
 		}
 		h.DestroySeen = true
 		h.ErrBeforeDestroy = h.StateKnown && h.State == rdmanl.QPStateErr
 		h.LastWQEBeforeDestroy = h.LastWQECount > 0
-		h.note(ev.Time, "probe", "destroyed in state %s", h.State)
+		h.note(ev.Time, sourceProbe, "destroyed in state %s", h.State)
 		h.ended(ev.Time)
 	case EventDrainStarted, EventDrainEnded:
 		// A scan that ran while this event waited in the ring buffer
