@@ -113,10 +113,10 @@ for n in $sizes; do
 	cpu0=$(cut -d' ' -f14,15 /proc/$agent/stat)
 	sleep $idle
 	cpu1=$(cut -d' ' -f14,15 /proc/$agent/stat)
-	echo "idle-work $n after $(agent_counters)"
 	ticks=$(( ${cpu1% *} + ${cpu1#* } - ${cpu0% *} - ${cpu0#* } ))
 	echo "idle $n ticks $ticks hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
 	echo "idle-rss $n $(grep -E '^(RssAnon|RssFile|RssShmem)' /proc/$agent/status | tr -s ' \t\n' ' ')"
+	echo "idle-work $n after $(agent_counters)" # once the RSS is read: the question allocates
 	profiles=$((profiles + 1))
 	kill -USR1 "$agent"
 	i=0
