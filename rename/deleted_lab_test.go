@@ -214,8 +214,9 @@ func TestLabRenameDeviceDeleted(t *testing.T) {
 		}
 		t.Logf("kernel %s: rdmatool's error lines under 10 add/delete pairs: %d", vmtest.Kernel(), strings.Count(log, "(err)"))
 		// After the races, a device that stays gets its name.
+		mark = u.mark()
 		addLink(t, c, a, "labdela", "rxe")
-		waitForName(t, c, a, "rocex000000fffe000a0c")
+		u.waitForName(t, c, mark, a, "rocex000000fffe000a0c")
 		checkLabDevices(t, c)
 	})
 }

@@ -111,8 +111,10 @@ func deleteLink(t *testing.T, c *rdmanl.Client, n labNIC) {
 }
 
 // waitForName waits for udev to finish and the device with the NIC's GUID
-// to be called want, and returns it.
-func waitForName(t *testing.T, c *rdmanl.Client, n labNIC, want string) rdmanl.Device {
+// to be called want, and returns it. If it is not, the failure quotes what
+// udevd logged since mark about rules and rdmatool, so the one line that
+// says why is next to the failure.
+func (u *udevd) waitForName(t *testing.T, c *rdmanl.Client, mark int, n labNIC, want string) rdmanl.Device {
 	t.Helper()
 	run(t, "udevadm", "settle", "--timeout=60")
 	deadline := time.Now().Add(10 * time.Second)
@@ -124,7 +126,8 @@ func waitForName(t *testing.T, c *rdmanl.Client, n labNIC, want string) rdmanl.D
 			return d
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("device with node GUID %s is %q (present %v) 10s after udev settled, want %s", n.guid, d.Name, ok, want)
+			t.Fatalf("device with node GUID %s is %q (present %v) 10s after udev settled, want %s; udevd since the device was added:\n%s",
+				n.guid, d.Name, ok, want, u.logSince(mark, "rdmatool", "rdma_rename", "RELOAD", "rules"))
 		}
 		<-tick.C
 	}
@@ -199,6 +202,12 @@ func (u *udevd) logSince(mark int, words ...string) string {
 	return strings.Join(out, "\n")
 }
 
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
 // copyBin copies the lab's rdmatool to dst in the guest's memory: run from
 // the 9p share, every start reads the 9 MB binary through 9p again, which
 // under TCG takes seconds and is not what a host with rdmatool on disk sees.
@@ -247,7 +256,7 @@ func startUdevd(t *testing.T, names string) *udevd {
 	})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("udevd log, lines about lab devices and rdmatool:\n%s", u.logLines("lab", "rdmatool", "rdma_rename", "rocex", "iwx"))
+			t.Logf("udevd log, its last 40 lines about rdmatool and rules:\n%s", lastLines(u.logLines("rdmatool", "rdma_rename", "RELOAD", "rules"), 40))
 		}
 	})
 	deadline := time.After(30 * time.Second)
@@ -335,14 +344,14 @@ func TestLabUdevRule(t *testing.T) {
 					if d, _ := byGUID(t, c, tt.nic.guid); d.HasNameAssign && d.NameAssignType == rdmanl.NameAssignUser && !rule.force {
 						want = tt.kernel // user-assigned at rdma link add (6.11+)
 					}
-					first := waitForName(t, c, tt.nic, want)
+					first := u.waitForName(t, c, mark, tt.nic, want)
 					t.Logf("%s is %s %v after rdma link add returned (udev settled); name_assign_type %s (reported: %v)",
 						tt.kernel, want, time.Since(start).Round(time.Millisecond), first.NameAssignType, first.HasNameAssign)
 
 					deleteLink(t, c, tt.nic)
 					run(t, "udevadm", "settle", "--timeout=60")
 					addLink(t, c, tt.nic, tt.kernel, tt.linkType)
-					again := waitForName(t, c, tt.nic, want)
+					again := u.waitForName(t, c, mark, tt.nic, want)
 					if again.Index == first.Index {
 						t.Errorf("the re-added device has the same index %d; the test wants a new device", again.Index)
 					}
@@ -364,7 +373,7 @@ func TestLabUdevRule(t *testing.T) {
 		installRule(t, rdmaCoreRule, `ACTION=="add", SUBSYSTEM=="infiniband", PROGRAM="rdma_rename %k NAME_GUID"`+"\n")
 		mark := u.mark()
 		addLink(t, c, mapped, "labrxe1", "rxe")
-		waitForName(t, c, mapped, "rocex000000fffe000a01")
+		u.waitForName(t, c, mark, mapped, "rocex000000fffe000a01")
 		if log := u.logSince(mark, "labrxe1"); !strings.Contains(log, "no such RDMA device") {
 			t.Errorf("rdmatool rename udev labrxe1 did not report that the device was renamed under it:\n%s", log)
 		}
@@ -375,8 +384,9 @@ func TestLabUdevRule(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, "udevadm", "control", "--reload")
+		mark = u.mark()
 		addLink(t, c, mapped, "labrxe1", "rxe")
-		waitForName(t, c, mapped, "lab-mapped")
+		u.waitForName(t, c, mark, mapped, "lab-mapped")
 	})
 }
 
@@ -748,7 +758,7 @@ func TestLabUdevRuleNamesLikeFlags(t *testing.T) {
 					if d, _ := byGUID(t, c, n.guid); d.HasNameAssign && d.NameAssignType == rdmanl.NameAssignUser && !rule.force {
 						want = kernelName // user-assigned at rdma link add (6.11+)
 					}
-					waitForName(t, c, n, want)
+					u.waitForName(t, c, mark, n, want)
 					if log := u.logSince(mark, "rdmatool"); strings.Contains(log, "failed with exit code") {
 						t.Errorf("rdmatool failed under udev:\n%s", log)
 					}
