@@ -130,7 +130,8 @@ func (c *Client) dump(ctx context.Context, op uint16, attrs []byte, fn func(netl
 	if err != nil {
 		return false, ctxErr(ctx, err)
 	}
-	for m, err := range c.c.ReceiveIter() {
+	for r := range readAhead(c.c) {
+		m, err := r.m, r.err
 		if err != nil {
 			return interrupted, ctxErr(ctx, err)
 		}
@@ -151,6 +152,52 @@ func (c *Client) dump(ctx context.Context, op uint16, attrs []byte, fn func(netl
 		}
 	}
 	return interrupted, nil
+}
+
+// reply is one message readAhead received, or the error that ended it.
+type reply struct {
+	m   netlink.Message
+	err error
+}
+
+// readAhead yields the replies to the request just sent, received by a
+// goroutine of their own one reply ahead of the caller. The kernel builds
+// each dump reply inside the recvmsg that returns the one before it
+// (netlink_recvmsg calls netlink_dump), so while the caller decodes one
+// reply, the goroutine's recvmsg takes the next and the kernel builds the
+// one after it on another CPU: a dump takes about the longer of the two,
+// not their sum. The goroutine holds at most one reply the caller has not
+// taken (the channel is unbuffered), so a dump held between two replies
+// is at most two replies behind the kernel's state. The goroutine has
+// ended when the iteration returns, whether it ran to the dump's end or
+// stopped early (the dump is then read to its end and discarded, as
+// netlink.Conn.ReceiveIter does); a socket deadline (withContext) ends a
+// receive that blocks.
+func readAhead(conn *netlink.Conn) iter.Seq[reply] {
+	return func(yield func(reply) bool) {
+		replies := make(chan reply)
+		quit := make(chan struct{})
+		go func() {
+			defer close(replies)
+			for m, err := range conn.ReceiveIter() {
+				select {
+				case replies <- reply{m, err}:
+				case <-quit:
+					return
+				}
+			}
+		}()
+		defer func() {
+			close(quit)
+			for range replies {
+			}
+		}()
+		for r := range replies {
+			if !yield(r) {
+				return
+			}
+		}
+	}
 }
 
 func encode(fn func(*netlink.AttributeEncoder)) []byte {

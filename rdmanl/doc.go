@@ -6,9 +6,11 @@
 // Constants mirror include/uapi/rdma/rdma_netlink.h.
 //
 // It is built on github.com/mdlayher/netlink; it opens no sockets by hand.
-// Dumps stream entry by entry, one reply read when the caller is done with
-// the last (so a dump held between two replies sees the kernel's state at
-// the next, and a device deleted meanwhile ends it with ErrNoDevice).
+// Dumps stream entry by entry, the next reply received while the caller
+// handles the last (the kernel builds replies while the process decodes),
+// never further ahead: a dump held between two replies goes on with at
+// most two replies the kernel built before, and a device deleted meanwhile
+// ends it with ErrNoDevice.
 // Attributes and enum values a newer kernel adds
 // decode to "unknown" with their raw value, never to an error.
 //
