@@ -10,6 +10,14 @@
 # side (vmtest/bench/report) turns the log into tables, JSON and a plot.
 set -eu
 bin=.lab/bin
+# The programs measured run from the guest's RAM (/tmp is a tmpfs), not
+# from the 9p share: an executable read over 9p is read again when no
+# process holds it, and TCG translates its code again, which made a
+# rdmatool run take up to twice as long as the same run from RAM. iproute2
+# runs from the guest's root disk, whose pages stay cached.
+run=/tmp/bench-bin
+mkdir -p $run
+cp $run/rdmatool $run/nlfloor $run/
 sizes=${*:-1000 10000 30000 60000}
 echo 262144 >/proc/sys/vm/max_map_count
 echo "== kernel $VMTEST_KERNEL ($VMTEST_RELEASE)"
@@ -39,13 +47,13 @@ sock=/tmp/rdmatool-agent.sock
 # Its heap profile (in use after a collection) is written at the end of
 # each idle window: .lab/bench/agent-heap-KERNEL.K for the Kth size.
 RDMATOOL_HEAPPROFILE=.lab/bench/agent-heap-$VMTEST_KERNEL \
-	$bin/rdmatool agent --socket "$sock" --interval 5s 2>/tmp/agent.err &
+	$run/rdmatool agent --socket "$sock" --interval 5s 2>/tmp/agent.err &
 agent=$!
 profiles=0
 # agent_names N: wait until the agent answers, naming at least N QPs.
 agent_names() {
 	i=0
-	until a=$($bin/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s 2>/dev/null)
+	until a=$($run/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s 2>/dev/null)
 		echo "$a" | grep -q '"source":"agent"' && [ "$(echo "$a" | grep -o '"qpn"' | wc -l)" -ge "$1" ]; do
 		if ! kill -0 "$agent" 2>/dev/null || [ $i -gt 600 ]; then
 			cat /tmp/agent.err
@@ -57,7 +65,7 @@ agent_names() {
 }
 # agent_counters prints the agent's scan and lost-event counts.
 agent_counters() {
-	$bin/rdmatool qp-leaks -j --limit 1 --agent-socket "$sock" 2>/dev/null | grep -oE '"(scans|lost_events)":[0-9]+' | tr '\n' ' '
+	$run/rdmatool qp-leaks -j --limit 1 --agent-socket "$sock" 2>/dev/null | grep -oE '"(scans|lost_events)":[0-9]+' | tr '\n' ' '
 }
 # Its start (BTF, loading and verifying the probes) keeps the guest busy
 # for seconds: nothing is timed before it answers.
@@ -78,31 +86,31 @@ for n in $sizes; do
 	# Few runs where one run takes long (TCG): the spread is small there.
 	runs=5
 	[ "$n" -gt 10000 ] && runs=3
-	listed="rdmatool lists $($bin/rdmatool res qp -j | grep -o '"lqpn"' | wc -l)"
+	listed="rdmatool lists $($run/rdmatool res qp -j | grep -o '"lqpn"' | wc -l)"
 	[ "$n" -le 10000 ] && listed="$listed, iproute2 $(rdma -j res show qp | grep -o '"lqpn"' | wc -l)"
 	echo "held $n QPs in $procs processes; $listed"
-	$bin/nlfloor -v
-	$bin/labtime -n $runs -label "floor $n" -- $bin/nlfloor
-	$bin/labtime -n $runs -label "rdmatool $n" -- $bin/rdmatool res qp -j
-	$bin/labtime -n $runs -label "rdmatool-text $n" -- $bin/rdmatool res qp
+	$run/nlfloor -v
+	$bin/labtime -n $runs -label "floor $n" -- $run/nlfloor
+	$bin/labtime -n $runs -label "rdmatool $n" -- $run/rdmatool res qp -j
+	$bin/labtime -n $runs -label "rdmatool-text $n" -- $run/rdmatool res qp
 	iruns=$runs
 	[ "$n" -gt 30000 ] && iruns=1
 	$bin/labtime -n $iruns -label "iproute2 $n" -- rdma -j res show qp
-	RDMATOOL_CPUPROFILE=.lab/bench/res-qp-$VMTEST_KERNEL-$n.pprof $bin/rdmatool res qp -j >/dev/null
+	RDMATOOL_CPUPROFILE=.lab/bench/res-qp-$VMTEST_KERNEL-$n.pprof $run/rdmatool res qp -j >/dev/null
 
 	# qp-leaks: every QP is held in INIT, so every one is a finding (exit 1).
-	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-netlink $n" -- $bin/rdmatool qp-leaks -j --no-agent --no-probes --watch 2s --min-age 1s
-	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-probes $n" -- $bin/rdmatool qp-leaks -j --no-agent --watch 2s --min-age 1s
+	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-netlink $n" -- $run/rdmatool qp-leaks -j --no-agent --no-probes --watch 2s --min-age 1s
+	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-probes $n" -- $run/rdmatool qp-leaks -j --no-agent --watch 2s --min-age 1s
 	kill -CONT "$agent"
 	# The agent has scanned them all once its answer names at least n QPs.
 	agent_names "$n"
 	echo "agent $n $(grep -E '^(VmRSS|VmHWM)' /proc/$agent/status | tr -s ' \t\n' ' ')"
 	# The default answer: the summary and the 1000 most severe findings;
 	# then every finding (--limit 0), as before the summary existed.
-	$bin/labtime -n $runs -ok 0,1 -label "qp-leaks-agent $n" -- $bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s
-	echo "size qp-leaks-agent $n $($bin/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s | wc -c)"
-	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-agent-all $n" -- $bin/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s
-	echo "size qp-leaks-agent-all $n $($bin/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s | wc -c)"
+	$bin/labtime -n $runs -ok 0,1 -label "qp-leaks-agent $n" -- $run/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s
+	echo "size qp-leaks-agent $n $($run/rdmatool qp-leaks -j --agent-socket "$sock" --min-age 1s | wc -c)"
+	$bin/labtime -n 1 -ok 0,1 -label "qp-leaks-agent-all $n" -- $run/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s
+	echo "size qp-leaks-agent-all $n $($run/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s | wc -c)"
 	# The agent at idle: asked nothing for $idle s while it goes on
 	# scanning every --interval. Its CPU time over the window (utime +
 	# stime, in USER_HZ ticks: 100 a second on Linux) and its RSS at the end.
@@ -125,7 +133,7 @@ for n in $sizes; do
 		sleep 0.1
 	done
 	kill -STOP "$agent"
-	echo "size qp-leaks-netlink $n $($bin/rdmatool qp-leaks -j --limit 0 --no-agent --no-probes --watch 2s --min-age 1s | wc -c)"
+	echo "size qp-leaks-netlink $n $($run/rdmatool qp-leaks -j --limit 0 --no-agent --no-probes --watch 2s --min-age 1s | wc -c)"
 done
 kill -CONT "$agent"
 kill -INT "$agent"
