@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
@@ -170,21 +171,35 @@ func agentLogger(w io.Writer, format string, verbose bool) (*slog.Logger, error)
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
-// tuneAgentMemory sets the Go runtime up for a daemon whose heap is mostly
-// its long-lived QP history: the heap may grow by half of what is live
-// between collections, not by all of it (GOGC=50, unless GOGC is set),
-// and the heap the kernel's BTF filled while the probes were loaded (tens
-// of MiB, garbage once they are attached) goes back to the OS at once,
-// not over minutes.
+// tuneAgentMemory sets the Go runtime and the probes up for a daemon whose
+// heap is mostly its long-lived QP history, 60,000 QPs and more:
+//   - the heap may grow by a quarter of what is live between collections,
+//     not by all of it (GOGC=25, unless GOGC is set). The agent allocates
+//     little between its answers and scans, so collections stay rare;
+//   - the probes' ring buffer is 1 MiB (agentRingBytes), not the 4 MiB
+//     trace uses: a reader maps its pages twice, and the agent, which
+//     reads events as they come, needs room for bursts of about 5,000.
+//     Events lost in a longer burst are counted, and the devices are
+//     dumped at the next --interval instead of the next --reconcile;
+//   - the heap the kernel's BTF filled while the probes were loaded (tens
+//     of MiB, garbage once they are attached) goes back to the OS at once,
+//     not over minutes.
 func tuneAgentMemory(d *agent.Deps) {
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(50)
+		debug.SetGCPercent(25)
 	}
-	if open := d.OpenProbes; open != nil {
-		d.OpenProbes = func(ctx context.Context, log *slog.Logger) (agent.EventSource, error) {
-			src, err := open(ctx, log)
+	if d.OpenProbes != nil {
+		d.OpenProbes = func(_ context.Context, log *slog.Logger) (agent.EventSource, error) {
+			t, err := bpf.Open(log, bpf.Options{BufferBytes: agentRingBytes})
 			debug.FreeOSMemory()
-			return src, err
+			if err != nil {
+				return nil, err
+			}
+			return t, nil
 		}
 	}
 }
+
+// agentRingBytes is the agent's probe ring buffer: about 5,000 events of
+// 208 bytes.
+const agentRingBytes = 1 << 20
