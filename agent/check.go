@@ -23,7 +23,10 @@ type CheckOptions struct {
 	// summary counts them all.
 	Limit int
 	// AgentSocket is where Check asks the agent first ("" never asks);
-	// AgentTimeout bounds the wait for its answer (0: only ctx does).
+	// AgentTimeout bounds the wait for its answer to begin (0: only ctx
+	// does). An answer that has begun may take up to the agent's own
+	// write timeout (AnswerWriteTimeout) more to arrive: one that lists
+	// every finding of 60,000 QPs is 46 MB of JSON.
 	AgentSocket  string
 	AgentTimeout time.Duration
 }
@@ -67,7 +70,7 @@ func Check(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error) {
 	if o.AgentSocket != "" {
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if o.AgentTimeout > 0 {
-			actx, cancel = context.WithTimeout(ctx, o.AgentTimeout)
+			actx, cancel = context.WithTimeout(ctx, o.AgentTimeout+AnswerWriteTimeout)
 		}
 		rep, err := Ask(actx, o.AgentSocket, o)
 		cancel()

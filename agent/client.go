@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // ErrNoAgent is returned, wrapped, when no agent listens on the socket: the
@@ -38,8 +39,11 @@ func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
 // get asks the agent on socket for path and decodes the JSON answer into v.
-func get(ctx context.Context, socket, path string, query url.Values, v any) error {
+// A headerTimeout above 0 bounds the wait for the answer to begin; ctx
+// bounds the whole exchange.
+func get(ctx context.Context, socket, path string, query url.Values, v any, headerTimeout time.Duration) error {
 	tr := &http.Transport{
+		ResponseHeaderTimeout: headerTimeout,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			c, err := d.DialContext(ctx, "unix", socket)
@@ -86,7 +90,8 @@ func get(ctx context.Context, socket, path string, query url.Values, v any) erro
 // options of a qp-leaks run: Device, MinAge, Rules, MaxQP, NoProbes (the
 // rules that need probes are skipped) and Limit. Watch and Interval do not
 // apply: the agent has been observing since it started. The caller's ctx
-// bounds the wait. A missing socket, or one nobody accepts on, gives an
+// bounds the wait, and o.AgentTimeout (above 0) the wait for the answer to
+// begin. A missing socket, or one nobody accepts on, gives an
 // error wrapping ErrNoAgent.
 func Ask(ctx context.Context, socket string, o CheckOptions) (CheckReport, error) {
 	q := url.Values{}
@@ -105,7 +110,7 @@ func Ask(ctx context.Context, socket string, o CheckOptions) (CheckReport, error
 	}
 	q.Set("limit", strconv.Itoa(o.Limit))
 	var rep CheckReport
-	if err := get(ctx, socket, "/v1/qp-leaks", q, &rep); err != nil {
+	if err := get(ctx, socket, "/v1/qp-leaks", q, &rep, o.AgentTimeout); err != nil {
 		return CheckReport{}, err
 	}
 	if rep.Source != "agent" || rep.Findings == nil || rep.ObservedSince.IsZero() {
@@ -117,7 +122,7 @@ func Ask(ctx context.Context, socket string, o CheckOptions) (CheckReport, error
 // AskStatus asks the agent listening on socket for its status.
 func AskStatus(ctx context.Context, socket string) (Status, error) {
 	var st Status
-	if err := get(ctx, socket, "/v1/status", nil, &st); err != nil {
+	if err := get(ctx, socket, "/v1/status", nil, &st, 0); err != nil {
 		return Status{}, err
 	}
 	if st.Started.IsZero() {

@@ -126,6 +126,11 @@ func writeReport(w http.ResponseWriter, rep CheckReport) {
 	bw.Flush() // the client went away: nothing to do
 }
 
+// AnswerWriteTimeout is how long the agent takes at most to write an
+// answer, from reading the request: a report about tens of thousands of
+// QPs, every finding listed, takes seconds.
+const AnswerWriteTimeout = time.Minute
+
 // newServer is the agent's HTTP server for h: it closes connections idle
 // for longer than idle, and gives a client a bounded time to send its
 // request and read the answer.
@@ -134,7 +139,7 @@ func newServer(h http.Handler, log *slog.Logger, idle time.Duration) *http.Serve
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      time.Minute, // a report about tens of thousands of QPs
+		WriteTimeout:      AnswerWriteTimeout,
 		IdleTimeout:       idle,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -90,8 +90,9 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 	return cmd
 }
 
-// agentTimeout is how long qp-leaks waits for the agent's answer before it
-// observes the host itself.
+// agentTimeout is how long qp-leaks waits for the agent's answer to begin;
+// an answer that has begun gets agent.AnswerWriteTimeout more to arrive.
+// Either running out is an error, not a reason to observe locally.
 const agentTimeout = 10 * time.Second
 
 // renderLeaks prints findings grouped by device and owner, then a summary.
