@@ -89,12 +89,17 @@ func serve(t *testing.T, st *State) string {
 // longer than idle.
 func serveIdle(t *testing.T, st *State, idle time.Duration) string {
 	t.Helper()
+	return serveWith(t, newServer(NewHandler(st), slog.New(slog.DiscardHandler), idle))
+}
+
+// serveWith runs srv on a fresh unix socket until the test ends.
+func serveWith(t *testing.T, srv *http.Server) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ln, err := Listen(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(NewHandler(st), slog.New(slog.DiscardHandler), idle)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -697,27 +702,6 @@ func TestWriteReportStreams(t *testing.T) {
 	}
 }
 
-// serveHandler serves h on a fresh unix socket until the test ends.
-func serveHandler(t *testing.T, h http.Handler) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	ln, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
-	return sock
-}
-
 // AgentTimeout bounds the wait for an answer to begin, not its transfer:
 // an answer listing every finding of 60,000 QPs takes seconds to arrive,
 // and must not be cut by the wait meant for an agent that does not answer.
@@ -727,22 +711,22 @@ func TestAgentTimeoutBoundsTheAnswersStart(t *testing.T) {
 	NewHandler(st).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/qp-leaks?min_age=1s", nil))
 	answer := rec.Body.Bytes()
 	const wait = 50 * time.Millisecond
-	slow := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	slow := serveWith(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		w.Write(answer[:len(answer)/2])
 		w.(http.Flusher).Flush()
 		time.Sleep(4 * wait) // the rest of a long answer, still coming
 		w.Write(answer[len(answer)/2:])
-	}))
+	})})
 	rep, err := Check(t.Context(), Deps{}, CheckOptions{AgentSocket: slow, MinAge: time.Second, AgentTimeout: wait})
 	if err != nil || rep.Source != "agent" {
 		t.Errorf("an answer that began at once and took %v to arrive, with AgentTimeout %v: %v", 4*wait, wait, err)
 	}
 
-	silent := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	silent := serveWith(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done() // never answers; the client gives up
-	}))
+	})})
 	dialed := false
 	d := Deps{Dial: func() (Netlink, error) {
 		dialed = true
