@@ -17,7 +17,7 @@ bin=.lab/bin
 # runs from the guest's root disk, whose pages stay cached.
 run=/tmp/bench-bin
 mkdir -p $run
-cp $run/rdmatool $run/nlfloor $run/
+cp $bin/rdmatool $bin/nlfloor $run/
 sizes=${*:-1000 10000 30000 60000}
 echo 262144 >/proc/sys/vm/max_map_count
 echo "== kernel $VMTEST_KERNEL ($VMTEST_RELEASE)"
