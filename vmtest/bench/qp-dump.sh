@@ -3,10 +3,12 @@
 # size given (default 1000 10000 30000 60000) and at each size time the QP
 # listing of the floor (nlfloor), rdmatool and iproute2, then qp-leaks
 # (netlink only, with probes, answered by a running agent) and the agent's
-# CPU and RSS over 30 s at idle, and its heap profile. QPs are held by
+# CPU and RSS over 30 s at idle, and its heap profile; first, before any
+# QP, one device's udev rename by rdmatool and by rdma_rename. QPs are held by
 # several qpwork processes of at most 20000 QPs each, so no process nears
 # vm.max_map_count. Every measurement is a labtime line labelled
-# "<what> <QPs>"; "size", "agent" and "held" lines carry the rest. The host
+# "<what> <QPs>" (the renames "rename-<program> 1", one device); "size",
+# "agent" and "held" lines carry the rest. The host
 # side (vmtest/bench/report) turns the log into tables, JSON and a plot.
 set -eu
 bin=.lab/bin
@@ -21,6 +23,19 @@ cp $bin/rdmatool $bin/nlfloor $run/
 sizes=${*:-1000 10000 30000 60000}
 echo 262144 >/proc/sys/vm/max_map_count
 echo "== kernel $VMTEST_KERNEL ($VMTEST_RELEASE)"
+
+# udev rename, start to exit, of one device (rxe0) to its node GUID name
+# (rdma-core's NAME_GUID, the same name for both): rdmatool's udev
+# command, run as the udev rule runs it, against rdma-core's rdma_rename,
+# which udev runs from rdma-core's rules. --force: rxe0 was named by
+# "rdma link add". Each run is undone, untimed, before the next.
+guid=$(tr -d ':' </sys/class/infiniband/rxe0/node_guid)
+back="rdma dev set rocex$guid name rxe0"
+$bin/labtime -n 10 -after "$back" -label "rename-rdmatool 1" -- \
+	$run/rdmatool rename udev --policy guid --force -- rxe0
+$bin/labtime -n 10 -after "$back" -label "rename-rdma_rename 1" -- \
+	/usr/lib/udev/rdma_rename rxe0 NAME_GUID
+rdma dev show rxe0 >/dev/null # both left it as it was
 
 held=0
 procs=0

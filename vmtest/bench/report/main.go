@@ -37,6 +37,9 @@ type KernelRun struct {
 	Kernel  string `json:"kernel"`
 	Release string `json:"release"`
 	Sizes   []Size `json:"sizes"`
+	// Rename holds the udev renames of one device, start to exit, by
+	// program: rdmatool, rdma_rename.
+	Rename map[string]Timing `json:"rename"`
 }
 
 // Size holds what was measured with one number of QPs held.
@@ -54,6 +57,9 @@ type Size struct {
 	// CPU over the window as a fraction of one CPU, its RSS at the end.
 	AgentIdleCPU    float64 `json:"agent_idle_cpu"`
 	AgentIdleRSSKiB int     `json:"agent_idle_rss_kib"`
+	// AgentLostEvents is the probe events the agent had lost (its ring
+	// buffer full) since it started, read after the idle window.
+	AgentLostEvents int `json:"agent_lost_events"`
 }
 
 // Timing is one labtime line.
@@ -83,6 +89,7 @@ var (
 	heldLine    = regexp.MustCompile(`^held (\d+) QPs`)
 	sizeLine    = regexp.MustCompile(`^size (\S+) (\d+) (\d+)`)
 	agentLine   = regexp.MustCompile(`^agent (\d+) .*VmHWM: (\d+) kB.*VmRSS: (\d+) kB`)
+	idleWork    = regexp.MustCompile(`^idle-work (\d+) after .*"lost_events":(\d+)`)
 	idleLine    = regexp.MustCompile(`^idle (\d+) ticks (\d+) hz (\d+) seconds (\d+) rss (\d+) kB`)
 	goBenchLine = regexp.MustCompile(`^(Benchmark\S+)\s+\d+\s+([0-9.]+) ns/op(?:\s+([0-9.]+) heap-B/qp)?(?:\s+([0-9.]+) ns/qp)?\s+(\d+) B/op\s+(\d+) allocs/op`)
 )
@@ -140,7 +147,7 @@ func parseLog(path string) (KernelRun, error) {
 		return KernelRun{}, err
 	}
 	defer f.Close()
-	var k KernelRun
+	k := KernelRun{Rename: map[string]Timing{}}
 	size := func(n int) *Size {
 		for i := range k.Sizes {
 			if k.Sizes[i].QPs == n {
@@ -162,9 +169,14 @@ func parseLog(path string) (KernelRun, error) {
 			s := size(held)
 			s.FloorDatagrams, s.FloorBytes = atoi(m[1]), atoi(m[2])
 		} else if m := labtimeLine.FindStringSubmatch(line); m != nil {
-			size(atoi(m[2])).Timings[m[1]] = Timing{
-				Runs: atoi(m[3]), MinSeconds: atof(m[4]), MedianSeconds: atof(m[5]), MaxSeconds: atof(m[6]), MaxRSSKiB: atoi(m[7]),
+			t := Timing{Runs: atoi(m[3]), MinSeconds: atof(m[4]), MedianSeconds: atof(m[5]), MaxSeconds: atof(m[6]), MaxRSSKiB: atoi(m[7])}
+			if prog, ok := strings.CutPrefix(m[1], "rename-"); ok {
+				k.Rename[prog] = t
+			} else {
+				size(atoi(m[2])).Timings[m[1]] = t
 			}
+		} else if m := idleWork.FindStringSubmatch(line); m != nil {
+			size(atoi(m[1])).AgentLostEvents = atoi(m[2])
 		} else if m := sizeLine.FindStringSubmatch(line); m != nil {
 			size(atoi(m[2])).AnswerBytes[m[1]] = atoi(m[3])
 		} else if m := idleLine.FindStringSubmatch(line); m != nil && atoi(m[3]) > 0 && atoi(m[4]) > 0 {
@@ -249,13 +261,28 @@ func printTables(w io.Writer, rep Report) {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "qp-leaks, median wall seconds; answer bytes; agent RSS MiB:")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| QPs | netlink (2s watch) | probes (2s watch) | answered by agent | agent, every finding | answer bytes (local, every finding) | answer bytes (agent) | answer bytes (agent, every finding) | agent RSS (peak) | agent at idle: CPU, RSS |")
-		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| QPs | netlink (2s watch) | probes (2s watch) | answered by agent | agent, every finding | answer bytes (local, every finding) | answer bytes (agent) | answer bytes (agent, every finding) | agent RSS (peak) | agent at idle: CPU, RSS | agent's lost events |")
+		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, s := range k.Sizes {
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %d | %d | %d | %s (%s) | %.1f%%, %s |\n", s.QPs,
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %d | %d | %d | %s (%s) | %.1f%%, %s | %d |\n", s.QPs,
 				secs(s.median("qp-leaks-netlink")), secs(s.median("qp-leaks-probes")), secs(s.median("qp-leaks-agent")),
 				secs(s.median("qp-leaks-agent-all")), s.AnswerBytes["qp-leaks-netlink"], s.AnswerBytes["qp-leaks-agent"],
-				s.AnswerBytes["qp-leaks-agent-all"], mib(s.AgentRSSKiB), mib(s.AgentHWMKiB), 100*s.AgentIdleCPU, mib(s.AgentIdleRSSKiB))
+				s.AnswerBytes["qp-leaks-agent-all"], mib(s.AgentRSSKiB), mib(s.AgentHWMKiB), 100*s.AgentIdleCPU, mib(s.AgentIdleRSSKiB),
+				s.AgentLostEvents)
+		}
+		if r, ok := k.Rename["rdmatool"]; ok {
+			d, rr := k.Rename["rdma_rename"]
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "udev rename of one device (rxe0 to its NAME_GUID name), start to exit, median ms over the runs (peak RSS MiB):")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| runs | rdmatool rename udev | rdma_rename | rdmatool/rdma_rename |")
+			fmt.Fprintln(w, "|---:|---:|---:|---:|")
+			dms, dsec := "–", math.NaN()
+			if rr {
+				dms, dsec = fmt.Sprintf("%.1f (%s)", 1000*d.MedianSeconds, mib(d.MaxRSSKiB)), d.MedianSeconds
+			}
+			fmt.Fprintf(w, "| %d | %.1f (%s) | %s | %s |\n", r.Runs, 1000*r.MedianSeconds, mib(r.MaxRSSKiB), dms,
+				ratio(r.MedianSeconds, dsec))
 		}
 	}
 	if len(rep.GoBenchmarks) > 0 {

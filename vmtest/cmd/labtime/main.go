@@ -2,10 +2,12 @@
 // and peak resident set size, for side-by-side benchmarks in the lab guest
 // (busybox has no GNU time). The command's stdout goes to /dev/null.
 //
-//	labtime [-n 5] [-label NAME] [-ok 0,1] -- COMMAND [ARG...]
+//	labtime [-n 5] [-label NAME] [-ok 0,1] [-after SHELL] -- COMMAND [ARG...]
 //
 // It prints one line: label, runs, min/median/max wall seconds, and the
-// largest maxrss over the runs in KiB.
+// largest maxrss over the runs in KiB. -after is a shell command run,
+// untimed, after each run: what undoes the run (a rename back) so that
+// the next one measures the same work.
 package main
 
 import (
@@ -25,10 +27,11 @@ func main() {
 	n := flag.Int("n", 5, "runs")
 	label := flag.String("label", "", "name to print (default: the command)")
 	okCodes := flag.String("ok", "0", "exit statuses that count as success, comma separated")
+	after := flag.String("after", "", "shell command run, untimed, after each run")
 	flag.Parse()
 	args := flag.Args()
 	if len(args) == 0 || *n < 1 {
-		fmt.Fprintln(os.Stderr, "usage: labtime [-n N] [-label NAME] -- COMMAND [ARG...]")
+		fmt.Fprintln(os.Stderr, "usage: labtime [-n N] [-label NAME] [-ok CODES] [-after SHELL] -- COMMAND [ARG...]")
 		os.Exit(2)
 	}
 	if *label == "" {
@@ -48,6 +51,14 @@ func main() {
 			}
 		}
 		walls = append(walls, time.Since(start).Seconds())
+		if *after != "" {
+			undo := exec.Command("sh", "-c", *after)
+			undo.Stdout, undo.Stderr = os.Stderr, os.Stderr
+			if err := undo.Run(); err != nil {
+				fmt.Fprintf(os.Stderr, "labtime: %s: after: %v\n", *label, err)
+				os.Exit(1)
+			}
+		}
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && ru.Maxrss > maxRSS {
 			maxRSS = ru.Maxrss
 		}
