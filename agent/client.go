@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,11 +81,23 @@ func get(ctx context.Context, socket, path string, query url.Values, v any, head
 		}
 		return &AskError{socket, fmt.Errorf("HTTP %s", resp.Status)}
 	}
+	// An error found once the answer had begun (the device named went
+	// away) is its body. A report starts with another key, so a 40 MB
+	// report is not decoded twice.
+	if bytes.HasPrefix(body, errorPrefix) {
+		var e apiError
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return &AskError{socket, errors.New(e.Error)}
+		}
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return &AskError{socket, fmt.Errorf("decode the answer: %w", err)}
 	}
 	return nil
 }
+
+// errorPrefix begins an error answer (apiError as encoding/json writes it).
+var errorPrefix = []byte(`{"error":`)
 
 // Ask asks the agent listening on socket for its qp-leaks report, with the
 // options of a qp-leaks run: Device, MinAge, Rules, MaxQP, NoProbes (the

@@ -72,9 +72,22 @@ func NewHandler(st *State) http.Handler {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
+		if !st.HasDevice(q.Device) {
+			writeError(w, http.StatusNotFound, fmt.Errorf("agent: no RDMA device %s", quote(q.Device)))
+			return
+		}
+		// The answer begins before the evaluation, which takes seconds
+		// when every finding of tens of thousands of QPs is listed: the
+		// client's wait for the answer to begin (qp-leaks' 10 s) is for an
+		// agent that does not answer at all.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush() // a client gone away shows at the next write
 		rep, ok := st.Report(q)
 		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Errorf("agent: no RDMA device %s", quote(q.Device)))
+			// Removed since HasDevice: the status has gone out, so the
+			// error is the body, which the client looks for.
+			writeErrorBody(w, fmt.Errorf("agent: no RDMA device %s (removed while answering)", quote(q.Device)))
 			return
 		}
 		writeReport(w, rep)
@@ -91,9 +104,9 @@ func NewHandler(st *State) http.Handler {
 // returned to the OS once it is written: about 1.5 KiB a finding, 15 MiB.
 const bigAnswer = 10000
 
-// writeReport writes rep as writeJSON does, but encodes its findings one at
-// a time: the answer about 60k findings is 40 MB of JSON, which is never
-// held whole.
+// writeReport writes rep as the body of an answer whose status has gone
+// out, encoding its findings one at a time: the answer about 60k findings
+// is 40 MB of JSON, which is never held whole.
 func writeReport(w http.ResponseWriter, rep CheckReport) {
 	findings := rep.Findings
 	rep.Findings = []leakwatch.Finding{}
@@ -103,12 +116,10 @@ func writeReport(w http.ResponseWriter, rep CheckReport) {
 	at := bytes.Index(head, []byte(`"findings":[]`))
 	if err != nil || at < 0 {
 		rep.Findings = findings
-		writeJSON(w, http.StatusOK, rep)
+		json.NewEncoder(w).Encode(rep) // the client went away: nothing to do
 		return
 	}
 	at += len(`"findings":[`)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 64<<10)
 	bw.Write(head[:at])
 	for i := range findings {
@@ -156,6 +167,15 @@ type apiError struct {
 const maxErrorText = 512
 
 func writeError(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	writeErrorBody(w, err)
+}
+
+// writeErrorBody writes err as an error answer's body: {"error":"..."}
+// and nothing before it, which is what the client looks for in an answer
+// whose status said OK (errorPrefix).
+func writeErrorBody(w http.ResponseWriter, err error) {
 	msg := err.Error()
 	if len(msg) > maxErrorText {
 		cut := maxErrorText
@@ -164,7 +184,7 @@ func writeError(w http.ResponseWriter, code int, err error) {
 		}
 		msg = msg[:cut] + fmt.Sprintf("... (%d bytes cut)", len(msg)-cut)
 	}
-	writeJSON(w, code, apiError{Error: msg})
+	json.NewEncoder(w).Encode(apiError{Error: msg}) // the client went away: nothing to do
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -695,10 +696,50 @@ func TestWriteReportStreams(t *testing.T) {
 			if diff := cmp.Diff(want.Body.String(), got.Body.String()); diff != "" {
 				t.Errorf("writeReport (-writeJSON +writeReport):\n%s", diff)
 			}
-			if got.Code != http.StatusOK || got.Header().Get("Content-Type") != "application/json" {
-				t.Errorf("writeReport: status %d, content type %q", got.Code, got.Header().Get("Content-Type"))
-			}
 		})
+	}
+}
+
+// flushHook runs hook when the handler flushes, then flushes.
+type flushHook struct {
+	http.ResponseWriter
+	hook func()
+}
+
+func (f *flushHook) Flush() {
+	f.hook()
+	f.ResponseWriter.(http.Flusher).Flush()
+}
+
+// The answer's status goes out before the evaluation (tens of thousands of
+// findings take seconds), and a device removed in between is an error in
+// the body, which qp-leaks reports as the agent's refusal.
+func TestAnswerBeginsBeforeTheEvaluation(t *testing.T) {
+	st, _ := history(t)
+	var flushed []int // findings in the answer body when the status went out
+	sock := serveWith(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		NewHandler(st).ServeHTTP(&flushHook{w, func() {
+			flushed = append(flushed, 0)
+			// What the evaluation would see if the device went now.
+			st.mu.Lock()
+			st.devices = slices.DeleteFunc(slices.Clone(st.devices), func(d string) bool { return d == "siw0" })
+			st.mu.Unlock()
+		}}, r)
+	})})
+	_, err := Check(t.Context(), Deps{}, CheckOptions{AgentSocket: sock, Device: "siw0", MinAge: time.Second, AgentTimeout: time.Minute})
+	var ae *AskError
+	if len(flushed) != 1 || !errors.As(err, &ae) || !strings.Contains(err.Error(), `agent: no RDMA device "siw0" (removed while answering)`) {
+		t.Errorf("siw0 removed once the answer began (flushes %d): %v; want the agent's error, from the body", len(flushed), err)
+	}
+	// rxe0 is still there: its report, begun the same way.
+	rep, err := Check(t.Context(), Deps{}, CheckOptions{AgentSocket: sock, Device: "rxe0", MinAge: time.Second, AgentTimeout: time.Minute})
+	if err != nil || rep.Source != "agent" || len(rep.Findings) == 0 || len(flushed) != 2 {
+		t.Errorf("rxe0 (flushes %d): %+v, %v", len(flushed), rep, err)
+	}
+	// A device the agent never had is refused before the answer begins.
+	_, err = Check(t.Context(), Deps{}, CheckOptions{AgentSocket: sock, Device: "mlx5_9", MinAge: time.Second, AgentTimeout: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "HTTP 404") || len(flushed) != 2 {
+		t.Errorf("mlx5_9 (flushes %d): %v; want a 404 with nothing flushed", len(flushed), err)
 	}
 }
 

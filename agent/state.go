@@ -355,6 +355,14 @@ func (s *State) setLost(n uint64) {
 	s.lost = n
 }
 
+// HasDevice reports whether the agent knows the device named dev (any
+// device when dev is empty): whether Report would answer for it now.
+func (s *State) HasDevice(dev string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return dev == "" || slices.Contains(s.devices, dev)
+}
+
 // Report answers a qp-leaks query. ok is false when q names a device the
 // host does not have.
 func (s *State) Report(q leakwatch.Query) (rep CheckReport, ok bool) {
