@@ -95,15 +95,20 @@ func heapProfiles(prefix string) (stop func()) {
 	}
 }
 
-// writeHeapProfile writes the heap profile to path; a failure is reported
-// on stderr only, as this is a measurement aid.
+// writeHeapProfile writes the heap profile to path, whole when it appears
+// (written beside it and renamed: the bench stops the agent once the file
+// is there); a failure is reported on stderr only, as this is a
+// measurement aid.
 func writeHeapProfile(path string) {
 	runtime.GC()
-	f, err := os.Create(path)
+	f, err := os.Create(path + ".part")
 	if err == nil {
 		err = pprof.WriteHeapProfile(f)
 		if cerr := f.Close(); err == nil {
 			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(path+".part", path)
 		}
 	}
 	if err != nil {
