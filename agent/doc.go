@@ -68,8 +68,13 @@
 // limit of them QP by QP), with "source":"agent" and the agent's start
 // in "observed_since"; GET /v1/status returns a Status. Errors are
 // {"error":"..."} with 400 (bad query) or 404 (unknown device or path).
-// The findings of an answer are encoded one at a time as they are written,
-// so an answer about 60k QPs (40 MB of JSON) is never held whole.
+// A qp-leaks answer's status and headers go out before the rules are
+// evaluated, so a client's wait for the answer to begin measures an agent
+// that does not answer, not a long evaluation; a device removed in
+// between makes the body {"error":"..."} under status 200, which Ask
+// reports as the agent's error. The findings of an answer are encoded one
+// at a time as they are written, so an answer about 60k QPs (40 MB of
+// JSON) is never held whole.
 //
 // # Metrics
 //
