@@ -15,6 +15,7 @@ import (
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 func newAgentCmd(g *globals) *cobra.Command {
@@ -183,11 +184,18 @@ func agentLogger(w io.Writer, format string, verbose bool) (*slog.Logger, error)
 //     dumped at the next --interval instead of the next --reconcile;
 //   - the heap the kernel's BTF filled while the probes were loaded (tens
 //     of MiB, garbage once they are attached) goes back to the OS at once,
-//     not over minutes.
+//     not over minutes;
+//   - no transparent huge pages for the process (prctl
+//     PR_SET_THP_DISABLE): where THP is "always" (Debian's kernels), a
+//     2 MiB page holding a little of a sparse heap counts whole, and
+//     khugepaged fills in again what the runtime gave back.
 func tuneAgentMemory(d *agent.Deps) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(25)
 	}
+	// A kernel without THP refuses nothing here; one that refuses leaves
+	// the agent as it was, larger.
+	unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
 	if d.OpenProbes != nil {
 		d.OpenProbes = func(_ context.Context, log *slog.Logger) (agent.EventSource, error) {
 			t, err := bpf.Open(log, bpf.Options{BufferBytes: agentRingBytes})
