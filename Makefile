@@ -7,6 +7,9 @@ KERNEL  ?= 6.12
 LAB     := $(CURDIR)/.lab
 BIN     := $(LAB)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Once, when make starts: the bench's report names the commit it built, not
+# one made while it ran.
+VERSION := $(VERSION)
 LDFLAGS := -X main.version=$(VERSION)
 # Fuzz budget per target, in executions: a duration races the Go 1.26 fuzz
 # coordinator's deadline (golang/go#75804: a bare "context deadline
