@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -716,10 +717,10 @@ func (f *flushHook) Flush() {
 // the body, which qp-leaks reports as the agent's refusal.
 func TestAnswerBeginsBeforeTheEvaluation(t *testing.T) {
 	st, _ := history(t)
-	var flushed []int // findings in the answer body when the status went out
+	var flushes atomic.Int32 // the server's goroutine counts, the test reads
 	sock := serveWith(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		NewHandler(st).ServeHTTP(&flushHook{w, func() {
-			flushed = append(flushed, 0)
+			flushes.Add(1)
 			// What the evaluation would see if the device went now.
 			st.mu.Lock()
 			st.devices = slices.DeleteFunc(slices.Clone(st.devices), func(d string) bool { return d == "siw0" })
@@ -728,18 +729,18 @@ func TestAnswerBeginsBeforeTheEvaluation(t *testing.T) {
 	})})
 	_, err := Check(t.Context(), Deps{}, CheckOptions{AgentSocket: sock, Device: "siw0", MinAge: time.Second, AgentTimeout: time.Minute})
 	var ae *AskError
-	if len(flushed) != 1 || !errors.As(err, &ae) || !strings.Contains(err.Error(), `agent: no RDMA device "siw0" (removed while answering)`) {
-		t.Errorf("siw0 removed once the answer began (flushes %d): %v; want the agent's error, from the body", len(flushed), err)
+	if flushes.Load() != 1 || !errors.As(err, &ae) || !strings.Contains(err.Error(), `agent: no RDMA device "siw0" (removed while answering)`) {
+		t.Errorf("siw0 removed once the answer began (flushes %d): %v; want the agent's error, from the body", flushes.Load(), err)
 	}
 	// rxe0 is still there: its report, begun the same way.
 	rep, err := Check(t.Context(), Deps{}, CheckOptions{AgentSocket: sock, Device: "rxe0", MinAge: time.Second, AgentTimeout: time.Minute})
-	if err != nil || rep.Source != "agent" || len(rep.Findings) == 0 || len(flushed) != 2 {
-		t.Errorf("rxe0 (flushes %d): %+v, %v", len(flushed), rep, err)
+	if err != nil || rep.Source != "agent" || len(rep.Findings) == 0 || flushes.Load() != 2 {
+		t.Errorf("rxe0 (flushes %d): %+v, %v", flushes.Load(), rep, err)
 	}
 	// A device the agent never had is refused before the answer begins.
 	_, err = Check(t.Context(), Deps{}, CheckOptions{AgentSocket: sock, Device: "mlx5_9", MinAge: time.Second, AgentTimeout: time.Minute})
-	if err == nil || !strings.Contains(err.Error(), "HTTP 404") || len(flushed) != 2 {
-		t.Errorf("mlx5_9 (flushes %d): %v; want a 404 with nothing flushed", len(flushed), err)
+	if err == nil || !strings.Contains(err.Error(), "HTTP 404") || flushes.Load() != 2 {
+		t.Errorf("mlx5_9 (flushes %d): %v; want a 404 with nothing flushed", flushes.Load(), err)
 	}
 }
 
