@@ -193,8 +193,8 @@ func tuneAgentMemory(d *agent.Deps) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(25)
 	}
-	// A kernel without THP refuses nothing here; one that refuses leaves
-	// the agent as it was, larger.
+	// Its error is not handled: a kernel that refuses (before 3.15) only
+	// leaves the agent with huge pages, as every process has them.
 	unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
 	if d.OpenProbes != nil {
 		d.OpenProbes = func(_ context.Context, log *slog.Logger) (agent.EventSource, error) {
