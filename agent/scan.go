@@ -123,8 +123,16 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 	f, _ := s.facts.of(dev)
 	ds.MaxQP, ds.LastWQE, ds.LastWQESource = f.MaxQP, f.LastWQE, f.LastWQESource
 	for _, cnt := range sum.Counts {
-		if cnt.Name == "ctx" {
+		switch cnt.Name {
+		case "ctx":
 			ds.Contexts = cnt.Current
+		case "qp":
+			// Room for the QPs the summary counted and a few created
+			// since: at 60,000 QPs, append's doubling would hold up to
+			// three times the listing's 10 MB while it grows. (A count
+			// past a million, whatever the kernel says, grows as it comes.)
+			n := min(cnt.Current, 1<<20)
+			ds.QPs = make([]rdmanl.QP, 0, n+n/16+16)
 		}
 	}
 	unfilled := false // a QP in RESET with a port: the provider reports no state

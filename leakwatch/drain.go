@@ -96,10 +96,10 @@ func (h *History) drainClosed(t time.Time, src source) {
 // module, else the process.
 func ownerName(h *History) string {
 	switch {
-	case h.ULP != "":
-		return h.ULP
-	case h.Owner.KernName != "":
-		return h.Owner.KernName
+	case h.ULP() != "":
+		return h.ULP()
+	case h.Owner().KernName != "":
+		return h.Owner().KernName
 	case h.Comm() != "":
 		return h.Comm()
 	}

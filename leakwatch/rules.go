@@ -53,15 +53,15 @@ const (
 
 func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 	f := Finding{
-		Rule: rule, Severity: sev, Device: h.Device, QPN: h.QPN, Type: h.Type.String(),
-		State: h.State.String(), PID: h.Owner.PID, TGID: h.TGID, Comm: h.Comm(), Cgroup: h.Cgroup(), ContainerID: h.ContainerID(),
-		KernName: h.Owner.KernName, ULP: h.ULP,
+		Rule: rule, Severity: sev, Device: h.Device(), QPN: h.QPN, Type: h.Type.String(),
+		State: h.State.String(), PID: h.Owner().PID, TGID: h.TGID, Comm: h.Comm(), Cgroup: h.Cgroup(), ContainerID: h.ContainerID(),
+		KernName: h.Owner().KernName, ULP: h.ULP(),
 		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
 		// Evidence: the history's notes, made when Evaluate keeps the
 		// finding.
 	}
-	if h.Owner.KernName != "" && f.Comm == "" {
-		f.Comm = h.Owner.KernName
+	if h.Owner().KernName != "" && f.Comm == "" {
+		f.Comm = h.Owner().KernName
 	}
 	if !h.StateKnown {
 		f.State = "unknown"
@@ -147,7 +147,7 @@ func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) 
 	}
 	f := base(RuleLastWQENotEmitted, SeverityError, h, age)
 	f.Hint = fmt.Sprintf("%s did not deliver IB_EVENT_QP_LAST_WQE_REACHED after this SRQ QP entered Error; a consumer waiting for it never destroys the QP: post a marker WR after Error, wait for its flush completion, then destroy", dev.name)
-	if h.Owner.Kernel() {
+	if h.Owner().Kernel() {
 		f.Hint += fmt.Sprintf(" (this is a kernel QP of %s: since 6.11 ib_drain_qp waits up to 60 s for the event, see %s)", ownerName(h), RuleSRQDrainStalled)
 	}
 	f.Spec = specNoLastWQE
@@ -208,10 +208,10 @@ func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg Config) (
 // xrcTgtOrphan: an XRC target QP owned by ib_uverbs with no PID that has
 // outlived every process with the device open.
 func xrcTgtOrphan(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
-	if h.Destroyed || h.Type != rdmanl.QPTypeXRCTgt || h.Owner.PID != 0 || dev.contexts != 0 {
+	if h.Destroyed || h.Type != rdmanl.QPTypeXRCTgt || h.Owner().PID != 0 || dev.contexts != 0 {
 		return Finding{}, false
 	}
-	if h.Owner.KernName != "" && h.Owner.KernName != "ib_uverbs" {
+	if h.Owner().KernName != "" && h.Owner().KernName != "ib_uverbs" {
 		return Finding{}, false
 	}
 	age := now.Sub(h.FirstSeen.Time())
@@ -317,7 +317,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 	// Findings delete them.
 	var one []Finding // the findings of one QP
 	for _, h := range w.qps {
-		if q.Device != "" && h.Device != q.Device {
+		if q.Device != "" && h.Device() != q.Device {
 			continue
 		}
 		if h.Destroyed && now.Sub(h.DestroyedAt.Time()) > w.retention(h) {
@@ -328,7 +328,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 		}
 		dev := w.devs[h.DevIndex]
 		if dev == nil {
-			dev = &deviceState{name: h.Device}
+			dev = &deviceState{name: h.Device()}
 		}
 		one = one[:0]
 		for _, r := range rules {

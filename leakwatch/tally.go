@@ -52,17 +52,17 @@ func (w *Watcher) Tally(topN int) []DeviceTally {
 		}
 		t := byDev[h.DevIndex]
 		if t == nil {
-			t = &DeviceTally{Index: h.DevIndex, Name: h.Device, Classes: map[QPClass]int{}}
+			t = &DeviceTally{Index: h.DevIndex, Name: h.Device(), Classes: map[QPClass]int{}}
 			byDev[h.DevIndex] = t
 			owners[h.DevIndex] = map[OwnerQPs]int{}
 		}
 		t.QPs++
 		t.Classes[QPClass{Type: h.Type, State: h.State, StateKnown: h.StateKnown}]++
 		o := OwnerQPs{TGID: h.TGID, Comm: h.Comm()}
-		if h.Owner.Kernel() {
-			o = OwnerQPs{Comm: h.Owner.KernName, ULP: h.ULP}
+		if h.Owner().Kernel() {
+			o = OwnerQPs{Comm: h.Owner().KernName, ULP: h.ULP()}
 		} else if o.TGID == 0 {
-			o.TGID = h.Owner.PID
+			o.TGID = h.Owner().PID
 		}
 		owners[h.DevIndex][o]++
 	}

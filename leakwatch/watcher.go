@@ -41,20 +41,16 @@ type History struct {
 	// Its fields are ordered for size, not by theme, and its times are
 	// Stamps: the agent keeps one per QP, 60,000 and more.
 
-	Device string
 	// State is the last known state, StateSince when it was first seen in
 	// it. StateKnown is false while the only source is a netlink state
 	// the kernel does not fill in (siw before 6.2 reports RESET always).
 	StateSince Stamp
 	FirstSeen  Stamp
 
-	Owner rdmanl.Owner
-	// ULP is the kernel module a kernel QP of rdma_cm serves (from the
-	// scans' DeviceScan.ULPs).
-	ULP string
-	// names are the owner's command, cgroup and container (Comm, Cgroup,
-	// ContainerID), interned: the QPs of one process share them.
-	names unique.Handle[ownerNames]
+	// names are the device's and the owner's names (Device, Owner's
+	// KernName, ULP, Comm, Cgroup, ContainerID), interned: the QPs of one
+	// process or kernel module on one device share one copy.
+	names unique.Handle[qpNames]
 
 	// ErrAt is when a probe saw the QP moved to ERR (zero if not seen).
 	ErrAt Stamp
@@ -78,8 +74,11 @@ type History struct {
 	LastWQECount int32
 	DevIndex     uint32
 	QPN          uint32
-	TGID         uint32 // the process of Owner.PID, when known
-	SRQN         uint32
+	// pid is the thread that created the QP, as netlink records it
+	// (Owner).
+	pid  uint32
+	TGID uint32 // the process of the owner's PID, when known
+	SRQN uint32
 
 	Type        rdmanl.QPType
 	State       rdmanl.QPState
@@ -142,43 +141,72 @@ func (s source) String() string {
 	return ""
 }
 
-// note is one observation as a History keeps it: 32 bytes where its
-// Evidence takes 56.
+// note is one observation as a History keeps it: 16 bytes where its
+// Evidence takes 56. Most texts are the same for many QPs ("first seen",
+// "state INIT"): each is kept once.
 type note struct {
-	at     Stamp
-	what   string
+	at   Stamp
+	what unique.Handle[noteText]
+}
+
+type noteText struct {
+	text   string
 	source source
 }
 
-// ownerNames are what /proc or a probe named a QP's owner by.
-type ownerNames struct {
+// qpNames are the names of a QP's device and owner: what netlink, /proc or
+// a probe named them.
+type qpNames struct {
+	device, kernName, ulp       string
 	comm, cgroup, containerID string
 }
 
-func (h *History) ownerNames() ownerNames {
-	if h.names == (unique.Handle[ownerNames]{}) {
-		return ownerNames{}
+func (h *History) qpNames() qpNames {
+	if h.names == (unique.Handle[qpNames]{}) {
+		return qpNames{}
 	}
 	return h.names.Value()
 }
 
+// setNames makes n the history's names; the same names keep their handle.
+func (h *History) setNames(n qpNames) {
+	if h.names != (unique.Handle[qpNames]{}) && h.names.Value() == n {
+		return
+	}
+	h.names = unique.Make(n)
+}
+
+// Device is the name of the QP's device.
+func (h *History) Device() string { return h.qpNames().device }
+
+// Owner is the QP's owner as netlink records it: the creating thread of
+// a user QP, the module of a kernel QP.
+func (h *History) Owner() rdmanl.Owner {
+	return rdmanl.Owner{PID: h.pid, KernName: h.qpNames().kernName}
+}
+
+// ULP is the kernel module a kernel QP of rdma_cm serves (from the scans'
+// DeviceScan.ULPs).
+func (h *History) ULP() string { return h.qpNames().ulp }
+
 // Comm is the owner's command name: the process's, from /proc or the
 // probe that saw the QP created.
-func (h *History) Comm() string { return h.ownerNames().comm }
+func (h *History) Comm() string { return h.qpNames().comm }
 
 // Cgroup is the owner's cgroup (from /proc, at the last scan that found
 // it).
-func (h *History) Cgroup() string { return h.ownerNames().cgroup }
+func (h *History) Cgroup() string { return h.qpNames().cgroup }
 
 // ContainerID is the owner's container, from its cgroup.
-func (h *History) ContainerID() string { return h.ownerNames().containerID }
+func (h *History) ContainerID() string { return h.qpNames().containerID }
 
 // Evidence is what was observed of the QP, oldest first (at most
 // maxEvidence observations; the first is always kept).
 func (h *History) Evidence() []Evidence {
 	out := make([]Evidence, len(h.notes))
 	for i, n := range h.notes {
-		out[i] = Evidence{Time: n.at.Time(), Source: n.source.String(), What: n.what}
+		w := n.what.Value()
+		out[i] = Evidence{Time: n.at.Time(), Source: w.source.String(), What: w.text}
 	}
 	return out
 }
@@ -221,7 +249,13 @@ func (h *History) noteText(t time.Time, src source, what string) {
 		copy(h.notes[1:], h.notes[2:]) // keep the first observation
 		h.notes = h.notes[:maxEvidence-1]
 	}
-	h.notes = append(h.notes, note{at: stampOf(t), source: src, what: what})
+	if len(h.notes) == cap(h.notes) {
+		// One more, not append's doubling: most QPs keep two or three
+		// notes, and each count of 16-byte notes up to maxEvidence is a
+		// size class of its own.
+		h.notes = append(make([]note, 0, len(h.notes)+1), h.notes...)
+	}
+	h.notes = append(h.notes, note{at: stampOf(t), what: unique.Make(noteText{what, src})})
 }
 
 // stateNotes are the notes of the states the kernel defines, made once
@@ -319,7 +353,6 @@ func (w *Watcher) Scan(s Scan) {
 	w.scanZombies(s)
 	w.scanGen++ // marks the histories this scan lists: no map of 60k keys per scan
 	scanned := map[uint32]bool{}
-	var names namesCache
 	for _, ds := range s.Devices {
 		scanned[ds.Device.Index] = true
 		dev := w.device(ds.Device.Index, ds.Device.Name)
@@ -345,14 +378,18 @@ func (w *Watcher) Scan(s Scan) {
 				h.note(s.Time, sourceScan, "first seen")
 			}
 			h.scanGen = w.scanGen
-			h.Device, h.Type, h.Owner = dev.name, qp.Type, qp.Owner
+			h.Type, h.pid = qp.Type, qp.Owner.PID
+			n := h.qpNames()
+			n.device, n.kernName = dev.name, qp.Owner.KernName
 			if ulp := ds.ULPs[qp.LQPN]; ulp != "" {
-				h.ULP = ulp
+				n.ulp = ulp
 			}
 			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
 			if p, ok := ds.Owners[qp.Owner.PID]; ok {
-				h.TGID, h.names = p.TGID, names.of(p)
+				h.TGID = p.TGID
+				n.comm, n.cgroup, n.containerID = p.Comm, p.Cgroup, p.ContainerID
 			}
+			h.setNames(n)
 			h.inScan = true
 			// A QP in RESET has no port: one that reports RESET with a
 			// port comes from a provider that does not fill in the state
@@ -457,7 +494,8 @@ func (w *Watcher) Event(ev Event) {
 	h := w.qps[k]
 	get := func() *History {
 		if h == nil || h.Destroyed {
-			h = &History{DevIndex: k.dev, Device: dev.name, QPN: k.qpn, FirstSeen: stampOf(ev.Time), Type: ev.QPType}
+			h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: stampOf(ev.Time), Type: ev.QPType}
+			h.setNames(qpNames{device: dev.name})
 			w.qps[k] = h
 		}
 		return h
@@ -470,12 +508,11 @@ func (w *Watcher) Event(ev Event) {
 		h = nil // a new QP, even if its number was used before
 		h = get()
 		// Netlink records the creating thread's id; kernel QPs have none.
-		h.Owner = rdmanl.Owner{KernName: ev.KernOwner}
 		if ev.KernOwner == "" {
-			h.Owner.PID, h.TGID = ev.TID, ev.PID
+			h.pid, h.TGID = ev.TID, ev.PID
 		}
 		h.OnSRQ, h.SRQN = ev.OnSRQ, ev.SRQN
-		h.names = unique.Make(ownerNames{comm: ev.Comm})
+		h.setNames(qpNames{device: dev.name, kernName: ev.KernOwner, comm: ev.Comm})
 		h.note(ev.Time, sourceProbe, "created")
 		h.setState(rdmanl.QPStateReset, ev.Time, sourceProbe)
 	case EventQPModified:
@@ -553,10 +590,19 @@ func (w *Watcher) Event(ev Event) {
 		}
 	case EventDeviceRenamed:
 		dev.name = ev.NewName
+		renamed := map[unique.Handle[qpNames]]unique.Handle[qpNames]{} // each set of names made once
 		for _, q := range w.qps {
-			if q.DevIndex == ev.DevIndex {
-				q.Device = ev.NewName
+			if q.DevIndex != ev.DevIndex {
+				continue
 			}
+			if to, ok := renamed[q.names]; ok {
+				q.names = to
+				continue
+			}
+			from, n := q.names, q.qpNames()
+			n.device = ev.NewName
+			q.setNames(n)
+			renamed[from] = q.names
 		}
 	}
 }
@@ -622,29 +668,15 @@ func (w *Watcher) CountQPs(index uint32, name string, t time.Time, qps int) {
 // probes, a report still names where the owner is now. An owner lookup
 // does not find (gone, or in another PID namespace) keeps what was known.
 func (w *Watcher) ResolveOwners(lookup func(tid uint32) (Process, bool)) {
-	var names namesCache
 	for _, h := range w.qps {
-		if h.Destroyed || h.Owner.PID == 0 || h.Owner.Kernel() {
+		if h.Destroyed || h.pid == 0 || h.Owner().Kernel() {
 			continue
 		}
-		if p, ok := lookup(h.Owner.PID); ok {
-			h.TGID, h.names = p.TGID, names.of(p)
+		if p, ok := lookup(h.pid); ok {
+			h.TGID = p.TGID
+			n := h.qpNames()
+			n.comm, n.cgroup, n.containerID = p.Comm, p.Cgroup, p.ContainerID
+			h.setNames(n)
 		}
 	}
-}
-
-// namesCache interns the names of the processes one pass over the QPs
-// meets, each once however many QPs the process owns.
-type namesCache map[Process]unique.Handle[ownerNames]
-
-func (c *namesCache) of(p Process) unique.Handle[ownerNames] {
-	if n, ok := (*c)[p]; ok {
-		return n
-	}
-	if *c == nil {
-		*c = namesCache{}
-	}
-	n := unique.Make(ownerNames{p.Comm, p.Cgroup, p.ContainerID})
-	(*c)[p] = n
-	return n
 }
