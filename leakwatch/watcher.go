@@ -157,7 +157,7 @@ type noteText struct {
 // qpNames are the names of a QP's device and owner: what netlink, /proc or
 // a probe named them.
 type qpNames struct {
-	device, kernName, ulp       string
+	device, kernName, ulp     string
 	comm, cgroup, containerID string
 }
 
