@@ -44,6 +44,11 @@ func (l *listWriter) row(v any) error {
 		if l.n == 0 {
 			sep = "["
 		}
+		if a, ok := v.(jsonAppender); ok && !l.pretty {
+			l.n++
+			_, err := l.w.Write(a.appendJSON(append(l.w.AvailableBuffer(), sep...)))
+			return err
+		}
 		if l.jsonFields != nil && !l.pretty {
 			l.n++
 			b := append(l.w.AvailableBuffer(), sep...)
@@ -178,6 +183,12 @@ func textLineFields(rv reflect.Value, fields []textField, details bool) string {
 }
 
 // jsonField is how one struct field is written as JSON.
+// jsonAppender is a row that writes its own JSON, exactly as json.Marshal
+// would: the rows a listing has tens of thousands of.
+type jsonAppender interface {
+	appendJSON(b []byte) []byte
+}
+
 type jsonField struct {
 	index int
 	key   string // `"name":`, with the comma before all but the first

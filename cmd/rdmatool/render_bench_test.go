@@ -11,7 +11,8 @@ import (
 )
 
 // BenchmarkQPListingJSON is `res qp -j`'s work per QP after the netlink
-// decode: row, filter (none), JSON.
+// decode: row (without the text words, as -j builds it), filter (none),
+// JSON.
 func BenchmarkQPListingJSON(b *testing.B) {
 	procs, _ := owner.NewResolver("/proc")
 	qps := make([]rdmanl.QP, 1000)
@@ -26,7 +27,7 @@ func BenchmarkQPListingJSON(b *testing.B) {
 	b.ResetTimer()
 	var row qpRow // as listRes: one row value, passed by address
 	for i := range b.N {
-		row = qpRowOf(qps[i%len(qps)], procs, rdmanl.ULPIndex{})
+		row = qpRowData(qps[i%len(qps)], procs, rdmanl.ULPIndex{})
 		if !flt.Match(&row) {
 			b.Fatal("no filter matched nothing")
 		}

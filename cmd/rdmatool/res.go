@@ -142,6 +142,9 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 		for _, d := range devs {
 			ulps := ulpIndex(ctx, c, d, log)
 			conv := func(v rdmanl.QP) qpRow { return qpRowOf(v, procs, ulps) }
+			if g.json {
+				conv = func(v rdmanl.QP) qpRow { return qpRowData(v, procs, ulps) }
+			}
 			if err = listRes(ctx, req.flt, []rdmanl.Device{d}, opts, c.QPs, conv, lw, log); err != nil {
 				break
 			}

@@ -196,3 +196,35 @@ func TestRowOwnerFromProc(t *testing.T) {
 		t.Errorf("kernel owner = pid %d comm %q kern_name %q, want 0, ib_core, ib_core", kern.PID, kern.Comm, kern.KernName)
 	}
 }
+
+// A QP row writes its JSON itself, byte for byte as encoding/json writes
+// it, whatever its strings hold; the JSON listing builds rows without the
+// text output's words, and its rows are the text listing's otherwise.
+func TestQPRowJSON(t *testing.T) {
+	qps := []rdmanl.QP{
+		{DevName: "rxe0", Port: 1, LQPN: 1, Type: rdmanl.QPTypeGSI, State: rdmanl.QPStateRTS, SQPSN: 0x5a, Owner: rdmanl.Owner{KernName: "ib_core"}},
+		{DevIndex: 7, DevName: "mlx5_0", Port: 2, LQPN: 0xffffff, RQPN: 18, HasRQPN: true, RQPSN: 1 << 23, SQPSN: 99,
+			PathMigState: 1, HasPathMig: true, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, PDN: 4,
+			OnSRQ: true, SRQN: 0, Owner: rdmanl.Owner{PID: 1 << 31}},
+		{DevName: `a"b\c<d>&é` + "\x01\xff", LQPN: 17, Type: rdmanl.QPTypeDriver, State: 9, Subtype: "DCT\u2028"},
+		{DevName: "siw0", Port: 1, LQPN: 2, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateRTS, Owner: rdmanl.Owner{KernName: "rdma_cm"}},
+	}
+	ulps := rdmanl.NewULPIndex([]rdmanl.CMID{{LQPN: 2, Owner: rdmanl.Owner{KernName: "nvmet_rdma"}}}, nil)
+	for _, q := range qps {
+		full, data := qpRowOf(q, nil, ulps), qpRowData(q, nil, ulps)
+		want, err := json.Marshal(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := data.appendJSON(nil); string(got) != string(want) {
+			t.Errorf("QP %d: appendJSON\n%s\nwant (encoding/json)\n%s", q.LQPN, got, want)
+		}
+		data.Link, data.SRQText, data.CommText = full.Link, full.SRQText, full.CommText
+		if data != full {
+			t.Errorf("QP %d: JSON row %+v, text row %+v", q.LQPN, data, full)
+		}
+	}
+	if r := qpRowOf(qps[3], nil, ulps); r.ULP != "nvmet_rdma" {
+		t.Errorf("the rdma_cm QP's ULP is %q, want nvmet_rdma (the test's premise)", r.ULP)
+	}
+}
