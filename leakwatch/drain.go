@@ -39,10 +39,11 @@ type drainState struct {
 // drainStarted records a drain's start. ib_drain_qp calls ib_drain_rq on a
 // QP without an SRQ: nested drains count as the outermost.
 func (h *History) drainStarted(ev Event) {
-	if h.drain == nil {
-		h.drain = &drainState{}
+	e := h.record()
+	if e.drain == nil {
+		e.drain = &drainState{}
 	}
-	d := h.drain
+	d := e.drain
 	if d.drainDepth == 0 {
 		d.DrainSince, d.DrainFunc = ev.Time, ev.Drain
 		h.note(ev.Time, sourceProbe, "%s began", ev.Drain)
@@ -53,10 +54,11 @@ func (h *History) drainStarted(ev Event) {
 // drainEnded records a drain's return; one whose start the probes missed
 // counts with the duration the probe measured.
 func (h *History) drainEnded(ev Event) {
-	if h.drain == nil {
-		h.drain = &drainState{}
+	e := h.record()
+	if e.drain == nil {
+		e.drain = &drainState{}
 	}
-	ds := h.drain
+	ds := e.drain
 	if ds.drainDepth > 1 {
 		ds.drainDepth--
 		return
@@ -80,7 +82,7 @@ func (h *History) drainEnded(ev Event) {
 // function (another rdmatool, a trace ending), so a long drain's return
 // can go unseen.
 func (h *History) drainClosed(t time.Time, src source) {
-	ds := h.drain
+	ds := h.seen().drain // nil, or the history's own
 	if ds == nil || ds.DrainSince.IsZero() {
 		return
 	}
@@ -110,7 +112,7 @@ func ownerName(h *History) string {
 // least slowDrain) and not returned (its caller is blocked: critical), or
 // returned after that long (the caller was blocked that long: error).
 func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
-	ds := h.drain
+	ds := h.seen().drain // nil, or the history's own
 	if !h.OnSRQ || ds == nil {
 		return Finding{}, false
 	}

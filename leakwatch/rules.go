@@ -125,7 +125,7 @@ func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg C
 	default:
 		return Finding{}, false
 	}
-	f := base(RuleSRQDestroyWithoutLastWQE, SeverityError, h, now.Sub(h.DestroyedAt.Time()))
+	f := base(RuleSRQDestroyWithoutLastWQE, SeverityError, h, now.Sub(h.seen().DestroyedAt.Time()))
 	f.State = "destroyed"
 	f.Hint = why + "; tear SRQ QPs down as the spec says: modify to Error, wait for LAST_WQE_REACHED (or post a marker WR and wait for its flush), drain the CQ, then destroy"
 	f.Spec = specSRQTeardown
@@ -135,13 +135,13 @@ func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg C
 // lastWQENotEmitted: an SRQ QP has been in ERR for at least MinAge (the
 // move seen by a probe) and the provider never delivered LAST_WQE_REACHED.
 func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
-	if h.ErrAt.IsZero() {
+	if h.seen().ErrAt.IsZero() {
 		return lastWQENotEmittedBefore(h, dev, now, cfg)
 	}
-	if h.Destroyed || !h.OnSRQ || h.State != rdmanl.QPStateErr || h.LastWQECount > 0 {
+	if h.Destroyed || !h.OnSRQ || h.State != rdmanl.QPStateErr || h.seen().LastWQECount > 0 {
 		return Finding{}, false
 	}
-	age := now.Sub(h.ErrAt.Time())
+	age := now.Sub(h.seen().ErrAt.Time())
 	if age < cfg.MinAge {
 		return Finding{}, false
 	}
@@ -158,7 +158,7 @@ func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) 
 // rdmatool began watching it (no probe saw it enter Error, no event came),
 // and for how long it has been seen so.
 func erredBefore(h *History, now time.Time) (time.Duration, bool) {
-	if h.Destroyed || !h.OnSRQ || !h.ErrAt.IsZero() || !h.StateKnown || h.State != rdmanl.QPStateErr || h.LastWQECount > 0 {
+	if h.Destroyed || !h.OnSRQ || !h.seen().ErrAt.IsZero() || !h.StateKnown || h.State != rdmanl.QPStateErr || h.seen().LastWQECount > 0 {
 		return 0, false
 	}
 	return now.Sub(h.StateSince.Time()), true
@@ -192,15 +192,15 @@ func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg Config) (
 		f.Spec = specSRQTeardown
 		return f, true
 	}
-	if h.Destroyed || !h.OnSRQ || h.LastWQECount == 0 {
+	if h.Destroyed || !h.OnSRQ || h.seen().LastWQECount == 0 {
 		return Finding{}, false
 	}
-	age := now.Sub(h.LastWQEAt.Time())
+	age := now.Sub(h.seen().LastWQEAt.Time())
 	if age < cfg.MinAge {
 		return Finding{}, false
 	}
 	f := base(RuleLastWQEUnhandled, SeverityError, h, age)
-	f.Hint = fmt.Sprintf("LAST_WQE_REACHED was delivered %d time(s) but the QP is still there: the consumer has no handler for it or loses the event; drain and destroy when it arrives", h.LastWQECount)
+	f.Hint = fmt.Sprintf("LAST_WQE_REACHED was delivered %d time(s) but the QP is still there: the consumer has no handler for it or loses the event; drain and destroy when it arrives", h.seen().LastWQECount)
 	f.Spec = specSRQTeardown
 	return f, true
 }
@@ -320,7 +320,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 		if q.Device != "" && h.Device() != q.Device {
 			continue
 		}
-		if h.Destroyed && now.Sub(h.DestroyedAt.Time()) > w.retention(h) {
+		if h.Destroyed && now.Sub(h.seen().DestroyedAt.Time()) > w.retention(h) {
 			continue
 		}
 		if !h.Destroyed {

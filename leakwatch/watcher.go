@@ -52,28 +52,17 @@ type History struct {
 	// process or kernel module on one device share one copy.
 	names unique.Handle[qpNames]
 
-	// ErrAt is when a probe saw the QP moved to ERR (zero if not seen).
-	ErrAt Stamp
-	// LastWQEAt is the first LAST_WQE_REACHED after ErrAt (or ever, if no
-	// ERR was seen); LastWQECount counts deliveries (rxe sends it again
-	// when a WR is posted after ERR).
-	LastWQEAt Stamp
-	// lastWQELatest is the newest delivery: one stamped after a modify
-	// to ERR began belongs to that ERR even when it reached the ring
-	// buffer first (the provider delivered it before the modify returned).
-	lastWQELatest Stamp
-	DestroyedAt   Stamp
-
-	// drain is what the probes saw of the QP's drains (nil: none seen).
-	drain *drainState
+	// events are the QP's Error, LAST_WQE_REACHED, drains and end (nil
+	// while none was seen, as for most QPs): read with seen, written
+	// through record.
+	events *qpEvents
 	// notes are the observations Evidence returns, oldest first.
 	notes []note
 	// scanGen is the Watcher.scanGen of the last scan that listed the QP.
 	scanGen uint64
 
-	LastWQECount int32
-	DevIndex     uint32
-	QPN          uint32
+	DevIndex uint32
+	QPN      uint32
 	// pid is the thread that created the QP, as netlink records it
 	// (Owner).
 	pid  uint32
@@ -97,6 +86,40 @@ type History struct {
 	// keep says the destroy rules may report this destroyed QP, so it is
 	// kept for Config.Retain; others go after goneRetain.
 	keep bool
+}
+
+// qpEvents is what was seen of a QP besides its states and owner.
+type qpEvents struct {
+	// ErrAt is when a probe saw the QP moved to ERR (zero if not seen).
+	ErrAt Stamp
+	// LastWQEAt is the first LAST_WQE_REACHED after ErrAt (or ever, if no
+	// ERR was seen); LastWQECount counts deliveries (rxe sends it again
+	// when a WR is posted after ERR).
+	LastWQEAt Stamp
+	// lastWQELatest is the newest delivery: one stamped after a modify
+	// to ERR began belongs to that ERR even when it reached the ring
+	// buffer first (the provider delivered it before the modify returned).
+	lastWQELatest Stamp
+	DestroyedAt   Stamp
+	// drain is what the probes saw of the QP's drains (nil: none seen).
+	drain        *drainState
+	LastWQECount int32
+}
+
+// seen is a copy of the QP's events (all zero when none was seen).
+func (h *History) seen() qpEvents {
+	if h.events == nil {
+		return qpEvents{}
+	}
+	return *h.events
+}
+
+// record returns the QP's events for writing.
+func (h *History) record() *qpEvents {
+	if h.events == nil {
+		h.events = &qpEvents{}
+	}
+	return h.events
 }
 
 // Stamp is a time as nanoseconds since the Unix epoch, 0 for none: a
@@ -217,7 +240,7 @@ func (h *History) Evidence() []Evidence {
 // enough for the races with scans and events, without its evidence
 // unless a destroy event may still come.
 func (h *History) ended(t time.Time) {
-	h.Destroyed, h.DestroyedAt = true, stampOf(t)
+	h.Destroyed, h.record().DestroyedAt = true, stampOf(t)
 	src := sourceScan
 	if h.DestroySeen {
 		src = sourceProbe
@@ -225,7 +248,7 @@ func (h *History) ended(t time.Time) {
 	h.drainClosed(t, src)
 	h.keep = h.DestroySeen && !h.DeviceGone && h.OnSRQ && !(h.ErrBeforeDestroy && h.LastWQEBeforeDestroy)
 	// An SRQ QP whose drain was slow stays for srq-drain-stalled.
-	h.keep = h.keep || (h.OnSRQ && h.drain != nil && h.drain.DrainTook >= slowDrain)
+	h.keep = h.keep || (h.OnSRQ && h.seen().drain != nil && h.seen().drain.DrainTook >= slowDrain)
 	// An SRQ QP a scan found gone may still get its destroy event (it
 	// waited in the ring buffer) and become reportable: its evidence stays
 	// until then.
@@ -366,7 +389,7 @@ func (w *Watcher) Scan(s Scan) {
 		for _, qp := range ds.QPs {
 			k := qpKey{ds.Device.Index, qp.LQPN}
 			h := w.qps[k]
-			if h != nil && h.Destroyed && h.DestroySeen && !s.Started.IsZero() && !h.DestroyedAt.Time().Before(s.Started.Add(-probeMargin)) {
+			if h != nil && h.Destroyed && h.DestroySeen && !s.Started.IsZero() && !h.seen().DestroyedAt.Time().Before(s.Started.Add(-probeMargin)) {
 				// The probes saw it destroyed after this dump began: the
 				// kernel listed it before the destroy. A QP that reuses
 				// the number comes with its own create event.
@@ -474,7 +497,7 @@ func (w *Watcher) retention(h *History) time.Duration {
 func (w *Watcher) expire(now time.Time) {
 	referenced := map[uint32]bool{}
 	for k, h := range w.qps {
-		if h.Destroyed && now.Sub(h.DestroyedAt.Time()) > w.retention(h) {
+		if h.Destroyed && now.Sub(h.seen().DestroyedAt.Time()) > w.retention(h) {
 			delete(w.qps, k)
 			continue
 		}
@@ -520,19 +543,20 @@ func (w *Watcher) Event(ev Event) {
 			return
 		}
 		h = get()
-		if ev.NewState == rdmanl.QPStateErr && (h.State != rdmanl.QPStateErr || h.ErrAt.IsZero()) {
+		if ev.NewState == rdmanl.QPStateErr && (h.State != rdmanl.QPStateErr || h.seen().ErrAt.IsZero()) {
 			// A modify's event is stamped when it began and sent when it
 			// returned; rxe delivers LAST_WQE_REACHED from its responder
 			// work, which may run before the modify returns. Deliveries
 			// since the modify began are this Error's.
 			at := stampOf(ev.Time)
-			h.ErrAt = at
-			if h.LastWQECount > 0 && h.lastWQELatest >= at {
-				if h.LastWQEAt < at {
-					h.LastWQEAt, h.LastWQECount = h.lastWQELatest, 1
+			e := h.record()
+			e.ErrAt = at
+			if e.LastWQECount > 0 && e.lastWQELatest >= at {
+				if e.LastWQEAt < at {
+					e.LastWQEAt, e.LastWQECount = e.lastWQELatest, 1
 				}
 			} else {
-				h.LastWQEAt, h.LastWQECount = 0, 0
+				e.LastWQEAt, e.LastWQECount = 0, 0
 			}
 		}
 		h.setState(ev.NewState, ev.Time, sourceProbe)
@@ -540,10 +564,11 @@ func (w *Watcher) Event(ev Event) {
 		h = get()
 		if ev.LastWQE {
 			dev.emitsLastWQE = true
-			h.LastWQECount++
-			h.lastWQELatest = stampOf(ev.Time)
-			if h.LastWQECount == 1 {
-				h.LastWQEAt = stampOf(ev.Time)
+			e := h.record()
+			e.LastWQECount++
+			e.lastWQELatest = stampOf(ev.Time)
+			if e.LastWQECount == 1 {
+				e.LastWQEAt = stampOf(ev.Time)
 				h.note(ev.Time, sourceProbe, "LAST_WQE_REACHED delivered")
 			}
 			return
@@ -564,7 +589,7 @@ func (w *Watcher) Event(ev Event) {
 		}
 		h.DestroySeen = true
 		h.ErrBeforeDestroy = h.StateKnown && h.State == rdmanl.QPStateErr
-		h.LastWQEBeforeDestroy = h.LastWQECount > 0
+		h.LastWQEBeforeDestroy = h.seen().LastWQECount > 0
 		h.note(ev.Time, sourceProbe, "destroyed in state %s", h.State)
 		h.ended(ev.Time)
 	case EventDrainStarted, EventDrainEnded:
@@ -625,9 +650,13 @@ func (w *Watcher) Histories() []History {
 	for _, h := range w.qps {
 		c := *h
 		c.notes = slices.Clone(h.notes)
-		if h.drain != nil {
-			d := *h.drain
-			c.drain = &d
+		if h.events != nil {
+			e := *h.events
+			if e.drain != nil {
+				d := *e.drain
+				e.drain = &d
+			}
+			c.events = &e
 		}
 		out = append(out, c)
 	}
