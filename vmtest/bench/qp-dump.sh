@@ -3,7 +3,8 @@
 # size given (default 1000 10000 30000 60000) and at each size time the QP
 # listing of the floor (nlfloor), rdmatool and iproute2, then qp-leaks
 # (netlink only, with probes, answered by a running agent) and the agent's
-# CPU and RSS over 30 s at idle, and its heap profile; first, before any
+# CPU and RSS over 30 s at idle, and its heap profile, then the agent's and
+# a JSON reader's CPU under about 1,000 probe events a second; first, before any
 # QP, one device's udev rename by rdmatool and by rdma_rename. QPs are held by
 # several qpwork processes of at most 20000 QPs each, so no process nears
 # vm.max_map_count. Every measurement is a labtime line labelled
@@ -78,6 +79,33 @@ agent_names() {
 		sleep 1
 	done
 }
+# churn_window N: for 10 s, QP churn on rxe0 at 167 create, INIT, RTR,
+# RTS, ERR, destroy cycles a second (about 1,000 probe events a second)
+# while the agent and a JSON reader (rdmatool trace -j) follow it: the
+# CPU time (USER_HZ ticks) each used and the cycles made.
+churn_window() {
+	$run/rdmatool trace -j >/dev/null 2>/tmp/trace.err &
+	tracer=$!
+	i=0
+	until grep -qs "attached" /tmp/trace.err; do
+		if ! kill -0 "$tracer" 2>/dev/null || [ $i -gt 1200 ]; then
+			cat /tmp/trace.err
+			exit 1
+		fi
+		i=$((i + 1))
+		sleep 0.1
+	done
+	a0=$(cut -d' ' -f14,15 /proc/$agent/stat)
+	t0=$(cut -d' ' -f14,15 /proc/$tracer/stat)
+	$bin/qpwork --dev rxe0 --churn-seconds 10 --churn-rate 167 >/tmp/churn.out
+	a1=$(cut -d' ' -f14,15 /proc/$agent/stat)
+	t1=$(cut -d' ' -f14,15 /proc/$tracer/stat)
+	kill -INT "$tracer"
+	wait "$tracer" || true
+	cycles=$(sed -n 's/.*"event":"churn","cycles":\([0-9]*\).*/\1/p' /tmp/churn.out)
+	took=$(sed -n 's/.*"event":"churn".*"seconds":\([0-9.]*\).*/\1/p' /tmp/churn.out)
+	echo "churn $1 cycles $cycles seconds $took agent-ticks $(( ${a1% *} + ${a1#* } - ${a0% *} - ${a0#* } )) reader-ticks $(( ${t1% *} + ${t1#* } - ${t0% *} - ${t0#* } )) hz 100"
+}
 # agent_counters prints the agent's scan and lost-event counts.
 agent_counters() {
 	$run/rdmatool qp-leaks -j --limit 1 --agent-socket "$sock" 2>/dev/null | grep -oE '"(scans|lost_events)":[0-9]+' | tr '\n' ' '
@@ -147,6 +175,9 @@ for n in $sizes; do
 		i=$((i + 1))
 		sleep 0.1
 	done
+	# After the profile: the churn's destroyed QPs stay in the agent's
+	# history for a minute.
+	churn_window "$n"
 	kill -STOP "$agent"
 	echo "size qp-leaks-netlink $n $($run/rdmatool qp-leaks -j --limit 0 --no-agent --no-probes --watch 2s --min-age 1s | wc -c)"
 done

@@ -109,6 +109,7 @@ struct opts {
 	bool orphan;
 	long churn;			/* cycles, 0: not set */
 	double churn_seconds;		/* 0: not set */
+	double churn_rate;		/* cycles per second, 0: as fast as it goes */
 	enum churn_states churn_states;
 	bool batch;
 	bool quiet;
@@ -472,6 +473,7 @@ static void usage(FILE *f)
 "  --orphan                 fork after ready; the parent exits\n"
 "  --churn N                N create/destroy cycles\n"
 "  --churn-seconds S        churn for S seconds\n"
+"  --churn-rate R           at most R cycles per second\n"
 "  --churn-states auto|rts|init-err   churn state path          [auto]\n"
 "  --batch                  scale mode: create fast, print a summary\n"
 "  --quiet                  no per-QP qp/err/destroyed lines\n"
@@ -548,7 +550,7 @@ enum {
 	OPT_DEV = 256, OPT_PORT, OPT_GID, OPT_QPS, OPT_PAIRS, OPT_TYPE, OPT_SRQ, OPT_SRQ_EVERY,
 	OPT_TO, OPT_CONNECT, OPT_ADDR, OPT_CMPORT, OPT_TIMEOUT, OPT_TEARDOWN,
 	OPT_LASTWQE, OPT_DRAIN, OPT_GRACE, OPT_HOLD, OPT_ORPHAN, OPT_CHURN,
-	OPT_CHURN_SECS, OPT_CHURN_STATES, OPT_BATCH, OPT_QUIET, OPT_HELP,
+	OPT_CHURN_SECS, OPT_CHURN_RATE, OPT_CHURN_STATES, OPT_BATCH, OPT_QUIET, OPT_HELP,
 	OPT_LAST
 };
 
@@ -576,6 +578,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "orphan",              no_argument,       NULL, OPT_ORPHAN },
 		{ "churn",               required_argument, NULL, OPT_CHURN },
 		{ "churn-seconds",       required_argument, NULL, OPT_CHURN_SECS },
+		{ "churn-rate",          required_argument, NULL, OPT_CHURN_RATE },
 		{ "churn-states",        required_argument, NULL, OPT_CHURN_STATES },
 		{ "batch",               no_argument,       NULL, OPT_BATCH },
 		{ "quiet",               no_argument,       NULL, OPT_QUIET },
@@ -708,6 +711,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case OPT_CHURN_SECS:
 			o->churn_seconds = parse_double("--churn-seconds", optarg, 0.001, 1e6);
 			break;
+		case OPT_CHURN_RATE:
+			o->churn_rate = parse_double("--churn-rate", optarg, 0.001, 1e6);
+			break;
 		case OPT_CHURN_STATES:
 			if (!strcmp(optarg, "auto"))
 				o->churn_states = CHURN_AUTO;
@@ -766,6 +772,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	}
 	if (GIVEN(OPT_CHURN_STATES))
 		bad_usage("--churn-states needs --churn or --churn-seconds");
+	if (GIVEN(OPT_CHURN_RATE))
+		bad_usage("--churn-rate needs --churn or --churn-seconds");
 
 	if (o->pairs && o->type == IBV_QPT_UD)
 		bad_usage("--pairs needs a connected QP type (rc or uc)");
@@ -2099,6 +2107,21 @@ static void run_churn(struct app *a)
 			break;
 		if (deadline && now_us() >= deadline)
 			break;
+		if (a->o.churn_rate > 0) {
+			/* Cycle k starts at t0 + k/R: a late cycle is not
+			 * made up by a burst beyond the schedule. */
+			int64_t due = t0 + (int64_t)((double)cycles * 1e6 / a->o.churn_rate);
+			int64_t now = now_us();
+
+			if (due > now) {
+				struct timespec ts = { (due - now) / 1000000, (due - now) % 1000000 * 1000 };
+
+				while (nanosleep(&ts, &ts) && errno == EINTR && !g_signal)
+					;
+				if (g_signal)
+					continue;
+			}
+		}
 
 		fill_qp_init_attr(a, &ia, NULL);
 		qp = ibv_create_qp(a->pd, &ia);

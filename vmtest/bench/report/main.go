@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,9 @@ type KernelRun struct {
 	// Rename holds the udev renames of one device, start to exit, by
 	// program: rdmatool, rdma_rename.
 	Rename map[string]Timing `json:"rename"`
+	// Probes is the summary vmtest/bench/trace-overhead.sh printed, line
+	// by line (empty when BENCH_TRACE=no).
+	Probes []string `json:"probes,omitempty"`
 }
 
 // Size holds what was measured with one number of QPs held.
@@ -60,6 +64,13 @@ type Size struct {
 	// AgentLostEvents is the probe events the agent had lost (its ring
 	// buffer full) since it started, read after the idle window.
 	AgentLostEvents int `json:"agent_lost_events"`
+	// Under paced QP churn (about 1,000 probe events a second): the
+	// events a second the churn made (six per cycle), and the CPU the
+	// agent and a JSON reader (rdmatool trace -j) used, as fractions of
+	// one CPU.
+	ChurnEventsPerSec float64 `json:"churn_events_per_sec,omitempty"`
+	AgentChurnCPU     float64 `json:"agent_churn_cpu,omitempty"`
+	ReaderChurnCPU    float64 `json:"reader_churn_cpu,omitempty"`
 }
 
 // Timing is one labtime line.
@@ -91,6 +102,9 @@ var (
 	agentLine   = regexp.MustCompile(`^agent (\d+) .*VmHWM: (\d+) kB.*VmRSS: (\d+) kB`)
 	idleWork    = regexp.MustCompile(`^idle-work (\d+) after .*"lost_events":(\d+)`)
 	idleLine    = regexp.MustCompile(`^idle (\d+) ticks (\d+) hz (\d+) seconds (\d+) rss (\d+) kB`)
+	churnLine   = regexp.MustCompile(`^churn (\d+) cycles (\d+) seconds ([0-9.]+) agent-ticks (\d+) reader-ticks (\d+) hz (\d+)`)
+	// trace-overhead.sh's summary lines
+	probeLine   = regexp.MustCompile(`^(median cycles/s|  probes|in-kernel probe time|highest churn)`)
 	goBenchLine = regexp.MustCompile(`^(Benchmark\S+)\s+\d+\s+([0-9.]+) ns/op(?:\s+([0-9.]+) heap-B/qp)?(?:\s+([0-9.]+) ns/qp)?\s+(\d+) B/op\s+(\d+) allocs/op`)
 )
 
@@ -106,6 +120,11 @@ func main() {
 		k, err := parseLog(path)
 		if err != nil {
 			fail(err)
+		}
+		if i := slices.IndexFunc(rep.Kernels, func(r KernelRun) bool { return r.Kernel == k.Kernel }); i >= 0 {
+			// a kernel's second log: trace-overhead.sh's
+			rep.Kernels[i].Probes = append(rep.Kernels[i].Probes, k.Probes...)
+			continue
 		}
 		rep.Kernels = append(rep.Kernels, k)
 	}
@@ -183,6 +202,13 @@ func parseLog(path string) (KernelRun, error) {
 			s := size(atoi(m[1]))
 			s.AgentIdleCPU = float64(atoi(m[2])) / float64(atoi(m[3])) / float64(atoi(m[4]))
 			s.AgentIdleRSSKiB = atoi(m[5])
+		} else if m := churnLine.FindStringSubmatch(line); m != nil && atof(m[3]) > 0 && atoi(m[6]) > 0 {
+			s, secs, hz := size(atoi(m[1])), atof(m[3]), float64(atoi(m[6]))
+			s.ChurnEventsPerSec = 6 * float64(atoi(m[2])) / secs
+			s.AgentChurnCPU = float64(atoi(m[4])) / hz / secs
+			s.ReaderChurnCPU = float64(atoi(m[5])) / hz / secs
+		} else if probeLine.MatchString(line) {
+			k.Probes = append(k.Probes, strings.TrimSpace(line))
 		} else if m := agentLine.FindStringSubmatch(line); m != nil {
 			s := size(atoi(m[1]))
 			s.AgentHWMKiB, s.AgentRSSKiB = atoi(m[2]), atoi(m[3])
@@ -269,6 +295,29 @@ func printTables(w io.Writer, rep Report) {
 				secs(s.median("qp-leaks-agent-all")), s.AnswerBytes["qp-leaks-netlink"], s.AnswerBytes["qp-leaks-agent"],
 				s.AnswerBytes["qp-leaks-agent-all"], mib(s.AgentRSSKiB), mib(s.AgentHWMKiB), 100*s.AgentIdleCPU, mib(s.AgentIdleRSSKiB),
 				s.AgentLostEvents)
+		}
+		if slices.ContainsFunc(k.Sizes, func(s Size) bool { return s.ChurnEventsPerSec > 0 }) {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "Probe events under paced QP churn (10 s at 167 create, INIT, RTR, RTS, ERR, destroy cycles a second), the agent and a JSON reader (`rdmatool trace -j`) following them; CPU as % of one CPU, and per 10,000 events a second (the agent's less its idle CPU):")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| QPs held | events/s | agent CPU | JSON reader CPU | agent per 10k events/s | reader per 10k events/s |")
+			fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|")
+			for _, s := range k.Sizes {
+				if s.ChurnEventsPerSec == 0 {
+					continue
+				}
+				per := 1e4 / s.ChurnEventsPerSec
+				fmt.Fprintf(w, "| %d | %.0f | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n", s.QPs, s.ChurnEventsPerSec,
+					100*s.AgentChurnCPU, 100*s.ReaderChurnCPU, 100*max(0, s.AgentChurnCPU-s.AgentIdleCPU)*per, 100*s.ReaderChurnCPU*per)
+			}
+		}
+		if len(k.Probes) > 0 {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "Probe cost (vmtest/bench/trace-overhead.sh, instruction-counted guest time):")
+			fmt.Fprintln(w)
+			for _, l := range k.Probes {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
 		}
 		if r, ok := k.Rename["rdmatool"]; ok {
 			d, rr := k.Rename["rdma_rename"]
