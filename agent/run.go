@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -442,6 +443,19 @@ func runMonitor(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.
 	}
 }
 
+// bigScan is the number of QPs from which a scan's memory is returned to
+// the OS once the scan is folded in.
+const bigScan = 10000
+
+// scanned is the number of QPs a scan lists.
+func scanned(sc leakwatch.Scan) int {
+	n := 0
+	for _, ds := range sc.Devices {
+		n += len(ds.QPs)
+	}
+	return n
+}
+
 // scanLoop dumps one device's QPs on a netlink client of its own until
 // ctx ends: every Interval, or with probes every Reconcile (State.dumpDue);
 // at the Intervals in between it reads the device's resource summary.
@@ -499,6 +513,14 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 						log.Info("scan succeeded again", "device", cur.Name)
 					}
 					st.setResources(sums, cur.Name)
+					if scanned(sc) >= bigScan {
+						// The listing (about 170 bytes a QP) is dead once
+						// folded in: its memory goes back to the OS now,
+						// not over the minutes an idle agent's runtime
+						// would take.
+						sc = leakwatch.Scan{}
+						debug.FreeOSMemory()
+					}
 				}
 				if err != nil { // a fresh socket next time
 					nl.Close()
