@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"strings"
 
@@ -114,16 +113,6 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 	// and fewer fresh pages to fault in); GOGC, when set, wins.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
-	}
-	// One goroutine decodes and prints while another waits in recvmsg,
-	// where the kernel builds the next reply: the kernel's work needs no
-	// P, and a second P only spins between replies. Where the CPUs take
-	// turns (the lab's 7.x guest) that spinning is the listing's loss:
-	// 30,000 QPs in 1.07 to 1.22 s with one P against 1.23 to 1.39 s with
-	// two; 6.12's guest, with CPUs of its own, is the same either way.
-	// GOMAXPROCS, when set, wins.
-	if os.Getenv("GOMAXPROCS") == "" {
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
 	c, err := g.dial()
 	if err != nil {
