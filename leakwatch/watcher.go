@@ -124,7 +124,7 @@ func (h *History) record() *qpEvents {
 }
 
 // Stamp is a time as nanoseconds since the Unix epoch, 0 for none: a
-// History keeps six, 8 bytes each where a time.Time takes 24.
+// History and its events keep six, 8 bytes each where a time.Time takes 24.
 type Stamp int64
 
 // stampOf is t as a Stamp.
@@ -170,10 +170,11 @@ func (s source) String() string {
 // "state INIT"): each is kept once.
 type note struct {
 	at   Stamp
-	what unique.Handle[noteText]
+	what unique.Handle[noteWhat]
 }
 
-type noteText struct {
+// noteWhat is a note's text and where it came from.
+type noteWhat struct {
 	text   string
 	source source
 }
@@ -249,7 +250,8 @@ func (h *History) ended(t time.Time) {
 	h.drainClosed(t, src)
 	h.keep = h.DestroySeen && !h.DeviceGone && h.OnSRQ && !(h.ErrBeforeDestroy && h.LastWQEBeforeDestroy)
 	// An SRQ QP whose drain was slow stays for srq-drain-stalled.
-	h.keep = h.keep || (h.OnSRQ && h.seen().drain != nil && h.seen().drain.DrainTook >= slowDrain)
+	d := h.seen().drain
+	h.keep = h.keep || (h.OnSRQ && d != nil && d.DrainTook >= slowDrain)
 	// An SRQ QP a scan found gone may still get its destroy event (it
 	// waited in the ring buffer) and become reportable: its evidence stays
 	// until then.
@@ -279,7 +281,7 @@ func (h *History) noteText(t time.Time, src source, what string) {
 		// size class of its own.
 		h.notes = append(make([]note, 0, len(h.notes)+1), h.notes...)
 	}
-	h.notes = append(h.notes, note{at: stampOf(t), what: unique.Make(noteText{what, src})})
+	h.notes = append(h.notes, note{at: stampOf(t), what: unique.Make(noteWhat{what, src})})
 }
 
 // stateNotes are the notes of the states the kernel defines, made once
