@@ -182,13 +182,13 @@ func textLineFields(rv reflect.Value, fields []textField, details bool) string {
 	return b.String()
 }
 
-// jsonField is how one struct field is written as JSON.
 // jsonAppender is a row that writes its own JSON, exactly as json.Marshal
 // would: the rows a listing has tens of thousands of.
 type jsonAppender interface {
 	appendJSON(b []byte) []byte
 }
 
+// jsonField is how one struct field is written as JSON.
 type jsonField struct {
 	index int
 	key   string // `"name":`, with the comma before all but the first

@@ -71,16 +71,32 @@ func linkRowOf(p rdmanl.Port) linkRow {
 // kern_name, and the text form: "comm app", or "comm [ib_core]" for a
 // kernel owner.
 func ownerFields(o rdmanl.Owner, procs *owner.Resolver) (pid uint32, comm, kern, text string) {
+	pid, comm, kern = ownerData(o, procs)
+	return pid, comm, kern, commText(comm, kern)
+}
+
+// ownerData is ownerFields without the text form, which only the text
+// output prints.
+func ownerData(o rdmanl.Owner, procs *owner.Resolver) (pid uint32, comm, kern string) {
 	if o.Kernel() {
-		return 0, o.KernName, o.KernName, "comm [" + o.KernName + "]"
+		return 0, o.KernName, o.KernName
 	}
 	if p, ok := procs.Lookup(o.PID); ok {
 		comm = p.Comm
 	}
-	if comm != "" {
-		text = "comm " + comm
+	return o.PID, comm, ""
+}
+
+// commText is an owner's text form: "comm app", "comm [ib_core]" for a
+// kernel module, "" for an owner without a name.
+func commText(comm, kern string) string {
+	switch {
+	case kern != "":
+		return "comm [" + kern + "]"
+	case comm != "":
+		return "comm " + comm
 	}
-	return o.PID, comm, "", text
+	return ""
 }
 
 type qpRow struct {
@@ -122,11 +138,7 @@ func qpRowOf(q rdmanl.QP, procs *owner.Resolver, ulps rdmanl.ULPIndex) qpRow {
 	if q.OnSRQ {
 		r.SRQText = "srqn " + strconv.FormatUint(uint64(q.SRQN), 10)
 	}
-	if r.KernName != "" {
-		r.CommText = "comm [" + r.KernName + "]"
-	} else if r.Comm != "" {
-		r.CommText = "comm " + r.Comm
-	}
+	r.CommText = commText(r.Comm, r.KernName)
 	return r
 }
 
@@ -142,14 +154,7 @@ func qpRowData(q rdmanl.QP, procs *owner.Resolver, ulps rdmanl.ULPIndex) qpRow {
 	if q.HasPathMig {
 		r.PathMigState = q.PathMigState.String()
 	}
-	if q.Owner.Kernel() {
-		r.Comm, r.KernName = q.Owner.KernName, q.Owner.KernName
-	} else {
-		r.PID = q.Owner.PID
-		if p, ok := procs.Lookup(q.Owner.PID); ok {
-			r.Comm = p.Comm
-		}
-	}
+	r.PID, r.Comm, r.KernName = ownerData(q.Owner, procs)
 	r.ULP = ulps.Of(q)
 	return r
 }
