@@ -97,13 +97,14 @@ func (h *History) drainClosed(t time.Time, src source) {
 // ownerName names who owns h's QP for a hint: the ULP, else the kernel
 // module, else the process.
 func ownerName(h *History) string {
+	n := h.qpNames()
 	switch {
-	case h.ULP() != "":
-		return h.ULP()
-	case h.Owner().KernName != "":
-		return h.Owner().KernName
-	case h.Comm() != "":
-		return h.Comm()
+	case n.ulp != "":
+		return n.ulp
+	case n.kernName != "":
+		return n.kernName
+	case n.comm != "":
+		return n.comm
 	}
 	return "its owner"
 }

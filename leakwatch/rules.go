@@ -52,16 +52,17 @@ const (
 )
 
 func base(rule string, sev Severity, h *History, age time.Duration) Finding {
+	n := h.qpNames()
 	f := Finding{
-		Rule: rule, Severity: sev, Device: h.Device(), QPN: h.QPN, Type: h.Type.String(),
-		State: h.State.String(), PID: h.Owner().PID, TGID: h.TGID, Comm: h.Comm(), Cgroup: h.Cgroup(), ContainerID: h.ContainerID(),
-		KernName: h.Owner().KernName, ULP: h.ULP(),
+		Rule: rule, Severity: sev, Device: n.device, QPN: h.QPN, Type: h.Type.String(),
+		State: h.State.String(), PID: h.pid, TGID: h.TGID, Comm: n.comm, Cgroup: n.cgroup, ContainerID: n.containerID,
+		KernName: n.kernName, ULP: n.ulp,
 		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
 		// Evidence: the history's notes, made when Evaluate keeps the
 		// finding.
 	}
-	if h.Owner().KernName != "" && f.Comm == "" {
-		f.Comm = h.Owner().KernName
+	if n.kernName != "" && f.Comm == "" {
+		f.Comm = n.kernName
 	}
 	if !h.StateKnown {
 		f.State = "unknown"
@@ -135,13 +136,14 @@ func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg C
 // lastWQENotEmitted: an SRQ QP has been in ERR for at least MinAge (the
 // move seen by a probe) and the provider never delivered LAST_WQE_REACHED.
 func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
-	if h.seen().ErrAt.IsZero() {
+	e := h.seen()
+	if e.ErrAt.IsZero() {
 		return lastWQENotEmittedBefore(h, dev, now, cfg)
 	}
-	if h.Destroyed || !h.OnSRQ || h.State != rdmanl.QPStateErr || h.seen().LastWQECount > 0 {
+	if h.Destroyed || !h.OnSRQ || h.State != rdmanl.QPStateErr || e.LastWQECount > 0 {
 		return Finding{}, false
 	}
-	age := now.Sub(h.seen().ErrAt.Time())
+	age := now.Sub(e.ErrAt.Time())
 	if age < cfg.MinAge {
 		return Finding{}, false
 	}
@@ -158,7 +160,7 @@ func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) 
 // rdmatool began watching it (no probe saw it enter Error, no event came),
 // and for how long it has been seen so.
 func erredBefore(h *History, now time.Time) (time.Duration, bool) {
-	if h.Destroyed || !h.OnSRQ || !h.seen().ErrAt.IsZero() || !h.StateKnown || h.State != rdmanl.QPStateErr || h.seen().LastWQECount > 0 {
+	if e := h.seen(); h.Destroyed || !h.OnSRQ || !e.ErrAt.IsZero() || !h.StateKnown || h.State != rdmanl.QPStateErr || e.LastWQECount > 0 {
 		return 0, false
 	}
 	return now.Sub(h.StateSince.Time()), true
@@ -192,15 +194,16 @@ func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg Config) (
 		f.Spec = specSRQTeardown
 		return f, true
 	}
-	if h.Destroyed || !h.OnSRQ || h.seen().LastWQECount == 0 {
+	e := h.seen()
+	if h.Destroyed || !h.OnSRQ || e.LastWQECount == 0 {
 		return Finding{}, false
 	}
-	age := now.Sub(h.seen().LastWQEAt.Time())
+	age := now.Sub(e.LastWQEAt.Time())
 	if age < cfg.MinAge {
 		return Finding{}, false
 	}
 	f := base(RuleLastWQEUnhandled, SeverityError, h, age)
-	f.Hint = fmt.Sprintf("LAST_WQE_REACHED was delivered %d time(s) but the QP is still there: the consumer has no handler for it or loses the event; drain and destroy when it arrives", h.seen().LastWQECount)
+	f.Hint = fmt.Sprintf("LAST_WQE_REACHED was delivered %d time(s) but the QP is still there: the consumer has no handler for it or loses the event; drain and destroy when it arrives", e.LastWQECount)
 	f.Spec = specSRQTeardown
 	return f, true
 }
@@ -208,10 +211,10 @@ func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg Config) (
 // xrcTgtOrphan: an XRC target QP owned by ib_uverbs with no PID that has
 // outlived every process with the device open.
 func xrcTgtOrphan(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
-	if h.Destroyed || h.Type != rdmanl.QPTypeXRCTgt || h.Owner().PID != 0 || dev.contexts != 0 {
+	if h.Destroyed || h.Type != rdmanl.QPTypeXRCTgt || h.pid != 0 || dev.contexts != 0 {
 		return Finding{}, false
 	}
-	if h.Owner().KernName != "" && h.Owner().KernName != "ib_uverbs" {
+	if k := h.Owner().KernName; k != "" && k != "ib_uverbs" {
 		return Finding{}, false
 	}
 	age := now.Sub(h.FirstSeen.Time())

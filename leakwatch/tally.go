@@ -58,11 +58,12 @@ func (w *Watcher) Tally(topN int) []DeviceTally {
 		}
 		t.QPs++
 		t.Classes[QPClass{Type: h.Type, State: h.State, StateKnown: h.StateKnown}]++
-		o := OwnerQPs{TGID: h.TGID, Comm: h.Comm()}
-		if h.Owner().Kernel() {
-			o = OwnerQPs{Comm: h.Owner().KernName, ULP: h.ULP()}
+		n := h.qpNames()
+		o := OwnerQPs{TGID: h.TGID, Comm: n.comm}
+		if n.kernName != "" {
+			o = OwnerQPs{Comm: n.kernName, ULP: n.ulp}
 		} else if o.TGID == 0 {
-			o.TGID = h.Owner().PID
+			o.TGID = h.pid
 		}
 		owners[h.DevIndex][o]++
 	}
