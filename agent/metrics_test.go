@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -250,4 +251,26 @@ func TestRunServesMetrics(t *testing.T) {
 		n, ok2 := value(fams, "rdmatool_device_resources", map[string]string{"device": "rxe0", "node_guid": rdmanl.GUID(rxe.NodeGUID).String(), "resource": "qp"})
 		return ok1 && ok2 && rts == 1 && n == 2
 	})
+}
+
+// A scan begun before its device was renamed (the agent renamed it, the
+// listing saw the new name) is folded in under the name the device has
+// now: the status does not list the old name again, and findings name
+// the new one. The lab's TestLabAgentRenamesDevices met this race once.
+func TestScanBegunBeforeARename(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	st := NewState(leakwatch.Config{}, func() time.Time { return now }, "v9")
+	old := rdmanl.Device{Index: 7, Name: "rxe7"}
+	st.setDevices([]rdmanl.Device{old}, nil, now)
+	st.setDevices([]rdmanl.Device{{Index: 7, Name: "lab_roce7"}}, nil, now)
+	st.Scan(leakwatch.Scan{Time: now, Devices: []leakwatch.DeviceScan{{
+		Device: old, QPs: []rdmanl.QP{{LQPN: 17, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}}}}}})
+	if got := st.Status().Devices; !slices.Equal(got, []string{"lab_roce7"}) {
+		t.Errorf("status devices %q, want [lab_roce7]", got)
+	}
+	now = now.Add(time.Hour)
+	rep, ok := st.Report(leakwatch.Query{MinAge: time.Second})
+	if !ok || len(rep.Findings) != 1 || rep.Findings[0].Device != "lab_roce7" {
+		t.Errorf("findings %+v (ok %v), want one on lab_roce7", rep.Findings, ok)
+	}
 }

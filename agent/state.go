@@ -48,9 +48,10 @@ type State struct {
 	scanErrs map[string]string // by device name; "" for the device listing
 	lastScan time.Time
 	devices  []string
-	// listed holds the indexes of the devices the last listing found (nil
-	// before one): a scan that ends after its device went away is dropped.
-	listed map[uint32]bool
+	// listed holds the names of the devices the last listing found, by
+	// index (nil before one): a scan that ends after its device went away
+	// is dropped, and one begun before a rename takes the name it has now.
+	listed map[uint32]string
 	lost   uint64
 	// What the metrics export besides the history.
 	guids    map[string]string // node GUID by device name, from the listing
@@ -219,7 +220,10 @@ func (s *State) Scan(sc leakwatch.Scan) (recovered bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.listed != nil {
-		sc.Devices = slices.DeleteFunc(slices.Clone(sc.Devices), func(ds leakwatch.DeviceScan) bool { return !s.listed[ds.Device.Index] })
+		sc.Devices = slices.DeleteFunc(slices.Clone(sc.Devices), func(ds leakwatch.DeviceScan) bool { return s.listed[ds.Device.Index] == "" })
+		for i := range sc.Devices {
+			sc.Devices[i].Device.Name = s.listed[sc.Devices[i].Device.Index]
+		}
 	}
 	s.w.Scan(sc)
 	for _, ds := range sc.Devices {
@@ -291,8 +295,11 @@ func (s *State) setFacts(name string, f DeviceFacts) {
 func (s *State) countQPs(dev rdmanl.Device, sum rdmanl.Summary, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.listed != nil && !s.listed[dev.Index] {
+	if s.listed != nil && s.listed[dev.Index] == "" {
 		return
+	}
+	if s.listed != nil {
+		dev.Name = s.listed[dev.Index] // counted before a rename the listing has seen
 	}
 	for _, c := range sum.Counts {
 		if c.Name == "qp" {
@@ -319,10 +326,10 @@ func (s *State) setDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	names := make([]string, 0, len(devs))
-	s.listed = make(map[uint32]bool, len(devs))
+	s.listed = make(map[uint32]string, len(devs))
 	for _, d := range devs {
 		names = append(names, d.Name)
-		s.listed[d.Index] = true
+		s.listed[d.Index] = d.Name
 	}
 	s.devices = names
 	clear(s.guids)
