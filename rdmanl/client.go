@@ -54,6 +54,12 @@ func Dial() (*Client, error) {
 // newClient wraps an existing connection (tests use nltest).
 func newClient(c *netlink.Conn) *Client { return &Client{c: c} }
 
+// New returns a client on a NETLINK_RDMA connection the caller opened (in
+// another network namespace, say, or rdmanltest's replay of recorded
+// replies). Unlike Dial's, a client made by New does not replace its socket
+// after an interrupted request: such a request fails again.
+func New(c *netlink.Conn) *Client { return newClient(c) }
+
 // ready replaces a socket left out of step by an interrupted request.
 func (c *Client) ready() error {
 	if !c.stale {

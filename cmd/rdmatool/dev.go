@@ -47,7 +47,7 @@ processes that could not be read are counted (holders_unreadable).`,
 				return err
 			}
 			if g.details {
-				rep, err := readDevDetails(cmd.Context(), c, devs, "/sys", "/proc")
+				rep, err := readDevDetails(cmd.Context(), c, devs, g.sysRoot(), g.procRoot())
 				if err != nil {
 					return err
 				}

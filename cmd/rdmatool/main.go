@@ -31,6 +31,7 @@ import (
 	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/spf13/cobra"
 )
 
 // version is stamped by the linker (-X main.version=...); it is never written
@@ -117,9 +118,13 @@ func writeHeapProfile(path string) {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	return runRoot(newRootCmd(), args, stdout, stderr)
+}
+
+// runRoot runs a command tree with args until SIGINT or SIGTERM.
+func runRoot(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRootCmd()
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

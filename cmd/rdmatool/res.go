@@ -119,7 +119,7 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 		return err
 	}
 	defer c.Close()
-	procs, _ := owner.NewResolver("/proc") // without /proc, comm stays empty
+	procs, _ := owner.NewResolver(g.procRoot()) // without /proc, comm stays empty
 	lw := newListWriter(cmd.OutOrStdout(), g)
 	devs, err := selectDevices(ctx, c, req.dev)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -18,14 +19,54 @@ type globals struct {
 	details bool
 	verbose bool
 	stderr  io.Writer
+	// kernel, when set, replaces the host's RDMA netlink, /proc, /sys,
+	// probes and clock (tests replay recorded kernels through it).
+	kernel *kernelDeps
+}
+
+// kernelDeps is what the commands read of the host, for tests to replace.
+type kernelDeps struct {
+	dial      func() (*rdmanl.Client, error)
+	now       func() time.Time
+	proc, sys string
+}
+
+// procRoot is where /proc is.
+func (g *globals) procRoot() string {
+	if g.kernel != nil {
+		return g.kernel.proc
+	}
+	return "/proc"
+}
+
+// sysRoot is where /sys is.
+func (g *globals) sysRoot() string {
+	if g.kernel != nil {
+		return g.kernel.sys
+	}
+	return "/sys"
 }
 
 // dial opens the RDMA netlink client.
-func (g *globals) dial() (*rdmanl.Client, error) { return rdmanl.Dial() }
+func (g *globals) dial() (*rdmanl.Client, error) {
+	if g.kernel != nil {
+		return g.kernel.dial()
+	}
+	return rdmanl.Dial()
+}
 
 // deps wires the check's dependencies: netlink, /proc and, when the probes
 // are available, the eBPF tracer.
 func (g *globals) deps() agent.Deps {
+	if k := g.kernel; k != nil {
+		return agent.Deps{Log: g.logger(), Now: k.now, ProcRoot: k.proc, Dial: func() (agent.Netlink, error) {
+			c, err := k.dial()
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		}}
+	}
 	return agent.Deps{Log: g.logger(), Dial: agent.DialNetlink, ProcRoot: "/proc", OpenProbes: openProbes,
 		LearnDevice: func(d rdmanl.Device) agent.DeviceFacts { return agent.LearnDevice("/sys", "/dev", d) }}
 }
@@ -48,8 +89,11 @@ func (g *globals) renderJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func newRootCmd() *cobra.Command {
-	g := &globals{}
+func newRootCmd() *cobra.Command { return newRootCmdWith(&globals{}) }
+
+// newRootCmdWith builds the command tree on g, whose kernel field may
+// replace the host's.
+func newRootCmdWith(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "rdmatool",
 		Short: "Find leaked RDMA queue pairs, trace their lifecycle, rename and reset devices",
