@@ -139,4 +139,3 @@ func readRecorded(path string) ([]netlink.Message, error) {
 
 // Kernels are the lab kernels with recordings.
 var Kernels = []string{"6.1", "6.12", "7.x"}
-
