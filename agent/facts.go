@@ -10,6 +10,7 @@ import (
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/sysfs"
+	"github.com/rdmatool/rdmatool/uverbs"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,17 +75,17 @@ func LearnDevice(sysRoot, devRoot string, dev rdmanl.Device) DeviceFacts {
 }
 
 // queryVerbs runs the verbs query on dev's uverbs device.
-func queryVerbs(sysRoot, devRoot, dev string) (sysfs.VerbsAttrs, error) {
+func queryVerbs(sysRoot, devRoot, dev string) (uverbs.DeviceAttr, error) {
 	uv, err := sysfs.ReadUverbs(sysRoot)
 	if err != nil {
-		return sysfs.VerbsAttrs{}, err
+		return uverbs.DeviceAttr{}, err
 	}
 	for _, u := range uv {
 		if u.Device == dev {
-			return sysfs.QueryVerbs(filepath.Join(devRoot, "infiniband", u.Name))
+			return uverbs.QueryDevice(filepath.Join(devRoot, "infiniband", u.Name))
 		}
 	}
-	return sysfs.VerbsAttrs{}, errors.New("no uverbs device (ib_uverbs not loaded?)")
+	return uverbs.DeviceAttr{}, errors.New("no uverbs device (ib_uverbs not loaded?)")
 }
 
 // factsCache learns each device once, by index and node GUID (a device

@@ -25,15 +25,11 @@
 //     on a function (ReadPCIFunction, ReadNetdevPCIFunction,
 //     ReadPCIFunctionAt, PCINetdevs).
 //
-//   - the limits only the verbs provider reports (max_qp, max_cq, ...,
-//     with the node GUID and the vendor id), from the device's uverbs
-//     character device through the write() commands libibverbs sends
-//     (QueryVerbs): not sysfs, but the one device fact rdmatool reads
-//     there, next to the uverbs device it finds here.
+// The limits only the verbs provider reports (max_qp, ...) are read from
+// the uverbs device ReadUverbs finds, by package uverbs.
 //
 // The sysfs root is a parameter so tests read fixtures.
 //
-// It only reads, and needs no privileges but for QueryVerbs (read and write
-// access to the uverbs device). A device with no PCI function
+// It only reads, and needs no privileges. A device with no PCI function
 // behind it (rxe, siw) gets an error matching ErrNotPCI.
 package sysfs

@@ -1,4 +1,4 @@
-package sysfs
+package uverbs
 
 import (
 	"encoding/binary"
@@ -10,9 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// VerbsAttrs are the device limits only the verbs provider reports
+// DeviceAttr holds the device limits only the verbs provider reports
 // (ibv_query_device): netlink and sysfs carry none of them.
-type VerbsAttrs struct {
+type DeviceAttr struct {
 	NodeGUID    uint64 // host order, as netlink reports it
 	VendorID    uint32
 	VendorPart  uint32
@@ -25,10 +25,10 @@ type VerbsAttrs struct {
 	PhysPortCnt uint8
 }
 
-// ErrVerbsContext means the provider would not open a verbs context for a
+// ErrContext means the provider would not open a verbs context for a
 // request carrying no provider data: some (mlx5) want their own request
 // layout, which only their rdma-core provider library knows.
-var ErrVerbsContext = errors.New("the provider wants provider-specific data to open a verbs context")
+var ErrContext = errors.New("the provider wants provider-specific data to open a verbs context")
 
 // The legacy write() ABI of ib_uverbs (include/uapi/rdma/ib_user_verbs.h):
 // a header (command, in_words, out_words; words of 4 bytes, in_words
@@ -45,7 +45,7 @@ const (
 	providerRespRoom = 256 // room for the provider's part of the get-context answer (siw wants 8 bytes)
 )
 
-// QueryVerbs opens the uverbs character device at path (a
+// QueryDevice opens the uverbs character device at path (a
 // /dev/infiniband/uverbsN), opens a verbs context and queries the device,
 // through the write() commands rdma-core's libibverbs sends, without cgo.
 // The context exists only during the call: while it does, the calling
@@ -55,19 +55,19 @@ const (
 //
 // Written by hand: no Go library speaks the uverbs ABI, and libibverbs
 // through cgo would tie the static binary to a C library.
-func QueryVerbs(path string) (VerbsAttrs, error) {
+func QueryDevice(path string) (DeviceAttr, error) {
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return VerbsAttrs{}, &VerbsError{Path: path, Op: "open", Err: err}
+		return DeviceAttr{}, &Error{Path: path, Op: "open", Err: err}
 	}
 	defer unix.Close(fd)
 
 	ctxResp := make([]byte, getContextResp+providerRespRoom)
 	if err := verbsCommand(fd, cmdGetContext, ctxResp); err != nil {
 		if errors.Is(err, unix.EINVAL) {
-			err = ErrVerbsContext
+			err = ErrContext
 		}
-		return VerbsAttrs{}, &VerbsError{Path: path, Op: "open a verbs context", Err: err}
+		return DeviceAttr{}, &Error{Path: path, Op: "open a verbs context", Err: err}
 	}
 	// The context came with an async event file; nothing reads it here.
 	if async := int(binary.LittleEndian.Uint32(ctxResp[0:4])); async > 2 {
@@ -75,13 +75,13 @@ func QueryVerbs(path string) (VerbsAttrs, error) {
 	}
 	resp := make([]byte, queryDeviceResp)
 	if err := verbsCommand(fd, cmdQueryDevice, resp); err != nil {
-		return VerbsAttrs{}, &VerbsError{Path: path, Op: "query the device", Err: err}
+		return DeviceAttr{}, &Error{Path: path, Op: "query the device", Err: err}
 	}
 	a := decodeQueryDevice(resp)
 	if a.PhysPortCnt == 0 {
 		// Every RDMA device has a port: nothing answered (not a uverbs
 		// device; /dev/null takes any write).
-		return VerbsAttrs{}, &VerbsError{Path: path, Op: "query the device", Err: errors.New("no answer: not a uverbs device")}
+		return DeviceAttr{}, &Error{Path: path, Op: "query the device", Err: errors.New("no answer: not a uverbs device")}
 	}
 	return a, nil
 }
@@ -110,10 +110,10 @@ func verbsCommand(fd int, command uint32, resp []byte) error {
 
 // decodeQueryDevice reads struct ib_uverbs_query_device_resp (native
 // endian but for the big-endian GUIDs).
-func decodeQueryDevice(b []byte) VerbsAttrs {
+func decodeQueryDevice(b []byte) DeviceAttr {
 	ne := binary.NativeEndian
 	u32 := func(off int) uint32 { return ne.Uint32(b[off : off+4]) }
-	return VerbsAttrs{
+	return DeviceAttr{
 		NodeGUID:    binary.BigEndian.Uint64(b[8:16]),
 		VendorID:    u32(40),
 		VendorPart:  u32(44),
@@ -127,14 +127,14 @@ func decodeQueryDevice(b []byte) VerbsAttrs {
 	}
 }
 
-// VerbsError is a failed verbs query.
-type VerbsError struct {
+// Error is a failed verbs query.
+type Error struct {
 	Path string
 	Op   string
 	Err  error
 }
 
-func (e *VerbsError) Error() string {
-	return "sysfs: verbs " + e.Path + ": " + e.Op + ": " + e.Err.Error()
+func (e *Error) Error() string {
+	return "uverbs: " + e.Path + ": " + e.Op + ": " + e.Err.Error()
 }
-func (e *VerbsError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }

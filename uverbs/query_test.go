@@ -1,4 +1,4 @@
-package sysfs
+package uverbs
 
 import (
 	"encoding/binary"
@@ -15,19 +15,19 @@ func TestDecodeQueryDevice(t *testing.T) {
 		ne.PutUint32(b[off:off+4], v)
 	}
 	b[171] = 2
-	want := VerbsAttrs{NodeGUID: 0x021122fffe334455, VendorID: 0x15b3, VendorPart: 4123, MaxQP: 262144, MaxQPWR: 32768,
+	want := DeviceAttr{NodeGUID: 0x021122fffe334455, VendorID: 0x15b3, VendorPart: 4123, MaxQP: 262144, MaxQPWR: 32768,
 		MaxCQ: 16777216, MaxMR: 16777216, MaxPD: 8388608, MaxSRQ: 8388608, PhysPortCnt: 2}
 	if got := decodeQueryDevice(b); got != want {
 		t.Errorf("decode = %+v, want %+v", got, want)
 	}
 }
 
-func TestQueryVerbsNotUverbs(t *testing.T) {
-	if _, err := QueryVerbs("/nonexistent/uverbs0"); !errors.Is(err, fs.ErrNotExist) || err.Error() != "sysfs: verbs /nonexistent/uverbs0: open: no such file or directory" {
+func TestQueryDeviceNotUverbs(t *testing.T) {
+	if _, err := QueryDevice("/nonexistent/uverbs0"); !errors.Is(err, fs.ErrNotExist) || err.Error() != "uverbs: /nonexistent/uverbs0: open: no such file or directory" {
 		t.Errorf("missing device: %v", err)
 	}
 	// /dev/null takes the commands and answers nothing.
-	if _, err := QueryVerbs("/dev/null"); err == nil || err.Error() != "sysfs: verbs /dev/null: query the device: no answer: not a uverbs device" {
+	if _, err := QueryDevice("/dev/null"); err == nil || err.Error() != "uverbs: /dev/null: query the device: no answer: not a uverbs device" {
 		t.Errorf("/dev/null: %v", err)
 	}
 }

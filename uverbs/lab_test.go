@@ -1,4 +1,4 @@
-package sysfs
+package uverbs
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 // The verbs query answers what ibv_devinfo (libibverbs) reports for the
 // lab's devices: max_qp and the rest of the limits, and the node GUID and
 // port count netlink and sysfs know, which checks the ABI layout.
-func TestLabQueryVerbs(t *testing.T) {
+func TestLabQueryDevice(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
 	for _, dev := range []string{"rxe0", "siw0"} {
 		t.Run(dev, func(t *testing.T) {
@@ -30,7 +30,7 @@ func TestLabQueryVerbs(t *testing.T) {
 			if uverbs == "" {
 				t.Fatalf("no uverbs device for %s", dev)
 			}
-			a, err := QueryVerbs("/dev/infiniband/" + uverbs)
+			a, err := QueryDevice("/dev/infiniband/" + uverbs)
 			if err != nil {
 				t.Fatal(err)
 			}
