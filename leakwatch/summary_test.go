@@ -23,17 +23,17 @@ func TestRanges(t *testing.T) {
 func TestSummarizeAndLimit(t *testing.T) {
 	var fs []Finding
 	for qpn := uint32(17); qpn < 17+1000; qpn++ {
-		fs = append(fs, Finding{Rule: RuleStaleErrorQP, Severity: SeverityWarning, Device: "rxe0", QPN: qpn, PID: 43, TGID: 42, Comm: "app", AgeSeconds: float64(qpn) / 10})
+		fs = append(fs, Finding{Rule: RuleStaleErrorQP, Severity: SeverityWarning, Device: "rxe0", QPN: qpn, Owner: Owner{PID: 43, TGID: 42, Comm: "app"}, AgeSeconds: float64(qpn) / 10})
 	}
 	fs = append(fs,
-		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 3, KernName: "nvmet_rdma", Comm: "nvmet_rdma", AgeSeconds: 9},
-		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 5, KernName: "nvmet_rdma", Comm: "nvmet_rdma", AgeSeconds: 7},
+		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 3, Owner: Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}, AgeSeconds: 9},
+		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 5, Owner: Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}, AgeSeconds: 7},
 		Finding{Rule: RuleQPExhaustion, Severity: SeverityCritical, Device: "rxe0", Count: 1001, Limit: 1024})
 	got := Summarize(fs)
 	want := []Group{
 		{Device: "rxe0", Rule: RuleQPExhaustion, Severity: SeverityCritical, Count: 1},
-		{Device: "siw0", Rule: RuleLastWQENotEmitted, Severity: SeverityError, Comm: "nvmet_rdma", KernName: "nvmet_rdma", Count: 2, QPNs: "3,5", MaxAgeSeconds: 9},
-		{Device: "rxe0", Rule: RuleStaleErrorQP, Severity: SeverityWarning, PID: 42, Comm: "app", Count: 1000, QPNs: "17-1016", MaxAgeSeconds: 101.6},
+		{Device: "siw0", Rule: RuleLastWQENotEmitted, Severity: SeverityError, Owner: Owner{Comm: "nvmet_rdma", KernName: "nvmet_rdma"}, Count: 2, QPNs: "3,5", MaxAgeSeconds: 9},
+		{Device: "rxe0", Rule: RuleStaleErrorQP, Severity: SeverityWarning, Owner: Owner{PID: 42, Comm: "app"}, Count: 1000, QPNs: "17-1016", MaxAgeSeconds: 101.6},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Summarize (-want +got):\n%s", d)

@@ -31,7 +31,7 @@ func qp(lqpn uint32, typ rdmanl.QPType, state rdmanl.QPState, pid uint32) rdmanl
 func onSRQ(q rdmanl.QP, srqn uint32) rdmanl.QP { q.OnSRQ, q.SRQN = true, srqn; return q }
 
 func scan(t time.Time, dev rdmanl.Device, qps ...rdmanl.QP) Scan {
-	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]Process{42: {Comm: "app"}, 43: {Comm: "other"}}}},
+	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]Owner{42: {Comm: "app"}, 43: {Comm: "other"}}}},
 		Zombies: &Zombies{}} // the host's processes were looked at: no zombie contexts
 }
 
@@ -397,7 +397,7 @@ func TestOwnerThreadAndProcess(t *testing.T) {
 	w.Event(e)
 	w.Event(modify(c.at(time.Second), rxe, 1, rdmanl.QPStateErr))
 	s := scan(c.at(2*time.Second), rxe, qp(1, rdmanl.QPTypeRC, rdmanl.QPStateErr, 101), qp(2, rdmanl.QPTypeRC, rdmanl.QPStateErr, 77))
-	s.Devices[0].Owners[77] = Process{TGID: 70, Comm: "app"}
+	s.Devices[0].Owners[77] = Owner{TGID: 70, Comm: "app"}
 	w.Scan(s)
 	c.at(10 * time.Second)
 	got := map[uint32][2]uint32{}
