@@ -410,6 +410,26 @@ func TestOwnerThreadAndProcess(t *testing.T) {
 	}
 }
 
+// The QPs of one process created by different threads share one copy of
+// their device's and owner's names: the thread stays in the History.
+func TestThreadsShareNames(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{}, c.now)
+	s := scan(c.at(0), rxe, qp(1, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 101), qp(2, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 102))
+	s.Devices[0].Owners[101] = Owner{TGID: 100, Comm: "app"}
+	s.Devices[0].Owners[102] = Owner{TGID: 100, Comm: "app"}
+	w.Scan(s)
+	hs := w.Histories()
+	if len(hs) != 2 || hs[0].names != hs[1].names {
+		t.Fatalf("%d histories, names shared %v", len(hs), len(hs) == 2 && hs[0].names == hs[1].names)
+	}
+	for _, h := range hs {
+		if o := h.Owner(); o.PID != 100+h.QPN || o.TGID != 100 || o.Comm != "app" {
+			t.Errorf("qpn %d owner %+v, want thread %d of process 100", h.QPN, o, 100+h.QPN)
+		}
+	}
+}
+
 // Devices are scanned on their own schedules: a scan of one device says
 // nothing about the QPs of another; only DeviceGone ends them.
 func TestScanPerDevice(t *testing.T) {

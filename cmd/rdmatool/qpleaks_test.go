@@ -220,6 +220,32 @@ func TestRenderLeaksULPDrain(t *testing.T) {
 	}
 }
 
+// Kernel QPs of one module created by different threads are told apart
+// in the summary (its groups carry the command) but listed under one line,
+// which names the module only; the totals are the summary's.
+func TestRenderLeaksKernelThreads(t *testing.T) {
+	t.Parallel()
+	f := leakwatch.Finding{Rule: leakwatch.RuleStaleErrorQP, Severity: leakwatch.SeverityWarning, Device: "rxe0", Type: "RC", State: "ERR",
+		Owner: leakwatch.Owner{Comm: "kworker/0:1", KernName: "rdma_cm", ULP: "nvmet_rdma"}, QPN: 30, AgeSeconds: 9, Hint: "destroy it"}
+	other := f
+	other.QPN, other.Comm = 31, "kworker/1:2"
+	var rep agent.CheckReport
+	rep.Findings = []leakwatch.Finding{f, other}
+	rep.Summary, rep.FindingsTotal = leakwatch.Summarize(rep.Findings), 2
+	if len(rep.Summary) != 2 {
+		t.Fatalf("summary %+v, want a group per thread", rep.Summary)
+	}
+	var b strings.Builder
+	if err := renderLeaks(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Count(out, "rxe0  kernel [rdma_cm] ulp nvmet_rdma\n") != 1 || !strings.Contains(out, "qpn 30 RC ERR for 9.0s") ||
+		!strings.Contains(out, "qpn 31 RC ERR for 9.0s") || !strings.Contains(out, "2 findings (2 warning) over") {
+		t.Errorf("text report:\n%s\nwant both QPs under one line and the summary's totals", out)
+	}
+}
+
 // A zombie context belongs to no device: its group says so, and its line
 // names the deleted node instead of a QP.
 func TestRenderLeaksZombie(t *testing.T) {
