@@ -149,8 +149,8 @@ func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) 
 	}
 	f := base(RuleLastWQENotEmitted, SeverityError, h, age)
 	f.Hint = fmt.Sprintf("%s did not deliver IB_EVENT_QP_LAST_WQE_REACHED after this SRQ QP entered Error; a consumer waiting for it never destroys the QP: post a marker WR after Error, wait for its flush completion, then destroy", dev.name)
-	if h.Owner().Kernel() {
-		f.Hint += fmt.Sprintf(" (this is a kernel QP of %s: since 6.11 ib_drain_qp waits up to 60 s for the event, see %s)", h.Owner().name(), RuleSRQDrainStalled)
+	if f.Kernel() {
+		f.Hint += fmt.Sprintf(" (this is a kernel QP of %s: since 6.11 ib_drain_qp waits up to 60 s for the event, see %s)", f.Owner.name(), RuleSRQDrainStalled)
 	}
 	f.Spec = specNoLastWQE
 	return f, true
