@@ -62,9 +62,15 @@ func (s metricsSnapshot) deviceMaxQP(name string) uint64 {
 	return s.learned[name]
 }
 
+// findingKey is the labels of a findings series besides the node GUID.
 type findingKey struct {
 	device, rule string
 	severity     leakwatch.Severity
+}
+
+// qpLabels is the labels of a qps series besides the device's.
+type qpLabels struct {
+	typ, state string
 }
 
 // evaluated renews the evaluation the metrics and the policy read when it
@@ -246,23 +252,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			continue // its device was not listed (yet, or any more)
 		}
 		guid := s.guids[t.Name]
-		byLabels := map[[2]string]int{} // StateKnown false and a RESET of the same type
+		byLabels := map[qpLabels]int{} // StateKnown false and a RESET of the same type
 		for cl, n := range t.Classes {
 			state := cl.State.String()
 			if !cl.StateKnown {
 				state = "unknown"
 			}
-			byLabels[[2]string{cl.Type.String(), state}] += n
+			byLabels[qpLabels{cl.Type.String(), state}] += n
 		}
 		for l, n := range byLabels {
-			gauge(c.qps, float64(n), t.Name, guid, l[0], l[1])
+			gauge(c.qps, float64(n), t.Name, guid, l.typ, l.state)
 		}
-		owners := map[[3]string]int{} // two owners may share a comm and have no pid
+		// The tally's owners are one series each: Owner holds the labels.
 		for _, o := range t.Owners {
-			owners[[3]string{strconv.FormatUint(uint64(o.TGID), 10), o.Comm, o.ULP}] += o.QPs
-		}
-		for l, n := range owners {
-			gauge(c.ownerQPs, float64(n), t.Name, guid, l[0], l[1], l[2])
+			gauge(c.ownerQPs, float64(o.QPs), t.Name, guid, strconv.FormatUint(uint64(o.PID), 10), o.Comm, o.ULP)
 		}
 		if t.OtherQPs > 0 {
 			gauge(c.ownerQPs, float64(t.OtherQPs), t.Name, guid, "", "(other)", "")

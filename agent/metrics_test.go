@@ -117,7 +117,7 @@ func TestMetrics(t *testing.T) {
 		{LQPN: 1, Type: rdmanl.QPTypeGSI, State: rdmanl.QPStateRTS, Port: 1, Owner: rdmanl.Owner{KernName: "ib_core"}},
 	}
 	st.Scan(leakwatch.Scan{Started: now.Add(-250 * time.Millisecond), Time: now, Devices: []leakwatch.DeviceScan{{
-		Device: dev, QPs: qps, Owners: map[uint32]leakwatch.Process{42: {TGID: 40, Comm: "app"}}}}})
+		Device: dev, QPs: qps, Owners: map[uint32]leakwatch.Owner{42: {TGID: 40, Comm: "app"}}}}})
 	st.setResources([]rdmanl.Summary{{DevIndex: 1, DevName: "rxe0", Counts: []rdmanl.ResourceCount{{Name: "qp", Current: 3}, {Name: "mr", Current: 7}}}}, "rxe0")
 	st.scanFailed("rxe0", io.ErrUnexpectedEOF)
 	st.probeEvent(bpf.KindQPModify.String(), &leakwatch.Event{Kind: leakwatch.EventQPModified, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 17, NewState: rdmanl.QPStateErr, HasState: true})

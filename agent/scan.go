@@ -74,7 +74,7 @@ func (s scanner) lookForZombies(ctx context.Context) *leakwatch.Zombies {
 		if zs, err = ZombieContexts(ctx, s.nl, hs, s.procRoot); err == nil {
 			z.Unreadable = len(hs.Unreadable)
 			for _, c := range zs {
-				lz := leakwatch.ZombieContext{PID: c.PID, Comm: c.Comm, Cgroup: c.Cgroup, ContainerID: c.ContainerID}
+				lz := leakwatch.ZombieContext{Owner: leakOwner(c.Process)}
 				for _, f := range c.Files {
 					lz.Files = append(lz.Files, fmt.Sprintf("fd %d %s", f.FD, f.Path))
 				}
@@ -119,7 +119,7 @@ func ZombieContexts(ctx context.Context, nl Netlink, scan owner.HolderScan, proc
 }
 
 func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.Summary, procs *owner.Resolver) (leakwatch.DeviceScan, error) {
-	ds := leakwatch.DeviceScan{Device: dev, Owners: map[uint32]leakwatch.Process{}}
+	ds := leakwatch.DeviceScan{Device: dev, Owners: map[uint32]leakwatch.Owner{}}
 	f, _ := s.facts.of(dev)
 	ds.MaxQP, ds.LastWQE, ds.LastWQESource = f.MaxQP, f.LastWQE, f.LastWQESource
 	for _, cnt := range sum.Counts {
@@ -154,7 +154,7 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 		if pid := qp.Owner.PID; pid != 0 {
 			if _, done := ds.Owners[pid]; !done {
 				if p, ok := procs.Lookup(pid); ok {
-					ds.Owners[pid] = leakProcess(p)
+					ds.Owners[pid] = leakOwner(p)
 				}
 			}
 		}
@@ -205,7 +205,7 @@ func collect[T any](seq iter.Seq2[T, error]) ([]T, error) {
 	return out, nil
 }
 
-// leakProcess is what leakwatch keeps of an owner /proc resolved.
-func leakProcess(p owner.Process) leakwatch.Process {
-	return leakwatch.Process{TGID: p.PID, Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID}
+// leakOwner is what leakwatch keeps of an owner /proc resolved.
+func leakOwner(p owner.Process) leakwatch.Owner {
+	return leakwatch.Owner{PID: p.TID, TGID: p.PID, Comm: p.Comm, Cgroup: p.Cgroup, ContainerID: p.ContainerID}
 }

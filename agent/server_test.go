@@ -63,7 +63,7 @@ func history(t *testing.T) (*State, *clock) {
 	c := &clock{t: t0}
 	st := NewState(leakwatch.Config{ProbesReason: "no BTF"}, c.now, "v1.2.3")
 	st.setDevices([]rdmanl.Device{rxe, siw}, nil, t0)
-	owners := map[uint32]leakwatch.Process{42: {Comm: "app", Cgroup: "/system.slice/app.service"}}
+	owners := map[uint32]leakwatch.Owner{42: {Comm: "app", Cgroup: "/system.slice/app.service"}}
 	for _, at := range []time.Duration{0, 50 * time.Second} {
 		s := leakwatch.Scan{Started: c.set(at), Time: c.set(at), Devices: []leakwatch.DeviceScan{
 			{Device: rxe, QPs: []rdmanl.QP{qp(17, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPStateInit, 42)}, Owners: owners},
@@ -680,14 +680,14 @@ func TestWriteReportStreams(t *testing.T) {
 	}{
 		{"empty", []leakwatch.Finding{}},
 		{"two", []leakwatch.Finding{
-			{Rule: "stale-error-qp", Device: "rxe0", QPN: 17, Comm: `"findings":[]`, Evidence: ev},
+			{Rule: "stale-error-qp", Device: "rxe0", QPN: 17, Owner: leakwatch.Owner{Comm: `"findings":[]`}, Evidence: ev},
 			{Rule: "stale-error-qp", Device: "rxe0", QPN: 18, AgeSeconds: 1.5, Evidence: []leakwatch.Evidence{}},
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rep := CheckReport{Report: leakwatch.Report{
-				Summary:  []leakwatch.Group{{Device: "rxe0", Rule: "stale-error-qp", Count: 2, Comm: `x"findings":[]`}},
+				Summary:  []leakwatch.Group{{Device: "rxe0", Rule: "stale-error-qp", Count: 2, Owner: leakwatch.Owner{Comm: `x"findings":[]`}}},
 				Findings: tt.findings, FindingsTotal: len(tt.findings), SkippedRules: []leakwatch.Skipped{},
 			}, Devices: []string{"rxe0"}, Source: "agent", ObservedSince: t0}
 			want := httptest.NewRecorder()

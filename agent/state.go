@@ -407,9 +407,9 @@ func (s *State) resolveOwners() {
 	if err != nil {
 		return
 	}
-	s.w.ResolveOwners(func(tid uint32) (leakwatch.Process, bool) {
+	s.w.ResolveOwners(func(tid uint32) (leakwatch.Owner, bool) {
 		p, ok := procs.Lookup(tid)
-		return leakProcess(p), ok
+		return leakOwner(p), ok
 	})
 }
 

@@ -94,21 +94,6 @@ func (h *History) drainClosed(t time.Time, src source) {
 	}
 }
 
-// ownerName names who owns h's QP for a hint: the ULP, else the kernel
-// module, else the process.
-func ownerName(h *History) string {
-	n := h.qpNames()
-	switch {
-	case n.ulp != "":
-		return n.ulp
-	case n.kernName != "":
-		return n.kernName
-	case n.comm != "":
-		return n.comm
-	}
-	return "its owner"
-}
-
 // srqDrainStalled: a drain of an SRQ QP has waited at least MinAge (and at
 // least slowDrain) and not returned (its caller is blocked: critical), or
 // returned after that long (the caller was blocked that long: error).
@@ -118,7 +103,7 @@ func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg Config) (F
 		return Finding{}, false
 	}
 	threshold := max(cfg.MinAge, slowDrain)
-	owner := ownerName(h)
+	owner := h.Owner().name()
 	explain := func() (why, fix string) {
 		fix = fmt.Sprintf("run %s without an SRQ (use_srq=0 for nvmet_rdma and ib_srpt) or on a provider that delivers LAST_WQE_REACHED", owner)
 		why = dev.name + " does not deliver it"

@@ -44,8 +44,8 @@ func TestSRQDrainStalled(t *testing.T) {
 	w.Scan(s)
 	// Metrics count the QPs by owner with the ULP they serve.
 	tally := w.Tally(10)
-	if len(tally) != 1 || !slices.Contains(tally[0].Owners, OwnerQPs{Comm: "rdma_cm", ULP: "nvmet_rdma", QPs: 3}) ||
-		!slices.Contains(tally[0].Owners, OwnerQPs{Comm: "rdma_cm", ULP: "nvme_rdma", QPs: 1}) {
+	if len(tally) != 1 || !slices.Contains(tally[0].Owners, OwnerQPs{Owner: Owner{Comm: "rdma_cm", ULP: "nvmet_rdma"}, QPs: 3}) ||
+		!slices.Contains(tally[0].Owners, OwnerQPs{Owner: Owner{Comm: "rdma_cm", ULP: "nvme_rdma"}, QPs: 1}) {
 		t.Errorf("tally %+v", tally)
 	}
 	start := c.at(10 * time.Second)

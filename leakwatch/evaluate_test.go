@@ -290,7 +290,7 @@ func TestOwnerProcess(t *testing.T) {
 	c := &clock{t: t0}
 	w := New(Config{MinAge: 5 * time.Second}, c.now)
 	const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	owners := map[uint32]Process{42: {Comm: "app", Cgroup: "/system.slice/docker-" + id + ".scope", ContainerID: id}}
+	owners := map[uint32]Owner{42: {Comm: "app", Cgroup: "/system.slice/docker-" + id + ".scope", ContainerID: id}}
 	w.Scan(Scan{Time: c.at(0), Devices: []DeviceScan{{Device: rxe, QPs: []rdmanl.QP{qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateErr, 7)}, Owners: owners}}})
 	c.at(10 * time.Second)
 	fs := w.Findings().Findings

@@ -55,14 +55,14 @@ func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 	n := h.qpNames()
 	f := Finding{
 		Rule: rule, Severity: sev, Device: n.device, QPN: h.QPN, Type: h.Type.String(),
-		State: h.State.String(), PID: h.pid, TGID: h.TGID, Comm: n.comm, Cgroup: n.cgroup, ContainerID: n.containerID,
-		KernName: n.kernName, ULP: n.ulp,
+		State: h.State.String(), Owner: n.owner,
 		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
 		// Evidence: the history's notes, made when Evaluate keeps the
 		// finding.
 	}
-	if n.kernName != "" && f.Comm == "" {
-		f.Comm = n.kernName
+	f.PID = h.pid
+	if f.Kernel() && f.Comm == "" {
+		f.Comm = f.KernName
 	}
 	if !h.StateKnown {
 		f.State = "unknown"
@@ -149,8 +149,8 @@ func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) 
 	}
 	f := base(RuleLastWQENotEmitted, SeverityError, h, age)
 	f.Hint = fmt.Sprintf("%s did not deliver IB_EVENT_QP_LAST_WQE_REACHED after this SRQ QP entered Error; a consumer waiting for it never destroys the QP: post a marker WR after Error, wait for its flush completion, then destroy", dev.name)
-	if h.Owner().Kernel() {
-		f.Hint += fmt.Sprintf(" (this is a kernel QP of %s: since 6.11 ib_drain_qp waits up to 60 s for the event, see %s)", ownerName(h), RuleSRQDrainStalled)
+	if f.Kernel() {
+		f.Hint += fmt.Sprintf(" (this is a kernel QP of %s: since 6.11 ib_drain_qp waits up to 60 s for the event, see %s)", f.Owner.name(), RuleSRQDrainStalled)
 	}
 	f.Spec = specNoLastWQE
 	return f, true

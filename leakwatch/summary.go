@@ -3,6 +3,7 @@ package leakwatch
 import (
 	"cmp"
 	"container/heap"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,16 +15,10 @@ type Group struct {
 	Device   string   `json:"device"`
 	Rule     string   `json:"rule"`
 	Severity Severity `json:"severity"`
-	// The owner, as the findings name it: process (TGID, else the thread
-	// PID), command, kernel module, cgroup and container.
-	PID      uint32 `json:"pid"`
-	Comm     string `json:"comm"`
-	KernName string `json:"kern_name"`
-	// ULP is the kernel module rdma_cm's QPs serve (Finding.ULP).
-	ULP         string `json:"ulp"`
-	Cgroup      string `json:"cgroup"`
-	ContainerID string `json:"container_id"`
-	Count       int    `json:"count"`
+	// Owner is the findings' owner as a process: PID is the process
+	// (each finding's TGID, else its thread PID) and TGID is 0.
+	Owner
+	Count int `json:"count"`
 	// QPNs are the group's QP numbers as ranges, "17-40,45".
 	QPNs string `json:"qpns"`
 	// MaxAgeSeconds is the oldest finding's age.
@@ -31,10 +26,38 @@ type Group struct {
 	Hint          string  `json:"hint"`
 }
 
+// groupJSON is a Group as reports write it: the owner's keys in the
+// order groups have always had, without tgid (pid is the process). A
+// Group decodes as it is, by its fields' names.
+type groupJSON struct {
+	Device        string   `json:"device"`
+	Rule          string   `json:"rule"`
+	Severity      Severity `json:"severity"`
+	PID           uint32   `json:"pid"`
+	Comm          string   `json:"comm"`
+	KernName      string   `json:"kern_name"`
+	ULP           string   `json:"ulp"`
+	Cgroup        string   `json:"cgroup"`
+	ContainerID   string   `json:"container_id"`
+	Count         int      `json:"count"`
+	QPNs          string   `json:"qpns"`
+	MaxAgeSeconds float64  `json:"max_age_seconds"`
+	Hint          string   `json:"hint"`
+}
+
+// MarshalJSON writes the group as groupJSON.
+func (g Group) MarshalJSON() ([]byte, error) {
+	return json.Marshal(groupJSON{
+		Device: g.Device, Rule: g.Rule, Severity: g.Severity,
+		PID: g.PID, Comm: g.Comm, KernName: g.KernName, ULP: g.ULP, Cgroup: g.Cgroup, ContainerID: g.ContainerID,
+		Count: g.Count, QPNs: g.QPNs, MaxAgeSeconds: g.MaxAgeSeconds, Hint: g.Hint,
+	})
+}
+
+// groupKey is what the findings of a Group have in common.
 type groupKey struct {
-	device, rule                       string
-	pid                                uint32
-	comm, kern, ulp, cgroup, container string
+	device, rule string
+	owner        Owner // asProcess
 }
 
 // Summarize groups findings by device, rule and owner, most severe and
@@ -55,11 +78,7 @@ type summarizer struct {
 }
 
 func (s *summarizer) add(f *Finding) {
-	pid := f.TGID
-	if pid == 0 {
-		pid = f.PID
-	}
-	k := groupKey{f.Device, f.Rule, pid, f.Comm, f.KernName, f.ULP, f.Cgroup, f.ContainerID}
+	k := groupKey{f.Device, f.Rule, f.Owner.asProcess()}
 	i, ok := s.idx[k]
 	if !ok {
 		if s.idx == nil {
@@ -67,8 +86,7 @@ func (s *summarizer) add(f *Finding) {
 		}
 		i = len(s.groups)
 		s.idx[k] = i
-		s.groups = append(s.groups, Group{Device: f.Device, Rule: f.Rule, Severity: f.Severity, PID: pid, Comm: f.Comm,
-			KernName: f.KernName, ULP: f.ULP, Cgroup: f.Cgroup, ContainerID: f.ContainerID, Hint: f.Hint})
+		s.groups = append(s.groups, Group{Device: f.Device, Rule: f.Rule, Severity: f.Severity, Owner: k.owner, Hint: f.Hint})
 		s.qpns = append(s.qpns, nil)
 	}
 	g := &s.groups[i]

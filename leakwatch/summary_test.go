@@ -1,6 +1,8 @@
 package leakwatch
 
 import (
+	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -23,17 +25,17 @@ func TestRanges(t *testing.T) {
 func TestSummarizeAndLimit(t *testing.T) {
 	var fs []Finding
 	for qpn := uint32(17); qpn < 17+1000; qpn++ {
-		fs = append(fs, Finding{Rule: RuleStaleErrorQP, Severity: SeverityWarning, Device: "rxe0", QPN: qpn, PID: 43, TGID: 42, Comm: "app", AgeSeconds: float64(qpn) / 10})
+		fs = append(fs, Finding{Rule: RuleStaleErrorQP, Severity: SeverityWarning, Device: "rxe0", QPN: qpn, Owner: Owner{PID: 43, TGID: 42, Comm: "app"}, AgeSeconds: float64(qpn) / 10})
 	}
 	fs = append(fs,
-		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 3, KernName: "nvmet_rdma", Comm: "nvmet_rdma", AgeSeconds: 9},
-		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 5, KernName: "nvmet_rdma", Comm: "nvmet_rdma", AgeSeconds: 7},
+		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 3, Owner: Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}, AgeSeconds: 9},
+		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 5, Owner: Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}, AgeSeconds: 7},
 		Finding{Rule: RuleQPExhaustion, Severity: SeverityCritical, Device: "rxe0", Count: 1001, Limit: 1024})
 	got := Summarize(fs)
 	want := []Group{
 		{Device: "rxe0", Rule: RuleQPExhaustion, Severity: SeverityCritical, Count: 1},
-		{Device: "siw0", Rule: RuleLastWQENotEmitted, Severity: SeverityError, Comm: "nvmet_rdma", KernName: "nvmet_rdma", Count: 2, QPNs: "3,5", MaxAgeSeconds: 9},
-		{Device: "rxe0", Rule: RuleStaleErrorQP, Severity: SeverityWarning, PID: 42, Comm: "app", Count: 1000, QPNs: "17-1016", MaxAgeSeconds: 101.6},
+		{Device: "siw0", Rule: RuleLastWQENotEmitted, Severity: SeverityError, Owner: Owner{Comm: "nvmet_rdma", KernName: "nvmet_rdma"}, Count: 2, QPNs: "3,5", MaxAgeSeconds: 9},
+		{Device: "rxe0", Rule: RuleStaleErrorQP, Severity: SeverityWarning, Owner: Owner{PID: 42, Comm: "app"}, Count: 1000, QPNs: "17-1016", MaxAgeSeconds: 101.6},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Summarize (-want +got):\n%s", d)
@@ -68,5 +70,48 @@ func TestSummarizeAndLimit(t *testing.T) {
 	}
 	if n := len(limited(5000)); n != len(fs) {
 		t.Errorf("limit 5000 kept %d of %d", n, len(fs))
+	}
+}
+
+// The owner's keys keep their place in a report's JSON: a finding writes
+// its embedded Owner in the Owner's field order (tgid included); a group
+// writes pid, comm, kern_name, ulp, cgroup and container_id, without tgid,
+// as groups always have, and reads back as it was.
+func TestOwnerJSON(t *testing.T) {
+	owner := Owner{PID: 43, TGID: 42, Comm: "a<p>p", Cgroup: "/app.slice", ContainerID: "c0ffee", KernName: "rdma_cm", ULP: "nvmet_rdma"}
+	tests := []struct {
+		name string
+		v    any
+		want string
+	}{
+		{"finding", Finding{Rule: RuleStaleErrorQP, Severity: SeverityWarning, Device: "rxe0", QPN: 17, Type: "RC", State: "ERR", Owner: owner, Evidence: []Evidence{}},
+			`{"rule":"stale-error-qp","severity":"warning","device":"rxe0","qpn":17,"type":"RC","state":"ERR",` +
+				`"pid":43,"tgid":42,"comm":"a\u003cp\u003ep","cgroup":"/app.slice","container_id":"c0ffee","kern_name":"rdma_cm","ulp":"nvmet_rdma",` +
+				`"srq":false,"srqn":0,"age_seconds":0,"evidence":[],"hint":"","spec":"","count":0,"limit":0,"drain_seconds":0,"draining":false}`},
+		{"group", Group{Device: "rxe0", Rule: RuleStaleErrorQP, Severity: SeverityWarning, Owner: owner.asProcess(), Count: 2, QPNs: "17-18", MaxAgeSeconds: 1.5, Hint: "h"},
+			`{"device":"rxe0","rule":"stale-error-qp","severity":"warning",` +
+				`"pid":42,"comm":"a\u003cp\u003ep","kern_name":"rdma_cm","ulp":"nvmet_rdma","cgroup":"/app.slice","container_id":"c0ffee",` +
+				`"count":2,"qpns":"17-18","max_age_seconds":1.5,"hint":"h"}`},
+		{"groups in a report", Report{Summary: []Group{{Device: "rxe0", Owner: Owner{PID: 7}}}},
+			`{"summary":[{"device":"rxe0","rule":"","severity":"","pid":7,"comm":"","kern_name":"","ulp":"","cgroup":"","container_id":"","count":0,"qpns":"","max_age_seconds":0,"hint":""}],` +
+				`"findings":null,"findings_omitted":0,"findings_total":0,"skipped_rules":null,"observed_seconds":0,"qps":0}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(tt.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tt.want {
+				t.Errorf("JSON\n got  %s\n want %s", b, tt.want)
+			}
+			back := reflect.New(reflect.TypeOf(tt.v))
+			if err := json.Unmarshal(b, back.Interface()); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.v, back.Elem().Interface()); diff != "" {
+				t.Errorf("read back (-wrote +read):\n%s", diff)
+			}
+		})
 	}
 }

@@ -16,14 +16,13 @@ type QPClass struct {
 	StateKnown bool
 }
 
-// OwnerQPs is the number of live QPs a process (or kernel module) owns on
-// a device.
+// OwnerQPs is the number of live QPs an owner has on a device. Its Owner
+// holds what the owner metric's labels name and no more: for a process,
+// PID (the process: its TGID, else the thread) and Comm; for a kernel
+// module, its name in Comm (PID 0) and the ULP the QPs serve when the
+// module is the rdma_cm that created them.
 type OwnerQPs struct {
-	TGID uint32 // 0 for kernel QPs and owners that are gone
-	Comm string // the process's command, or the kernel module's name
-	// ULP is the kernel module the QPs serve when Comm is the rdma_cm
-	// that created them (History.ULP).
-	ULP string
+	Owner
 	QPs int
 }
 
@@ -45,7 +44,7 @@ type DeviceTally struct {
 // bounded whatever the host runs.
 func (w *Watcher) Tally(topN int) []DeviceTally {
 	byDev := map[uint32]*DeviceTally{}
-	owners := map[uint32]map[OwnerQPs]int{} // QPs field zero: the key
+	owners := map[uint32]map[Owner]int{}
 	for _, h := range w.qps {
 		if h.Destroyed {
 			continue
@@ -54,27 +53,19 @@ func (w *Watcher) Tally(topN int) []DeviceTally {
 		if t == nil {
 			t = &DeviceTally{Index: h.DevIndex, Name: h.Device(), Classes: map[QPClass]int{}}
 			byDev[h.DevIndex] = t
-			owners[h.DevIndex] = map[OwnerQPs]int{}
+			owners[h.DevIndex] = map[Owner]int{}
 		}
 		t.QPs++
 		t.Classes[QPClass{Type: h.Type, State: h.State, StateKnown: h.StateKnown}]++
-		n := h.qpNames()
-		o := OwnerQPs{TGID: h.TGID, Comm: n.comm}
-		if n.kernName != "" {
-			o = OwnerQPs{Comm: n.kernName, ULP: n.ulp}
-		} else if o.TGID == 0 {
-			o.TGID = h.pid
-		}
-		owners[h.DevIndex][o]++
+		owners[h.DevIndex][h.Owner().tallied()]++
 	}
 	out := make([]DeviceTally, 0, len(byDev))
 	for index, t := range byDev {
 		for o, n := range owners[index] {
-			o.QPs = n
-			t.Owners = append(t.Owners, o)
+			t.Owners = append(t.Owners, OwnerQPs{Owner: o, QPs: n})
 		}
 		slices.SortFunc(t.Owners, func(a, b OwnerQPs) int {
-			return cmp.Or(cmp.Compare(b.QPs, a.QPs), cmp.Compare(a.TGID, b.TGID), cmp.Compare(a.Comm, b.Comm))
+			return cmp.Or(cmp.Compare(b.QPs, a.QPs), cmp.Compare(a.PID, b.PID), cmp.Compare(a.Comm, b.Comm))
 		})
 		if len(t.Owners) > topN {
 			for _, o := range t.Owners[topN:] {

@@ -17,8 +17,8 @@ func TestTally(t *testing.T) {
 		qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42),
 		qp(19, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42), qp(20, rdmanl.QPTypeUD, rdmanl.QPStateRTS, 43),
 		qp(21, rdmanl.QPTypeRC, rdmanl.QPStateInit, 44), kernel)
-	s.Devices[0].Owners[42] = Process{TGID: 40, Comm: "app"}
-	s.Devices = append(s.Devices, DeviceScan{Device: siw, QPs: []rdmanl.QP{qp(30, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 43)}, Owners: map[uint32]Process{43: {Comm: "other"}}})
+	s.Devices[0].Owners[42] = Owner{TGID: 40, Comm: "app"}
+	s.Devices = append(s.Devices, DeviceScan{Device: siw, QPs: []rdmanl.QP{qp(30, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 43)}, Owners: map[uint32]Owner{43: {Comm: "other"}}})
 	w.Scan(s)
 	w.Event(ev(c.at(time.Second), EventQPDestroyed, rxe, 21)) // destroyed: not counted
 
@@ -32,11 +32,11 @@ func TestTally(t *testing.T) {
 				{rdmanl.QPTypeGSI, rdmanl.QPStateRTS, true}: 1,
 			},
 			// pid 42 is thread of process 40; kernel QPs go by module.
-			Owners:   []OwnerQPs{{TGID: 40, Comm: "app", QPs: 3}, {TGID: 0, Comm: "ib_core", QPs: 1}},
+			Owners:   []OwnerQPs{{Owner: Owner{PID: 40, Comm: "app"}, QPs: 3}, {Owner: Owner{PID: 0, Comm: "ib_core"}, QPs: 1}},
 			OtherQPs: 1},
 		{Index: 1, Name: "siw0", QPs: 1,
 			Classes: map[QPClass]int{{rdmanl.QPTypeRC, rdmanl.QPStateRTS, true}: 1},
-			Owners:  []OwnerQPs{{TGID: 43, Comm: "other", QPs: 1}}},
+			Owners:  []OwnerQPs{{Owner: Owner{PID: 43, Comm: "other"}, QPs: 1}}},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Tally (-want +got):\n%s", d)
@@ -49,23 +49,23 @@ func TestResolveOwners(t *testing.T) {
 	kernel := qp(1, rdmanl.QPTypeGSI, rdmanl.QPStateRTS, 0)
 	kernel.Owner = rdmanl.Owner{KernName: "ib_core"}
 	w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43), kernel))
-	w.ResolveOwners(func(tid uint32) (Process, bool) {
+	w.ResolveOwners(func(tid uint32) (Owner, bool) {
 		if tid == 42 {
-			return Process{TGID: 40, Comm: "moved", Cgroup: "/new.slice"}, true
+			return Owner{TGID: 40, Comm: "moved", Cgroup: "/new.slice"}, true
 		}
-		return Process{}, false
+		return Owner{}, false
 	})
-	got := map[uint32]History{}
+	got := map[uint32]Owner{}
 	for _, h := range w.Histories() {
-		got[h.QPN] = h
+		got[h.QPN] = h.Owner()
 	}
-	if h := got[17]; h.TGID != 40 || h.Comm() != "moved" || h.Cgroup() != "/new.slice" {
-		t.Errorf("qpn 17 owner %d %q %q, want the lookup's", h.TGID, h.Comm(), h.Cgroup())
+	if o := got[17]; o.TGID != 40 || o.Comm != "moved" || o.Cgroup != "/new.slice" {
+		t.Errorf("qpn 17 owner %d %q %q, want the lookup's", o.TGID, o.Comm, o.Cgroup)
 	}
-	if h := got[18]; h.Comm() != "other" { // not found: what the scan said stays
-		t.Errorf("qpn 18 comm %q, want other kept", h.Comm())
+	if o := got[18]; o.Comm != "other" { // not found: what the scan said stays
+		t.Errorf("qpn 18 comm %q, want other kept", o.Comm)
 	}
-	if h := got[1]; h.Comm() != "" || h.TGID != 0 {
-		t.Errorf("kernel QP touched: %+v", h)
+	if o := got[1]; o.Comm != "" || o.TGID != 0 {
+		t.Errorf("kernel QP touched: %+v", o)
 	}
 }

@@ -87,19 +87,6 @@ type Query struct {
 	Each func(*Finding)
 }
 
-// Process is what /proc said about a QP owner.
-type Process struct {
-	// TGID is the process (thread group) the thread belongs to.
-	TGID uint32
-	Comm string
-	// Cgroup is the owner's cgroup (v2) path, such as
-	// /system.slice/foo.service; "" when unknown.
-	Cgroup string
-	// ContainerID is the 64-hex container id the cgroup path names
-	// (docker, containerd, cri-o, podman); "" when it names none.
-	ContainerID string
-}
-
 // DeviceScan is one device's part of a netlink scan.
 type DeviceScan struct {
 	Device rdmanl.Device
@@ -107,8 +94,9 @@ type DeviceScan struct {
 	// Contexts is the number of user verbs contexts open on the device.
 	Contexts uint64
 	// Owners maps a QP owner PID (the thread id the kernel recorded) to
-	// what /proc says about it; absent owners have exited.
-	Owners map[uint32]Process
+	// what /proc says about its process: TGID, Comm, Cgroup and
+	// ContainerID (Owner.resolve); absent owners have exited.
+	Owners map[uint32]Owner
 	// ULPs names, per QPN, the kernel module that owns a kernel QP
 	// netlink reports as rdma_cm's (rdmanl.ULPs).
 	ULPs map[uint32]string
@@ -156,20 +144,10 @@ type Finding struct {
 	QPN      uint32   `json:"qpn"`
 	Type     string   `json:"type"`
 	State    string   `json:"state"`
-	PID      uint32   `json:"pid"` // 0: kernel-owned, or the creator is gone / in another pid namespace
-	// TGID is the process the creating thread PID belongs to (PID itself
-	// for a process's main thread); 0 when /proc or a probe did not say.
-	TGID uint32 `json:"tgid"`
-	Comm string `json:"comm"` // "" when unknown
-	// Cgroup is the owner's cgroup v2 path ("" when unknown); ContainerID
-	// the container id that path names ("" when none).
-	Cgroup      string `json:"cgroup"`
-	ContainerID string `json:"container_id"`
-	KernName    string `json:"kern_name"`
-	// ULP is the kernel module a kernel QP serves when its kern_name is
-	// the rdma_cm that created it for that module ("nvmet_rdma"); "" when
-	// not known or not a kernel QP.
-	ULP        string     `json:"ulp"`
+	// Owner is the QP's owner (for zombie-uverbs-context the process,
+	// none for qp-exhaustion); a kernel QP whose command is not known has
+	// its module's name in Comm as well.
+	Owner
 	SRQ        bool       `json:"srq"`  // attached to an SRQ
 	SRQN       uint32     `json:"srqn"` // meaningful when srq is true
 	AgeSeconds float64    `json:"age_seconds"`

@@ -47,9 +47,9 @@ type History struct {
 	StateSince Stamp
 	FirstSeen  Stamp
 
-	// names are the device's and the owner's names (Device, Owner's
-	// KernName, ULP, Comm, Cgroup, ContainerID), interned: the QPs of one
-	// process or kernel module on one device share one copy.
+	// names are the device's name and the owner but for its thread
+	// (pid), interned: the QPs of one process or kernel module on one
+	// device share one copy, whichever of its threads created them.
 	names unique.Handle[qpNames]
 
 	// events are the QP's Error, LAST_WQE_REACHED, drains and end (nil
@@ -65,9 +65,8 @@ type History struct {
 	DevIndex uint32
 	QPN      uint32
 	// pid is the thread that created the QP, as netlink records it
-	// (Owner).
+	// (Owner's PID).
 	pid  uint32
-	TGID uint32 // the process of the owner's PID, when known
 	SRQN uint32
 
 	Type        rdmanl.QPType
@@ -179,11 +178,12 @@ type noteWhat struct {
 	source source
 }
 
-// qpNames are the names of a QP's device and owner: what netlink, /proc or
-// a probe named them.
+// qpNames are a QP's device name and its owner as netlink, /proc or a
+// probe named them, but for the owner's thread (its PID is 0 here: the
+// History keeps it).
 type qpNames struct {
-	device, kernName, ulp     string
-	comm, cgroup, containerID string
+	device string
+	owner  Owner
 }
 
 func (h *History) qpNames() qpNames {
@@ -204,26 +204,16 @@ func (h *History) setNames(n qpNames) {
 // Device is the name of the QP's device.
 func (h *History) Device() string { return h.qpNames().device }
 
-// Owner is the QP's owner as netlink records it: the creating thread of
-// a user QP, the module of a kernel QP.
-func (h *History) Owner() rdmanl.Owner {
-	return rdmanl.Owner{PID: h.pid, KernName: h.qpNames().kernName}
+// Owner is the QP's owner: the creating thread of a user QP as netlink
+// records it, its process, command, cgroup and container as /proc (at the
+// last scan or report that found it) or the probe that saw the QP created
+// named them; the module of a kernel QP, and the ULP it serves (from the
+// scans' DeviceScan.ULPs).
+func (h *History) Owner() Owner {
+	o := h.qpNames().owner
+	o.PID = h.pid
+	return o
 }
-
-// ULP is the kernel module a kernel QP of rdma_cm serves (from the scans'
-// DeviceScan.ULPs).
-func (h *History) ULP() string { return h.qpNames().ulp }
-
-// Comm is the owner's command name: the process's, from /proc or the
-// probe that saw the QP created.
-func (h *History) Comm() string { return h.qpNames().comm }
-
-// Cgroup is the owner's cgroup (from /proc, at the last scan that found
-// it).
-func (h *History) Cgroup() string { return h.qpNames().cgroup }
-
-// ContainerID is the owner's container, from its cgroup.
-func (h *History) ContainerID() string { return h.qpNames().containerID }
 
 // Evidence is what was observed of the QP, oldest first (at most
 // maxEvidence observations; the first is always kept).
@@ -406,14 +396,13 @@ func (w *Watcher) Scan(s Scan) {
 			h.scanGen = w.scanGen
 			h.Type, h.pid = qp.Type, qp.Owner.PID
 			n := h.qpNames()
-			n.device, n.kernName = dev.name, qp.Owner.KernName
+			n.device, n.owner.KernName = dev.name, qp.Owner.KernName
 			if ulp := ds.ULPs[qp.LQPN]; ulp != "" {
-				n.ulp = ulp
+				n.owner.ULP = ulp
 			}
 			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
 			if p, ok := ds.Owners[qp.Owner.PID]; ok {
-				h.TGID = p.TGID
-				n.comm, n.cgroup, n.containerID = p.Comm, p.Cgroup, p.ContainerID
+				n.owner.resolve(p)
 			}
 			h.setNames(n)
 			h.inScan = true
@@ -534,11 +523,12 @@ func (w *Watcher) Event(ev Event) {
 		h = nil // a new QP, even if its number was used before
 		h = get()
 		// Netlink records the creating thread's id; kernel QPs have none.
+		o := Owner{KernName: ev.KernOwner, Comm: ev.Comm}
 		if ev.KernOwner == "" {
-			h.pid, h.TGID = ev.TID, ev.PID
+			h.pid, o.TGID = ev.TID, ev.PID
 		}
 		h.OnSRQ, h.SRQN = ev.OnSRQ, ev.SRQN
-		h.setNames(qpNames{device: dev.name, kernName: ev.KernOwner, comm: ev.Comm})
+		h.setNames(qpNames{device: dev.name, owner: o})
 		h.note(ev.Time, sourceProbe, "created")
 		h.setState(rdmanl.QPStateReset, ev.Time, sourceProbe)
 	case EventQPModified:
@@ -695,19 +685,22 @@ func (w *Watcher) CountQPs(index uint32, name string, t time.Time, qps int) {
 }
 
 // ResolveOwners refreshes what /proc says of the owners of live user QPs
-// (process, command, cgroup, container) through lookup, by the thread id
+// (process, command, cgroup, container: the TGID, Comm, Cgroup and
+// ContainerID of what lookup returns) through lookup, by the thread id
 // the kernel recorded: between netlink dumps, which are rare under the
 // probes, a report still names where the owner is now. An owner lookup
 // does not find (gone, or in another PID namespace) keeps what was known.
-func (w *Watcher) ResolveOwners(lookup func(tid uint32) (Process, bool)) {
+func (w *Watcher) ResolveOwners(lookup func(tid uint32) (Owner, bool)) {
 	for _, h := range w.qps {
-		if h.Destroyed || h.pid == 0 || h.Owner().Kernel() {
+		if h.Destroyed || h.pid == 0 {
+			continue
+		}
+		n := h.qpNames()
+		if n.owner.Kernel() {
 			continue
 		}
 		if p, ok := lookup(h.pid); ok {
-			h.TGID = p.TGID
-			n := h.qpNames()
-			n.comm, n.cgroup, n.containerID = p.Comm, p.Cgroup, p.ContainerID
+			n.owner.resolve(p)
 			h.setNames(n)
 		}
 	}

@@ -31,7 +31,7 @@ func qp(lqpn uint32, typ rdmanl.QPType, state rdmanl.QPState, pid uint32) rdmanl
 func onSRQ(q rdmanl.QP, srqn uint32) rdmanl.QP { q.OnSRQ, q.SRQN = true, srqn; return q }
 
 func scan(t time.Time, dev rdmanl.Device, qps ...rdmanl.QP) Scan {
-	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]Process{42: {Comm: "app"}, 43: {Comm: "other"}}}},
+	return Scan{Time: t, Devices: []DeviceScan{{Device: dev, QPs: qps, Contexts: 1, Owners: map[uint32]Owner{42: {Comm: "app"}, 43: {Comm: "other"}}}},
 		Zombies: &Zombies{}} // the host's processes were looked at: no zombie contexts
 }
 
@@ -397,7 +397,7 @@ func TestOwnerThreadAndProcess(t *testing.T) {
 	w.Event(e)
 	w.Event(modify(c.at(time.Second), rxe, 1, rdmanl.QPStateErr))
 	s := scan(c.at(2*time.Second), rxe, qp(1, rdmanl.QPTypeRC, rdmanl.QPStateErr, 101), qp(2, rdmanl.QPTypeRC, rdmanl.QPStateErr, 77))
-	s.Devices[0].Owners[77] = Process{TGID: 70, Comm: "app"}
+	s.Devices[0].Owners[77] = Owner{TGID: 70, Comm: "app"}
 	w.Scan(s)
 	c.at(10 * time.Second)
 	got := map[uint32][2]uint32{}
@@ -407,6 +407,26 @@ func TestOwnerThreadAndProcess(t *testing.T) {
 	want := map[uint32][2]uint32{1: {101, 100}, 2: {77, 70}}
 	if len(got) != 2 || got[1] != want[1] || got[2] != want[2] {
 		t.Errorf("QPN: {pid, tgid} = %v, want %v", got, want)
+	}
+}
+
+// The QPs of one process created by different threads share one copy of
+// their device's and owner's names: the thread stays in the History.
+func TestThreadsShareNames(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{}, c.now)
+	s := scan(c.at(0), rxe, qp(1, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 101), qp(2, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 102))
+	s.Devices[0].Owners[101] = Owner{TGID: 100, Comm: "app"}
+	s.Devices[0].Owners[102] = Owner{TGID: 100, Comm: "app"}
+	w.Scan(s)
+	hs := w.Histories()
+	if len(hs) != 2 || hs[0].names != hs[1].names {
+		t.Fatalf("%d histories, names shared %v", len(hs), len(hs) == 2 && hs[0].names == hs[1].names)
+	}
+	for _, h := range hs {
+		if o := h.Owner(); o.PID != 100+h.QPN || o.TGID != 100 || o.Comm != "app" {
+			t.Errorf("qpn %d owner %+v, want thread %d of process 100", h.QPN, o, 100+h.QPN)
+		}
 	}
 }
 

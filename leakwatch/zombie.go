@@ -17,10 +17,9 @@ const RuleZombieUverbsContext = "zombie-uverbs-context"
 // no verbs context on any current device: the driver disassociated its
 // context and the application never reopened the device.
 type ZombieContext struct {
-	PID         uint32
-	Comm        string
-	Cgroup      string
-	ContainerID string
+	// Owner is the process: its PID, Comm, Cgroup and ContainerID (a
+	// holder is a process, so its findings' TGID is PID).
+	Owner
 	// Files are the deleted nodes it holds, as "fd 3 /dev/infiniband/uverbs0".
 	Files []string
 }
@@ -91,9 +90,10 @@ func (w *Watcher) zombieFindings(q Query, now time.Time) ([]Finding, *Skipped) {
 		if age < q.MinAge {
 			continue
 		}
+		owner := c.Owner
+		owner.TGID = owner.PID
 		fs = append(fs, Finding{
-			Rule: RuleZombieUverbsContext, Severity: SeverityWarning,
-			PID: c.PID, TGID: c.PID, Comm: c.Comm, Cgroup: c.Cgroup, ContainerID: c.ContainerID,
+			Rule: RuleZombieUverbsContext, Severity: SeverityWarning, Owner: owner,
 			AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
 			Evidence: []Evidence{{Time: since.UTC(), Source: "scan",
 				What: "holds " + strings.Join(c.Files, ", ") + " (deleted); no verbs context on any device"}},

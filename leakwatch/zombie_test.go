@@ -23,15 +23,15 @@ func TestZombieUverbsContext(t *testing.T) {
 	if r, skipped := rules(); len(r.Findings) != 0 || len(skipped) != 1 || skipped[0].Reason != "no scan of the host's processes yet" {
 		t.Fatalf("before any look: %+v", r)
 	}
-	app := ZombieContext{PID: 300, Comm: "app", Cgroup: "/system.slice/app.service", Files: []string{"fd 3 /dev/infiniband/uverbs0"}}
-	other := ZombieContext{PID: 200, Comm: "other", Files: []string{"fd 5 /dev/infiniband/uverbs1", "fd 6 /dev/infiniband/uverbs1"}}
+	app := ZombieContext{Owner: Owner{PID: 300, Comm: "app", Cgroup: "/system.slice/app.service"}, Files: []string{"fd 3 /dev/infiniband/uverbs0"}}
+	other := ZombieContext{Owner: Owner{PID: 200, Comm: "other"}, Files: []string{"fd 5 /dev/infiniband/uverbs1", "fd 6 /dev/infiniband/uverbs1"}}
 	w.Scan(Scan{Time: c.at(0), Zombies: &Zombies{Contexts: []ZombieContext{app}}})
 	w.Scan(Scan{Time: c.at(4 * time.Second), Zombies: &Zombies{Contexts: []ZombieContext{other, app}}})
 	w.Scan(scanWithoutLook(c.at(6 * time.Second))) // a per-device scan: the last look stands
 	c.at(6 * time.Second)
 	r, skipped := rules()
 	want := []Finding{{
-		Rule: RuleZombieUverbsContext, Severity: SeverityWarning, PID: 300, TGID: 300, Comm: "app", Cgroup: "/system.slice/app.service",
+		Rule: RuleZombieUverbsContext, Severity: SeverityWarning, Owner: Owner{PID: 300, TGID: 300, Comm: "app", Cgroup: "/system.slice/app.service"},
 		AgeSeconds: 6,
 		Evidence:   []Evidence{{Time: t0, Source: "scan", What: "holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device"}},
 	}}

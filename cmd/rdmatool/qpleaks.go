@@ -95,9 +95,10 @@ Exit status: 0 nothing found, 1 findings reported, 2 error.`,
 // Either running out is an error, not a reason to observe locally.
 const agentTimeout = 10 * time.Second
 
-// renderLeaks prints findings grouped by device and owner, then a summary.
+// renderLeaks prints the findings listed QP by QP under a line naming
+// their device and owner, then a line of totals from the report's summary.
 // When the report condenses many QPs (a group of several, or findings left
-// out by --limit) the groups come first, one line each.
+// out by --limit) the summary's groups come first, one line each.
 func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	bw := bufio.NewWriter(w)
 	total := max(rep.FindingsTotal, len(rep.Findings))
@@ -113,39 +114,39 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 		}
 		fmt.Fprintln(bw)
 	}
-	type group struct{ dev, owner string }
-	groups := map[group][]leakwatch.Finding{}
-	var order []group
+	// The listed findings go under the line that names their device and
+	// owner as the text does: those that print the same line share it
+	// (the summary's groups tell apart what the text does not print,
+	// such as the thread that created a kernel QP).
+	type heading struct{ dev, owner string }
+	listed := map[heading][]leakwatch.Finding{}
+	var order []heading
 	for _, f := range rep.Findings {
-		// Netlink records the creating thread; group by its process (each
-		// finding names the thread when it is another one).
-		pid := f.PID
-		if f.TGID != 0 && f.Comm != "" {
-			pid = f.TGID
+		// Netlink records the creating thread; the line names its process
+		// (each finding names the thread when it is another one).
+		o := f.Owner
+		if o.TGID != 0 && o.Comm != "" {
+			o.PID = o.TGID
 		}
-		owner := ownerText(f.Rule, f.KernName, f.ULP, pid, f.Comm)
-		if f.Cgroup != "" {
-			owner += " cgroup " + f.Cgroup
+		owner := ownerText(f.Rule, o)
+		if o.Cgroup != "" {
+			owner += " cgroup " + o.Cgroup
 		}
-		if f.ContainerID != "" {
-			owner += " container " + f.ContainerID[:min(12, len(f.ContainerID))]
-		}
-		k := group{f.Device, owner}
-		if _, ok := groups[k]; !ok {
+		owner += containerText(o)
+		k := heading{f.Device, owner}
+		if _, ok := listed[k]; !ok {
 			order = append(order, k)
 		}
-		groups[k] = append(groups[k], f)
+		listed[k] = append(listed[k], f)
 	}
 	sort.SliceStable(order, func(i, j int) bool { return order[i].dev < order[j].dev })
-	severities := map[leakwatch.Severity]int{}
 	for _, k := range order {
 		dev := k.dev
 		if dev == "" {
 			dev = "(unregistered device)" // zombie-uverbs-context
 		}
 		fmt.Fprintf(bw, "%s  %s\n", dev, k.owner)
-		for _, f := range groups[k] {
-			severities[f.Severity]++
+		for _, f := range listed[k] {
 			if f.Rule == leakwatch.RuleQPExhaustion {
 				fmt.Fprintf(bw, "  %-8s %-29s %d of %d QPs\n", f.Severity, f.Rule, f.Count, f.Limit)
 			} else if f.Rule == leakwatch.RuleZombieUverbsContext && len(f.Evidence) > 0 {
@@ -171,11 +172,9 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 	if rep.FindingsOmitted > 0 {
 		fmt.Fprintf(bw, "%d more findings not listed QP by QP (--limit 0 lists them all)\n", rep.FindingsOmitted)
 	}
-	if len(rep.Summary) > 0 { // every finding, also those not listed
-		clear(severities)
-		for _, g := range rep.Summary {
-			severities[g.Severity] += g.Count
-		}
+	severities := map[leakwatch.Severity]int{} // every finding, also those not listed
+	for _, g := range rep.Summary {
+		severities[g.Severity] += g.Count
 	}
 	var parts []string
 	for _, s := range []leakwatch.Severity{leakwatch.SeverityCritical, leakwatch.SeverityError, leakwatch.SeverityWarning} {
@@ -214,29 +213,34 @@ func renderLeaks(w io.Writer, rep agent.CheckReport) error {
 }
 
 // ownerText names who owns a finding's QP: the kernel module (and the ULP
-// that made it through rdma_cm), the process, or the device itself for
-// qp-exhaustion.
-func ownerText(rule, kern, ulp string, pid uint32, comm string) string {
+// that made it through rdma_cm), the process o.PID with its command, or the
+// device itself for qp-exhaustion.
+func ownerText(rule string, o leakwatch.Owner) string {
 	switch {
-	case kern != "" && ulp != "":
-		return "kernel [" + kern + "] ulp " + ulp
-	case kern != "":
-		return "kernel [" + kern + "]"
-	case pid != 0 && comm != "":
-		return fmt.Sprintf("pid %d (%s)", pid, comm)
-	case pid != 0:
-		return fmt.Sprintf("pid %d (exited)", pid)
+	case o.KernName != "" && o.ULP != "":
+		return "kernel [" + o.KernName + "] ulp " + o.ULP
+	case o.KernName != "":
+		return "kernel [" + o.KernName + "]"
+	case o.PID != 0 && o.Comm != "":
+		return fmt.Sprintf("pid %d (%s)", o.PID, o.Comm)
+	case o.PID != 0:
+		return fmt.Sprintf("pid %d (exited)", o.PID)
 	case rule == leakwatch.RuleQPExhaustion:
 		return "device"
 	}
 	return "no owner process (creator gone or in another pid namespace)"
 }
 
+// containerText is " container " and the owner's short container id, ""
+// when it has none.
+func containerText(o leakwatch.Owner) string {
+	if o.ContainerID == "" {
+		return ""
+	}
+	return " container " + o.ContainerID[:min(12, len(o.ContainerID))]
+}
+
 // groupOwner names a summary group's owner as the detailed report does.
 func groupOwner(g leakwatch.Group) string {
-	owner := ownerText(g.Rule, g.KernName, g.ULP, g.PID, g.Comm)
-	if g.ContainerID != "" {
-		owner += " container " + g.ContainerID[:min(12, len(g.ContainerID))]
-	}
-	return owner
+	return ownerText(g.Rule, g.Owner) + containerText(g.Owner)
 }

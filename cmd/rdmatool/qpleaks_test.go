@@ -26,7 +26,7 @@ func serveAgent(t *testing.T) string {
 	st.Scan(leakwatch.Scan{Started: t0, Time: t0, Devices: []leakwatch.DeviceScan{{
 		Device: rdmanl.Device{Index: 1, Name: "rxe0"},
 		QPs:    []rdmanl.QP{{LQPN: 17, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}}},
-		Owners: map[uint32]leakwatch.Process{42: {Comm: "app", Cgroup: "/system.slice/app.service"}},
+		Owners: map[uint32]leakwatch.Owner{42: {Comm: "app", Cgroup: "/system.slice/app.service"}},
 	}}})
 	now = t0.Add(90 * time.Second)
 	sock := filepath.Join(t.TempDir(), "agent.sock")
@@ -182,7 +182,7 @@ func TestAgentCmdFlags(t *testing.T) {
 func TestRenderLeaksThreads(t *testing.T) {
 	t.Parallel()
 	f := leakwatch.Finding{Rule: leakwatch.RuleStaleErrorQP, Severity: leakwatch.SeverityWarning, Device: "rxe0", Type: "RC", State: "ERR",
-		Comm: "app", TGID: 100, AgeSeconds: 6, Hint: "destroy it"}
+		Owner: leakwatch.Owner{Comm: "app", TGID: 100}, AgeSeconds: 6, Hint: "destroy it"}
 	main, worker := f, f
 	main.QPN, main.PID = 17, 100
 	worker.QPN, worker.PID = 18, 101
@@ -203,7 +203,7 @@ func TestRenderLeaksThreads(t *testing.T) {
 func TestRenderLeaksULPDrain(t *testing.T) {
 	t.Parallel()
 	f := leakwatch.Finding{Rule: leakwatch.RuleSRQDrainStalled, Severity: leakwatch.SeverityCritical, Device: "siw0", Type: "RC", State: "ERR",
-		Comm: "rdma_cm", KernName: "rdma_cm", ULP: "nvmet_rdma", SRQ: true, SRQN: 1, QPN: 20, AgeSeconds: 12, DrainSeconds: 12, Draining: true, Hint: "run it without an SRQ"}
+		Owner: leakwatch.Owner{Comm: "rdma_cm", KernName: "rdma_cm", ULP: "nvmet_rdma"}, SRQ: true, SRQN: 1, QPN: 20, AgeSeconds: 12, DrainSeconds: 12, Draining: true, Hint: "run it without an SRQ"}
 	done := f
 	done.QPN, done.Severity, done.State, done.Draining, done.DrainSeconds, done.AgeSeconds = 21, leakwatch.SeverityError, "destroyed", false, 60.3, 5
 	var rep agent.CheckReport
@@ -220,13 +220,39 @@ func TestRenderLeaksULPDrain(t *testing.T) {
 	}
 }
 
+// Kernel QPs of one module created by different threads are told apart
+// in the summary (its groups carry the command) but listed under one line,
+// which names the module only; the totals are the summary's.
+func TestRenderLeaksKernelThreads(t *testing.T) {
+	t.Parallel()
+	f := leakwatch.Finding{Rule: leakwatch.RuleStaleErrorQP, Severity: leakwatch.SeverityWarning, Device: "rxe0", Type: "RC", State: "ERR",
+		Owner: leakwatch.Owner{Comm: "kworker/0:1", KernName: "rdma_cm", ULP: "nvmet_rdma"}, QPN: 30, AgeSeconds: 9, Hint: "destroy it"}
+	other := f
+	other.QPN, other.Comm = 31, "kworker/1:2"
+	var rep agent.CheckReport
+	rep.Findings = []leakwatch.Finding{f, other}
+	rep.Summary, rep.FindingsTotal = leakwatch.Summarize(rep.Findings), 2
+	if len(rep.Summary) != 2 {
+		t.Fatalf("summary %+v, want a group per thread", rep.Summary)
+	}
+	var b strings.Builder
+	if err := renderLeaks(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Count(out, "rxe0  kernel [rdma_cm] ulp nvmet_rdma\n") != 1 || !strings.Contains(out, "qpn 30 RC ERR for 9.0s") ||
+		!strings.Contains(out, "qpn 31 RC ERR for 9.0s") || !strings.Contains(out, "2 findings (2 warning) over") {
+		t.Errorf("text report:\n%s\nwant both QPs under one line and the summary's totals", out)
+	}
+}
+
 // A zombie context belongs to no device: its group says so, and its line
 // names the deleted node instead of a QP.
 func TestRenderLeaksZombie(t *testing.T) {
 	t.Parallel()
 	var rep agent.CheckReport
 	rep.Findings = []leakwatch.Finding{{Rule: leakwatch.RuleZombieUverbsContext, Severity: leakwatch.SeverityWarning,
-		PID: 300, TGID: 300, Comm: "stuck", AgeSeconds: 12, Hint: "reopen",
+		Owner: leakwatch.Owner{PID: 300, TGID: 300, Comm: "stuck"}, AgeSeconds: 12, Hint: "reopen",
 		Evidence: []leakwatch.Evidence{{Source: "scan", What: "holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device"}}}}
 	var b strings.Builder
 	if err := renderLeaks(&b, rep); err != nil {
@@ -333,9 +359,9 @@ func TestRenderLeaksSummaryFirst(t *testing.T) {
 	var fs []leakwatch.Finding
 	for qpn := uint32(17); qpn < 17+1000; qpn++ {
 		fs = append(fs, leakwatch.Finding{Rule: leakwatch.RuleStaleErrorQP, Severity: leakwatch.SeverityWarning, Device: "rxe0",
-			QPN: qpn, PID: 42, TGID: 42, Comm: "app", Type: "RC", State: "ERR", AgeSeconds: 30})
+			QPN: qpn, Owner: leakwatch.Owner{PID: 42, TGID: 42, Comm: "app"}, Type: "RC", State: "ERR", AgeSeconds: 30})
 	}
-	fs = append(fs, leakwatch.Finding{Rule: leakwatch.RuleLastWQENotEmitted, Severity: leakwatch.SeverityError, Device: "siw0", QPN: 3, KernName: "nvmet_rdma", Comm: "nvmet_rdma"})
+	fs = append(fs, leakwatch.Finding{Rule: leakwatch.RuleLastWQENotEmitted, Severity: leakwatch.SeverityError, Device: "siw0", QPN: 3, Owner: leakwatch.Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}})
 	rep := agent.CheckReport{Source: "agent", Probes: "on", Devices: []string{"rxe0", "siw0"}}
 	rep.Summary = leakwatch.Summarize(fs)
 	rep.FindingsTotal = len(fs)
