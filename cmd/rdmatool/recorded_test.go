@@ -102,10 +102,10 @@ func serveRecorded(t *testing.T, kernel string) string {
 		t.Fatal(err)
 	}
 	scan := leakwatch.Scan{Started: recordedT0, Time: recordedT0}
-	owners := map[uint32]leakwatch.Process{}
+	owners := map[uint32]leakwatch.Owner{}
 	first := recordedFirstPID[kernel]
 	for i, o := range recordedOwners {
-		owners[uint32(first+i)] = leakwatch.Process{TGID: uint32(first + o.tgidOffset), Comm: o.comm, Cgroup: o.cgroup}
+		owners[uint32(first+i)] = leakwatch.Owner{PID: uint32(first + i), TGID: uint32(first + o.tgidOffset), Comm: o.comm, Cgroup: o.cgroup}
 	}
 	for _, d := range devs {
 		ds := leakwatch.DeviceScan{Device: d, Owners: owners}
