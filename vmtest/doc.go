@@ -4,18 +4,10 @@
 //
 // # The lab
 //
-// vmlab builds, for each kernel of the matrix (Debian bookworm's 6.1,
-// bookworm-security's 6.12 and the newest 7.x from sid), an initramfs from
-// Debian packages with ib_core, ib_uverbs, rdma_cm, rdma_rxe, siw and
-// netdevsim modules built from linux-source, the NVMe-oF target and host
-// modules (nvmet_rdma, nvme_rdma) with null_blk, rdma-core, perftest and
-// iproute2's rdma. It boots it under QEMU (TCG unless a stock kernel can run
-// on KVM) with no network: its one PCI NIC, an e1000e behind a PCI bridge
-// (for the reset tests' unbind and function reset), has no backend, so its
-// frames go nowhere. The guest's /init makes two dummy netdevs with fixed MAC addresses
-// and on them rxe0 (soft RoCE) and siw0 (soft iWARP), mounts the module tree
-// over 9p at the same path as on the host, and runs one command: with
-// `go test -exec 'vmlab exec -kernel K'` that is a package's test binary.
+// vmlab builds an initramfs for each kernel of the matrix and boots it
+// under QEMU with rxe0 and siw0 up; with `go test -exec 'vmlab exec -kernel
+// K'` the one command the guest runs is a package's test binary.
+// docs/lab.md says what the guests hold and how they boot.
 //
 // # Lab tests
 //

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/docs"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
@@ -26,64 +27,8 @@ func newAgentCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the daemon that keeps QP history and answers qp-leaks",
-		Long: `Watch the host until stopped: follow the eBPF probes, list the devices
-every --interval, and keep one history of every QP. With the probes, each
-device's QPs are dumped over netlink once and then every --reconcile (on
-hardware every dumped QP costs a firmware query), or at the next --interval
-when probe events were lost; iWARP devices, whose providers move QPs to RTS
-where the probes cannot see it, and every device when the probes cannot load
-(no privilege, no BTF) are dumped every --interval. While ib_core is not
-loaded the agent tries again every minute. Each device is learned when it
-appears: its provider and its max_qp (a verbs query; --max-qp overrides it),
-so qp-exhaustion works without --max-qp where the device answers, and
-whether its provider delivers LAST_WQE_REACHED (a table of known providers,
-overridden by events seen). Device changes (probes, and RDMA netlink's
-monitor group on 6.12 and later) have the devices listed at once.
-` + "`rdmatool qp-leaks`" + ` asks the agent on --socket for findings over that
-history instead of watching from zero.
-
-The socket speaks HTTP/1.1: GET /v1/qp-leaks?dev=D&min_age=5s&rule=R returns
-what qp-leaks -j prints, GET /v1/status the agent's state. It is made 0600 in
-a 0755 directory and removed on exit. Logs go to stderr (journald).
-
-Prometheus metrics are served on --metrics-address (loopback by default; ""
-serves none), at /metrics only: QPs by device, type and state, the largest
-QP owners, resources in use, current findings by rule and severity, probe
-events and lost events, scans and their errors and duration, the policy's
-decisions and resets, the names applied. Every device series carries the
-device name and its node GUID.
-
-With --rename (or the rename key), each device the agent sees appear (at
-its start, and again after a reset or re-registration) gets its persistent
-name through the rename policies, as the udev rule does where udev runs;
-each rename is logged.
-
-Options come from --config (` + agent.DefaultConfig + `, when it exists;
-packaging/rdmatool/agent.yaml documents every key), flags overriding it. A
-file with an unknown key, a value of the wrong type or a bad duration stops
-the agent at start with the key and its line. SIGHUP reloads the file: max_qp,
-reconcile and the policy change at once; a bad file, or one changing what only a restart
-can (socket, metrics_address, interval, probes, retain, exhaustion_threshold,
-the rename keys), is refused and logged, and the agent keeps running as it was.
-The remediation policy is off (--policy observe) unless asked for. With
---policy reset (or the config's policy key, which holds its thresholds), a
-device that has at least policy.stale_qps stale QPs (findings of
-policy.stale_rules) while at least policy.qp_use of its max_qp is in use,
-both for policy.for, is reset as ` + "`rdmatool reset --yes`" + ` would (method, grace
-and timeout from the config; netdev-bounce is refused, QPs survive it), at
-most once per policy.cooldown per device (by node GUID) and
-policy.max_per_hour times an hour on the host. Every decision (reset,
-dry_run, cooldown, hourly_limit, in_progress, no_max_qp) is logged with its
-evidence and counted in rdmatool_policy_decisions_total, each reset's result
-in rdmatool_resets_total; --policy-dry-run only logs. The policy reloads on
-SIGHUP.
-
-Under systemd (Type=notify) it says READY once it serves and pets the
-watchdog while its history answers.
-
-SIGINT or SIGTERM stop the agent with exit status 0; it exits 2 when it
-cannot start.`,
-		Args: cobra.NoArgs,
+		Long:  docs.Page("agent"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/docs"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/spf13/cobra"
 )
@@ -21,24 +22,8 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "qp-leaks",
 		Short: "Report queue pairs that look leaked",
-		Long: `Report QPs that leak, who owns them (process, cgroup, container), why, and
-what to do. Rules: ` + strings.Join(leakwatch.Rules(), ", ") + `.
-
-When ` + "`rdmatool agent`" + ` runs, qp-leaks asks it on --agent-socket and
-reports over the agent's history, which is longer than any watch: --watch
-and --interval are then ignored. Without an agent (no socket, or nobody
-accepting on it) or with --no-agent it observes the host for --watch with
-the eBPF probes (when they load) and netlink scans every --interval. The
-JSON "source" says which ("agent" or "local"). An agent that refuses the
-question (permission on its socket, an error answer, no answer within 10s)
-or cannot read RDMA netlink is an error: --no-agent observes locally.
-
-Findings are summarized first by device, rule and owner, with counts and
-QP number ranges (JSON "summary"), then listed QP by QP up to --limit, the
-most severe first ("findings"; "findings_omitted" counts those left out).
-
-Exit status: 0 nothing found, 1 findings reported, 2 error.`,
-		Args: cobra.NoArgs,
+		Long:  docs.Page("rules"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("interval") && o.Interval > o.Watch {
 				o.Interval = o.Watch // a short --watch scans at least at its end

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/rdmatool/rdmatool/docs"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
@@ -57,27 +58,8 @@ func newRenameCmdDial(g *globals, dial func() (renameConn, error)) *cobra.Comman
 	cmd := &cobra.Command{
 		Use:   "rename [DEV|--all]",
 		Short: "Rename RDMA devices persistently, by node GUID, map file or PCI address",
-		Long: `Rename RDMA devices by the first policy that names them:
-
-  map   the name /etc/rdmatool/names.conf (--map) gives the node GUID,
-        one "GUID NAME" per line, # comments
-  guid  rdma-core's NAME_GUID: protocol + "x" + node GUID (rocex525400fffec0ffee)
-  pci   rdma-core's NAME_PCI: protocol + PCI location (ibp59s0f1)
-  keep  the current name
-
-Each line of output says old -> new and why (the policy), or why a device was
-skipped. Swaps go through a temporary name; a failed rename is undone with
-the renames that waited for it. A name user space assigned is kept unless
---force: from 6.11 the kernel reports one for rxe and siw devices made by
-"rdma link add NAME".
-
-The map file and every argument are checked before the kernel is asked
-anything. A device name that starts with '-' goes after "--":
-"rdmatool rename --dry-run -- -dev0".
-
-"rdmatool rename udev -- KERNEL_NAME" is what the udev rule runs for each
-new device: quiet, exit status 0 when done or nothing to do.`,
-		Args: cobra.MaximumNArgs(1),
+		Long:  docs.Page("naming"),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) == 1) {
 				return errors.New("rename: name one device or use --all")

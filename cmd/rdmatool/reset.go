@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/docs"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/reset"
 	"github.com/spf13/cobra"
@@ -31,45 +32,8 @@ func newResetCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reset DEV",
 		Short: "Reset an RDMA device in bounded time and bring it back under its name",
-		Long: `Reset an RDMA device: show what the reset destroys, remove the device, bring it
-back, check it (same node GUID, ACTIVE ports) and give it its name again.
-
-Methods (--method):
-  auto           the device's first of relink, devlink-reload, pci-reset,
-                 unbind
-  relink         software devices (rxe, siw): delete the link, add it again on
-                 the same netdev under the same name
-  devlink-reload the driver re-initialises through devlink (driver_reinit);
-                 for rxe and siw, the driver of the netdev: the netdev gets
-                 its name, MAC, addresses and up state back and the device
-                 is added again
-  pci-reset      unbind the PCI function's driver, reset the function (FLR
-                 where it offers one), bind it again; for rxe and siw, the
-                 function behind the netdev: the netdev gets its name,
-                 addresses and up state back and the device is added again
-  unbind         as pci-reset, without the function reset
-  netdev-bounce  set the ports' netdevs down and up: ports go down and up,
-                 the device and its QPs survive (RoCE and iWARP)
-
-Without --yes it changes nothing: it lists the QPs, MRs and processes the
-reset would destroy and exits 2. --dry-run shows the same and exits 0.
-
---grace waits up to that long for the processes holding the device to close
-it on their own. rxe and siw cannot cut their users off: their removal waits
-in the kernel until every holder has closed the device. The removal runs in
-a helper process, so rdmatool returns after --timeout, names the processes
-it still waits for (exit 2), and says what state the device is in: the
-helper finishes the reset once they are gone (its log is in /run/rdmatool),
-or is killed to abandon it.
-
-A name the rename policies (--policy, --map) give the device is its
-persistent name and is applied again through them; any other name is
-restored as it was. Every reset writes one JSON audit record to stderr;
-with -j the report goes to stdout as one JSON object. With --probes (eBPF,
-root) the report lists the kernel's device events (DEVICE_FATAL,
-unregister, register); without, when netlink saw the device leave and
-return.`,
-		Args: cobra.ExactArgs(1),
+		Long:  docs.Page("reset"),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := reset.ParseMethod(method)
 			if err != nil {
