@@ -15,16 +15,18 @@
 // sooner when probe events were lost; without probes, and for iWARP
 // devices (whose providers move QPs to RTS where the probes cannot see it),
 // every Interval; between dumps a scanner reads its device's resource
-// summary every Interval. A device with QPs that rdma_cm created for
-// kernel ULPs has its rdma_cm IDs and SRQs dumped with its QPs, to name
-// those ULPs (rdmanl.ULPIndex). Each device's facts (provider, max_qp from a
+// summary every Interval. Each QP dump comes with one SRQ dump, which
+// gives the QPs their SRQs and, for a device with QPs that rdma_cm created
+// for kernel ULPs, with its rdma_cm IDs names those ULPs
+// (rdmanl.ULPIndex). Each device's facts (provider, max_qp from a
 // verbs query, the provider table's word on LAST_WQE_REACHED) are learned
 // once, when its scanner starts (LearnDevice). Device changes wake the
 // lister at once: the probes' register, unregister and rename events, and
 // RDMA netlink's monitor group (6.12 and later). At most once a minute the
 // lister also looks at the host's processes for zombie contexts
-// (ZombieContexts: deleted uverbs nodes held open, the verbs contexts of
-// every device dumped only when there are some), which belong to no device.
+// (usage.Zombies: deleted uverbs nodes held open, the verbs contexts of
+// every device it listed dumped only when there are some), which belong
+// to no device.
 // Reports and metrics resolve the QP owners through /proc when they are
 // made, so an owner is named where it is now. A State holds the history (one
 // leakwatch.Watcher) behind a mutex. When Run's context ends it stops

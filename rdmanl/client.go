@@ -541,9 +541,8 @@ func (c *Client) QPs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq
 		default:
 			for s, err := range c.SRQs(ctx, dev, DumpOptions{}) {
 				if err != nil {
-					var pe *PartialError
-					if errors.Is(err, ErrNotSupported) || errors.As(err, &pe) {
-						break // no join rather than no QPs
+					if SRQJoinable(err) {
+						break // what decoded, or no join, rather than no QPs
 					}
 					yield(QP{}, err)
 					return
@@ -571,6 +570,15 @@ func (c *Client) QPs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq
 			}
 		}
 	}
+}
+
+// SRQJoinable reports whether an SRQ dump that ended with err still
+// serves a QP dump's join, as the SRQ dump QPs makes itself does: after a
+// *PartialError the join has the SRQs that decoded, after ErrNotSupported
+// (a kernel without SRQ dumps) none. Any other error fails the QP dump.
+func SRQJoinable(err error) bool {
+	var pe *PartialError
+	return errors.As(err, &pe) || errors.Is(err, ErrNotSupported)
 }
 
 // CQs streams the completion queues of dev.

@@ -244,6 +244,29 @@ func TestQPsJoinTheCallersSRQs(t *testing.T) {
 	}
 }
 
+// An SRQ dump that skipped malformed entries, or a kernel without SRQ
+// dumps, still lets a QP dump join (what decoded, or nothing); a device
+// gone or a refusal does not.
+func TestSRQJoinable(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"partial", &PartialError{Op: "dump SRQs of rxe0", Skipped: 1, First: errMissing("SRQN")}, true},
+		{"no SRQ dump", &Error{Op: "dump SRQs of rxe0", Err: unix.EOPNOTSUPP}, true},
+		{"device gone", &Error{Op: "dump SRQs of rxe0", Err: ErrNoDevice}, false},
+		{"refused", &Error{Op: "dump SRQs of rxe0", Err: unix.EPERM}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := SRQJoinable(tt.err); got != tt.want {
+				t.Errorf("SRQJoinable(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
 // qpMessage builds one QP dump message for rxe0 with the given entries.
 func qpMessage(entries ...[]netlink.Attribute) netlink.Message {
 	var table []netlink.Attribute

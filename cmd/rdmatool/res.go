@@ -193,8 +193,8 @@ func listQPs(ctx context.Context, nl qpDumps, flt rowfilter.Filter, devs []rdman
 // ulpIndex reads dev's rdma_cm IDs and SRQs, which name the ULPs of the
 // QPs rdma_cm created, and returns the SRQs for the QP dump's join too.
 // Without either the QPs are listed all the same, with a warning and no
-// ULP; the join has the SRQs that decoded, none where the kernel has no
-// SRQ dump. Any other failure of the SRQ dump is an error.
+// ULP names. An SRQ dump that failed still serves the join where
+// rdmanl.SRQJoinable says so; otherwise its error ends the listing.
 func ulpIndex(ctx context.Context, nl qpDumps, dev rdmanl.Device, log interface{ Warn(string, ...any) }) (rdmanl.ULPIndex, []rdmanl.SRQ, error) {
 	named := true
 	var ids []rdmanl.CMID
@@ -213,8 +213,7 @@ func ulpIndex(ctx context.Context, nl qpDumps, dev rdmanl.Device, log interface{
 				log.Warn("no ULP names: cannot read the SRQs", "device", dev.Name, "err", err)
 				named = false
 			}
-			var pe *rdmanl.PartialError
-			if !errors.As(err, &pe) && !errors.Is(err, rdmanl.ErrNotSupported) {
+			if !rdmanl.SRQJoinable(err) {
 				return rdmanl.ULPIndex{}, nil, err
 			}
 			break
