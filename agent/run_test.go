@@ -23,20 +23,20 @@ import (
 // their QPs, changed by the test while the agent runs. Every client it
 // hands out counts its dumps and is closed at the end.
 type fakeHost struct {
-	mu    sync.Mutex
-	devs  []rdmanl.Device
-	qps   map[uint32][]rdmanl.QP // by device index
-	cmIDs map[uint32][]rdmanl.CMID
-	ctxs  map[uint32][]rdmanl.Context // verbs contexts by device index
-	srqs  map[uint32][]rdmanl.SRQ     // by device index
-	dumps map[string]int              // QP dumps per device name
+	mu      sync.Mutex
+	devs    []rdmanl.Device
+	qps     map[uint32][]rdmanl.QP // by device index
+	cmIDs   map[uint32][]rdmanl.CMID
+	ctxs    map[uint32][]rdmanl.Context // verbs contexts by device index
+	srqs    map[uint32][]rdmanl.SRQ     // by device index
+	dumps   map[string]int              // QP dumps per device name
+	open    int                         // clients not closed
+	blockOn string                      // a device whose QP dump blocks until its ctx ends
+	renames int                         // devices renamed through a client
 	// srqDumps and cmIDDumps count SRQ and rdma_cm ID dumps per device
 	// name; a QP dump that joins SRQs it was not given makes an SRQ dump
 	// of its own, as rdmanl's does (TestQPsJoinTheCallersSRQs).
 	srqDumps, cmIDDumps map[string]int
-	open                int    // clients not closed
-	blockOn             string // a device whose QP dump blocks until its ctx ends
-	renames             int    // devices renamed through a client
 }
 
 func newFakeHost(devs ...rdmanl.Device) *fakeHost {
