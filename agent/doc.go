@@ -19,7 +19,8 @@
 //
 // The package decides no leak (package leakwatch does) and speaks no kernel
 // interface itself: netlink, the probes, sysfs and /proc are packages
-// rdmanl, bpf, sysfs and owner, which name their uapi sources.
+// rdmanl, bpf, sysfs, uverbs, owner and usage, which name their uapi
+// sources.
 //
 // # Privileges
 //

@@ -342,7 +342,7 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 				// processes are looked at here, at most once a minute
 				// (every fd of every process is a readlink).
 				if now := d.Now(); lastZombies.IsZero() || now.Sub(lastZombies) >= zombieEvery {
-					st.Zombies(scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.lookForZombies(ctx), now)
+					st.Zombies(scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.lookForZombies(ctx, devs), now)
 					lastZombies = now
 				}
 				for _, dev := range devs {

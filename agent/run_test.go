@@ -33,10 +33,14 @@ type fakeHost struct {
 	open    int                         // clients not closed
 	blockOn string                      // a device whose QP dump blocks until its ctx ends
 	renames int                         // devices renamed through a client
+	// srqDumps and cmIDDumps count SRQ and rdma_cm ID dumps per device
+	// name; a QP dump that joins SRQs it was not given makes an SRQ dump
+	// of its own, as rdmanl's does (TestQPsJoinTheCallersSRQs).
+	srqDumps, cmIDDumps map[string]int
 }
 
 func newFakeHost(devs ...rdmanl.Device) *fakeHost {
-	return &fakeHost{devs: devs, qps: map[uint32][]rdmanl.QP{}, dumps: map[string]int{}}
+	return &fakeHost{devs: devs, qps: map[uint32][]rdmanl.QP{}, dumps: map[string]int{}, srqDumps: map[string]int{}, cmIDDumps: map[string]int{}}
 }
 
 func (h *fakeHost) dial() (Netlink, error) {
@@ -86,11 +90,25 @@ func (c *fakeClient) Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Sum
 		Counts: []rdmanl.ResourceCount{{Name: "pd", Current: 1}, {Name: "qp", Current: uint64(len(c.h.qps[dev.Index]))}}}, ctx.Err()
 }
 
-func (c *fakeClient) QPs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error] {
+func (c *fakeClient) QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error] {
 	return func(yield func(rdmanl.QP, error) bool) {
 		c.h.mu.Lock()
 		c.h.dumps[dev.Name]++
+		var srqs []rdmanl.SRQ
+		switch {
+		case opts.NoSRQJoin:
+		case opts.SRQs != nil:
+			srqs = *opts.SRQs
+		default:
+			c.h.srqDumps[dev.Name]++
+			srqs = c.h.srqs[dev.Index]
+		}
 		qps := slices.Clone(c.h.qps[dev.Index])
+		for i, q := range qps {
+			if j := slices.IndexFunc(srqs, func(s rdmanl.SRQ) bool { return s.HasQP(q.LQPN) }); j >= 0 {
+				qps[i].OnSRQ, qps[i].SRQN = true, srqs[j].SRQN
+			}
+		}
 		present := slices.ContainsFunc(c.h.devs, func(d rdmanl.Device) bool { return d.Index == dev.Index })
 		block := c.h.blockOn == dev.Name
 		c.h.mu.Unlock()
@@ -115,6 +133,7 @@ func (c *fakeClient) QPs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOp
 func (c *fakeClient) SRQs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.SRQ, error] {
 	return func(yield func(rdmanl.SRQ, error) bool) {
 		c.h.mu.Lock()
+		c.h.srqDumps[dev.Name]++
 		srqs := slices.Clone(c.h.srqs[dev.Index])
 		c.h.mu.Unlock()
 		for _, s := range srqs {
@@ -128,6 +147,7 @@ func (c *fakeClient) SRQs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpO
 func (c *fakeClient) CMIDs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error] {
 	return func(yield func(rdmanl.CMID, error) bool) {
 		c.h.mu.Lock()
+		c.h.cmIDDumps[dev.Name]++
 		ids := slices.Clone(c.h.cmIDs[dev.Index])
 		c.h.mu.Unlock()
 		for _, id := range ids {
@@ -354,25 +374,28 @@ func TestScanReadsCMIDsOnlyForUnreportedStates(t *testing.T) {
 	if diff := cmp.Diff(map[uint32]bool{1: true}, sc.Devices[1].CMConnected); diff != "" {
 		t.Errorf("siw0's connected QPs (-want +got):\n%s", diff)
 	}
+	if diff := cmp.Diff(map[string]int{"siw0": 1}, host.cmIDDumps); diff != "" {
+		t.Errorf("rdma_cm ID dumps (-want +got):\n%s", diff)
+	}
 }
 
 // QPs netlink reports as rdma_cm's get their ULP from the rdma_cm IDs and
-// SRQs; a device without such QPs has neither dumped.
+// SRQs; a device without such QPs has no rdma_cm IDs dumped. Each
+// device's SRQs are dumped once, for the QPs' SRQ numbers and the ULPs.
 func TestScanNamesULPs(t *testing.T) {
 	host := newFakeHost(rxe, siw)
-	kern := func(n uint32, srq bool) rdmanl.QP {
+	kern := func(n uint32) rdmanl.QP {
 		q := qp(n, rdmanl.QPStateRTS, 0)
 		q.Owner = rdmanl.Owner{KernName: "rdma_cm"}
-		q.OnSRQ, q.SRQN = srq, 1
 		return q
 	}
-	host.qps[siw.Index] = []rdmanl.QP{kern(2, true), kern(3, true), kern(5, false)}
+	host.qps[siw.Index] = []rdmanl.QP{kern(2), kern(3), kern(5)}
 	host.qps[rxe.Index] = []rdmanl.QP{qp(17, rdmanl.QPStateRTS, 42)}
 	host.cmIDs = map[uint32][]rdmanl.CMID{
 		siw.Index: {{LQPN: 2, Owner: rdmanl.Owner{KernName: "nvmet_rdma"}}, {LQPN: 5, Owner: rdmanl.Owner{KernName: "nvme_rdma"}}},
 		rxe.Index: {{LQPN: 17, Owner: rdmanl.Owner{PID: 42}}},
 	}
-	host.srqs = map[uint32][]rdmanl.SRQ{siw.Index: {{SRQN: 1, Owner: rdmanl.Owner{KernName: "nvmet_rdma"}}}}
+	host.srqs = map[uint32][]rdmanl.SRQ{siw.Index: {{SRQN: 1, QPs: []rdmanl.QPRange{{Min: 2, Max: 3}}, Owner: rdmanl.Owner{KernName: "nvmet_rdma"}}}}
 	nl, _ := host.dial()
 	defer nl.Close()
 	sc, _, err := scanner{nl: nl, now: time.Now}.scan(t.Context(), []rdmanl.Device{rxe, siw})
@@ -384,5 +407,20 @@ func TestScanNamesULPs(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[uint32]string{2: "nvmet_rdma", 3: "nvmet_rdma", 5: "nvme_rdma"}, sc.Devices[1].ULPs); diff != "" {
 		t.Errorf("siw0's ULPs (-want +got):\n%s", diff)
+	}
+	var onSRQ []uint32
+	for _, q := range sc.Devices[1].QPs {
+		if q.OnSRQ && q.SRQN == 1 {
+			onSRQ = append(onSRQ, q.LQPN)
+		}
+	}
+	if diff := cmp.Diff([]uint32{2, 3}, onSRQ); diff != "" {
+		t.Errorf("siw0's QPs on SRQ 1 (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"rxe0": 1, "siw0": 1}, host.srqDumps); diff != "" {
+		t.Errorf("SRQ dumps (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"siw0": 1}, host.cmIDDumps); diff != "" {
+		t.Errorf("rdma_cm ID dumps (-want +got):\n%s", diff)
 	}
 }

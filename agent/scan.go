@@ -10,6 +10,7 @@ import (
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/usage"
 )
 
 // scanner dumps QPs and resolves their owners; one per netlink client.
@@ -53,69 +54,37 @@ func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan
 		sc.Devices = append(sc.Devices, ds)
 	}
 	if s.zombies {
-		sc.Zombies = s.lookForZombies(ctx)
+		sc.Zombies = s.lookForZombies(ctx, nil)
 	}
 	sc.Time = s.now()
 	return sc, sums, nil
 }
 
 // lookForZombies looks at the host's processes for zombie contexts
-// (zombie-uverbs-context). What fails is said in Zombies.Err, and the rule
-// is skipped with it: the QP scan goes on.
-func (s scanner) lookForZombies(ctx context.Context) *leakwatch.Zombies {
+// (zombie-uverbs-context, usage.Zombies); host is every device, as the
+// caller just listed them (nil: the look lists them when it needs to).
+// What fails is said in Zombies.Err, and the rule is skipped with it: the
+// QP scan goes on.
+func (s scanner) lookForZombies(ctx context.Context, host []rdmanl.Device) *leakwatch.Zombies {
 	z := &leakwatch.Zombies{Contexts: []leakwatch.ZombieContext{}}
 	if s.procRoot == "" {
 		z.Err = "no /proc to read"
 		return z
 	}
-	hs, err := owner.Holders(s.procRoot, owner.ZombieFiles)
-	if err == nil {
-		var zs []owner.ZombieContext
-		if zs, err = ZombieContexts(ctx, s.nl, hs, s.procRoot); err == nil {
-			z.Unreadable = len(hs.Unreadable)
-			for _, c := range zs {
-				lz := leakwatch.ZombieContext{Owner: leakOwner(c.Process)}
-				for _, f := range c.Files {
-					lz.Files = append(lz.Files, fmt.Sprintf("fd %d %s", f.FD, f.Path))
-				}
-				z.Contexts = append(z.Contexts, lz)
-			}
-			return z
-		}
-	}
-	z.Err = err.Error()
-	return z
-}
-
-// ZombieContexts finds the zombie contexts (owner.ZombieContexts) in scan,
-// a Holders scan whose filter keeps deleted uverbs nodes (owner.RDMAFiles,
-// owner.ZombieFiles): the verbs contexts of every device nl lists are
-// dumped, and only when some process holds such a node.
-func ZombieContexts(ctx context.Context, nl Netlink, scan owner.HolderScan, procRoot string) ([]owner.ZombieContext, error) {
-	if len(owner.ZombieContexts(scan, nil, nil)) == 0 {
-		return []owner.ZombieContext{}, nil // no deleted uverbs node open: no dump needed
-	}
-	devs, err := nl.Devices(ctx)
+	u, err := usage.Zombies(ctx, s.nl, host, s.procRoot)
 	if err != nil {
-		return nil, err
+		z.Err = err.Error()
+		return z
 	}
-	var owners []uint32
-	for _, dev := range devs {
-		for c, err := range nl.Contexts(ctx, dev, rdmanl.DumpOptions{}) {
-			if err == nil {
-				owners = append(owners, c.Owner.PID)
-				continue
-			}
-			// The error ends the dump. A partial one keeps the entries
-			// that decoded; a device gone since the listing has none.
-			var pe *rdmanl.PartialError
-			if !errors.As(err, &pe) && !errors.Is(err, rdmanl.ErrNoDevice) {
-				return nil, err
-			}
+	z.Unreadable = len(u.Unreadable)
+	for _, c := range u.Zombies {
+		lz := leakwatch.ZombieContext{Owner: leakOwner(c.Process)}
+		for _, f := range c.Files {
+			lz.Files = append(lz.Files, fmt.Sprintf("fd %d %s", f.FD, f.Path))
 		}
+		z.Contexts = append(z.Contexts, lz)
 	}
-	procs, _ := owner.NewResolver(procRoot) // nil: owner ids taken as processes
-	return owner.ZombieContexts(scan, owners, procs), nil
+	return z
 }
 
 func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.Summary, procs *owner.Resolver) (leakwatch.DeviceScan, error) {
@@ -135,9 +104,23 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 			ds.QPs = make([]rdmanl.QP, 0, n+n/16+16)
 		}
 	}
+	// The SRQs, dumped once, fill in the QPs' SRQ numbers and name the
+	// ULPs of the QPs rdma_cm created.
+	var srqs []rdmanl.SRQ
+	for srq, err := range s.nl.SRQs(ctx, dev, rdmanl.DumpOptions{}) {
+		switch {
+		case err == nil:
+			srqs = append(srqs, srq)
+		case rdmanl.SRQJoinable(err):
+		case errors.Is(err, rdmanl.ErrNoDevice):
+			return ds, fmt.Errorf("agent: scan %s: %w", dev.Name, err)
+		default:
+			return ds, err
+		}
+	}
 	unfilled := false // a QP in RESET with a port: the provider reports no state
 	viaCM := false    // a kernel QP rdma_cm created for a ULP
-	for qp, err := range s.nl.QPs(ctx, dev, rdmanl.DumpOptions{}) {
+	for qp, err := range s.nl.QPs(ctx, dev, rdmanl.DumpOptions{SRQs: &srqs}) {
 		if err != nil {
 			var pe *rdmanl.PartialError
 			if errors.As(err, &pe) {
@@ -179,10 +162,6 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 	if viaCM {
 		// Netlink names rdma_cm as the owner of the QPs it creates for
 		// kernel ULPs; their rdma_cm IDs and SRQs name the ULP.
-		srqs, err := collect(s.nl.SRQs(ctx, dev, rdmanl.DumpOptions{}))
-		if err != nil {
-			return ds, err
-		}
 		ds.ULPs = rdmanl.ULPs(ds.QPs, ids, srqs)
 	}
 	return ds, nil

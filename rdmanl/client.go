@@ -342,6 +342,10 @@ type DumpOptions struct {
 	Raw bool
 	// NoSRQJoin skips the SRQ dump that fills QP.SRQN.
 	NoSRQJoin bool
+	// SRQs, when not nil, points at the device's SRQs as the caller
+	// dumped them (for NewULPIndex too): the QP dump fills QP.SRQN from
+	// them and makes no SRQ dump of its own.
+	SRQs *[]SRQ
 }
 
 // entryCodec describes one resource dump.
@@ -529,18 +533,22 @@ func cmpErr(first, err error) error {
 }
 
 // QPs streams the queue pairs of dev. Each QP's SRQN is filled in from an
-// SRQ dump made first (QP entries carry no SRQ number), unless
-// opts.NoSRQJoin. An error ends the sequence, except a *PartialError, which
-// comes last and means malformed entries were skipped.
+// SRQ dump made first (QP entries carry no SRQ number), or from opts.SRQs
+// when the caller has them, unless opts.NoSRQJoin. An error ends the
+// sequence, except a *PartialError, which comes last and means malformed
+// entries were skipped.
 func (c *Client) QPs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq2[QP, error] {
 	return func(yield func(QP, error) bool) {
 		var srqs []SRQ
-		if !opts.NoSRQJoin {
+		switch {
+		case opts.NoSRQJoin:
+		case opts.SRQs != nil:
+			srqs = *opts.SRQs
+		default:
 			for s, err := range c.SRQs(ctx, dev, DumpOptions{}) {
 				if err != nil {
-					var pe *PartialError
-					if errors.Is(err, ErrNotSupported) || errors.As(err, &pe) {
-						break // no join rather than no QPs
+					if SRQJoinable(err) {
+						break // what decoded, or no join, rather than no QPs
 					}
 					yield(QP{}, err)
 					return
@@ -568,6 +576,15 @@ func (c *Client) QPs(ctx context.Context, dev Device, opts DumpOptions) iter.Seq
 			}
 		}
 	}
+}
+
+// SRQJoinable reports whether an SRQ dump that ended with err still
+// serves a QP dump's join, as the SRQ dump QPs makes itself does: after a
+// *PartialError the join has the SRQs that decoded, after ErrNotSupported
+// (a kernel without SRQ dumps) none. Any other error fails the QP dump.
+func SRQJoinable(err error) bool {
+	var pe *PartialError
+	return errors.As(err, &pe) || errors.Is(err, ErrNotSupported)
 }
 
 // CQs streams the completion queues of dev.

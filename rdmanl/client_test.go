@@ -195,6 +195,78 @@ func TestRecordingSpansMessages(t *testing.T) {
 	}
 }
 
+// A caller that dumped a device's SRQs (to name ULPs with them) passes
+// them to the QP dump: the QPs are joined as the dump's own SRQ dump joins
+// them, and the kernel is asked for the device's SRQs once. A caller with
+// none (an empty dump) makes no SRQ dump either.
+func TestQPsJoinTheCallersSRQs(t *testing.T) {
+	for _, kernel := range labKernels {
+		t.Run(kernel, func(t *testing.T) {
+			requests := map[replayKey]int{}
+			c := labReplay(kernel).counting(t, requests)
+			devs, err := c.Devices(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			onSRQ := 0
+			for _, dev := range devs {
+				want := collect(t, c.QPs(t.Context(), dev, DumpOptions{}))
+				clear(requests)
+				srqs := collect(t, c.SRQs(t.Context(), dev, DumpOptions{}))
+				got := collect(t, c.QPs(t.Context(), dev, DumpOptions{SRQs: &srqs}))
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("%s: QPs joined with the caller's SRQs (-own dump +caller's):\n%s", dev.Name, diff)
+				}
+				wantRequests := map[replayKey]int{{cmdResSRQGet, dev.Index}: 1, {cmdResQPGet, dev.Index}: 1}
+				if diff := cmp.Diff(wantRequests, requests); diff != "" {
+					t.Errorf("%s: requests (-want +got):\n%s", dev.Name, diff)
+				}
+				for _, q := range got {
+					if q.OnSRQ {
+						onSRQ++
+					}
+				}
+				clear(requests)
+				var none []SRQ
+				for _, q := range collect(t, c.QPs(t.Context(), dev, DumpOptions{SRQs: &none})) {
+					if q.OnSRQ {
+						t.Errorf("%s: QP %d on SRQ %d, joined with no SRQs", dev.Name, q.LQPN, q.SRQN)
+					}
+				}
+				if diff := cmp.Diff(map[replayKey]int{{cmdResQPGet, dev.Index}: 1}, requests); diff != "" {
+					t.Errorf("%s: requests with no SRQs (-want +got):\n%s", dev.Name, diff)
+				}
+			}
+			if onSRQ == 0 {
+				t.Error("no QP of the recordings is on an SRQ: the join went untested")
+			}
+		})
+	}
+}
+
+// An SRQ dump that skipped malformed entries, or a kernel without SRQ
+// dumps, still lets a QP dump join (what decoded, or nothing); a device
+// gone or a refusal does not.
+func TestSRQJoinable(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"partial", &PartialError{Op: "dump SRQs of rxe0", Skipped: 1, First: errMissing("SRQN")}, true},
+		{"no SRQ dump", &Error{Op: "dump SRQs of rxe0", Err: unix.EOPNOTSUPP}, true},
+		{"device gone", &Error{Op: "dump SRQs of rxe0", Err: ErrNoDevice}, false},
+		{"refused", &Error{Op: "dump SRQs of rxe0", Err: unix.EPERM}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := SRQJoinable(tt.err); got != tt.want {
+				t.Errorf("SRQJoinable(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
 // qpMessage builds one QP dump message for rxe0 with the given entries.
 func qpMessage(entries ...[]netlink.Attribute) netlink.Message {
 	var table []netlink.Attribute

@@ -120,7 +120,11 @@ type replayKey struct {
 	devIndex uint32 // 0 when the request names no device
 }
 
-func (r replay) client(t *testing.T) *Client {
+func (r replay) client(t *testing.T) *Client { return r.counting(t, nil) }
+
+// counting is client, counting the requests it answers by key when
+// requests is not nil.
+func (r replay) counting(t *testing.T, requests map[replayKey]int) *Client {
 	t.Helper()
 	conn := nltest.Dial(func(req []netlink.Message) ([]netlink.Message, error) {
 		if len(req) != 1 {
@@ -144,6 +148,9 @@ func (r replay) client(t *testing.T) *Client {
 		path, ok := r[key]
 		if !ok {
 			t.Fatalf("unexpected request %+v", key)
+		}
+		if requests != nil {
+			requests[key]++
 		}
 		if m.Header.Flags&netlink.Dump != 0 {
 			return dumpReply(readRecorded(t, path), m.Header.Sequence)

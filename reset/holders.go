@@ -6,7 +6,7 @@ import (
 
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
-	"github.com/rdmatool/rdmatool/sysfs"
+	"github.com/rdmatool/rdmatool/usage"
 )
 
 // Holder is a process that will lose its RDMA resources on the device when
@@ -26,104 +26,31 @@ type Holder struct {
 	Contexts int      `json:"contexts"` // verbs contexts it has open on the device
 }
 
-// uverbsDevNum returns the character device number of dev's uverbs device;
-// ok is false when the device has none (ib_uverbs not loaded).
-func uverbsDevNum(sysRoot, dev string) (owner.DevNum, bool, error) {
-	us, err := sysfs.ReadUverbs(sysRoot)
+// scanUsage finds who uses the device (usage.Scan, with its MRs) for
+// rep, and takes the number of its uverbs device for the holders a reset
+// waits for. A dump that left out entries it could not decode is logged,
+// and what it decoded counted.
+func scanUsage(ctx context.Context, c *rdmanl.Client, o Options, t *target, rep *Report) error {
+	u, err := usage.Scan(ctx, c, []rdmanl.Device{t.dev}, usage.Options{SysRoot: o.sysRoot(), ProcRoot: o.procRoot(), MRs: true})
 	if err != nil {
-		return owner.DevNum{}, false, err
+		return err
 	}
-	for _, u := range us {
-		if u.Device == dev {
-			n, err := owner.ParseDevNum(u.Dev)
-			return n, err == nil, err
-		}
+	for _, s := range u.Skipped {
+		o.log().Warn("skipped malformed entries", "device", s.Device, "count", s.Err.Skipped, "err", s.Err.First)
 	}
-	return owner.DevNum{}, false, nil
-}
-
-// usage is what a device's holders hold: the processes that have it open
-// or own resources on it, and the user QPs and MRs on it.
-type usage struct {
-	holders    []Holder
-	unreadable []uint32 // processes whose fd table could not be read
-	qps, mrs   int      // user QPs and MRs on the device
-	kernelQPs  int      // QPs kernel modules own (re-created with the device)
-}
-
-// scanUsage finds who uses the device: netlink for its resources and their
-// owners, /proc for the processes with its files open, merged by
-// owner.DeviceHolders.
-func scanUsage(ctx context.Context, c *rdmanl.Client, sysRoot, procRoot string, t target) (usage, error) {
-	u := usage{holders: []Holder{}}
-	dev := t.dev
-	res, err := owner.NewResolver(procRoot)
-	if err != nil {
-		res = nil // a nil Resolver resolves nothing; owner ids are kept as pids
-	}
-	use := owner.DeviceUse{Device: dev.Name, Uverbs: t.uverbs, HasUverbs: t.hasUverbs}
-	for qp, err := range c.QPs(ctx, dev, rdmanl.DumpOptions{NoSRQJoin: true}) {
-		if err != nil {
-			return u, err
-		}
-		if qp.Owner.Kernel() {
-			u.kernelQPs++
-			continue
-		}
-		u.qps++
-		use.QPOwners = append(use.QPOwners, qp.Owner.PID)
-	}
-	for id, err := range c.CMIDs(ctx, dev, rdmanl.DumpOptions{}) {
-		if err != nil {
-			return u, err
-		}
-		if !id.Owner.Kernel() {
-			use.CMIDOwners = append(use.CMIDOwners, id.Owner.PID)
-		}
-	}
-	for cx, err := range c.Contexts(ctx, dev, rdmanl.DumpOptions{}) {
-		if err != nil {
-			return u, err
-		}
-		use.ContextOwners = append(use.ContextOwners, cx.Owner.PID)
-	}
-	mrs := map[uint32]int{} // by process
-	for mr, err := range c.MRs(ctx, dev, rdmanl.DumpOptions{}) {
-		if err != nil {
-			return u, err
-		}
-		if mr.Owner.Kernel() {
-			continue
-		}
-		u.mrs++
-		pid := mr.Owner.PID
-		if p, ok := res.Lookup(pid); ok {
-			pid = p.PID
-		}
-		mrs[pid]++
-	}
-	var rdmaCM owner.DevNum // none: the zero number matches no open file
-	if s, err := sysfs.ReadRDMACMDev(sysRoot); err == nil {
-		rdmaCM, _ = owner.ParseDevNum(s)
-	}
-	var uverbs []owner.DevNum
-	if t.hasUverbs {
-		uverbs = append(uverbs, t.uverbs)
-	}
-	scan, err := owner.Holders(procRoot, owner.RDMAFiles(uverbs, rdmaCM))
-	if err != nil {
-		return u, fmt.Errorf("reset: holders of %s: %w", dev.Name, err)
-	}
-	u.unreadable = scan.Unreadable
-	for _, dh := range owner.DeviceHolders(scan, []owner.DeviceUse{use}, rdmaCM, res)[dev.Name] {
+	d := u.Devices[0]
+	t.uverbs, t.hasUverbs = d.UverbsNum, d.HasUverbs
+	rep.QPs, rep.MRs, rep.KernelQPs = d.QPs, d.MRs, d.KernelQPs
+	for _, dh := range d.Holders {
 		h := Holder{PID: dh.PID, Comm: dh.Comm, Cgroup: dh.Cgroup, ContainerID: dh.ContainerID, Files: []string{},
-			QPs: dh.QPs, MRs: mrs[dh.PID], CMIDs: dh.CMIDs, Contexts: dh.Contexts}
+			QPs: dh.QPs, MRs: dh.MRs, CMIDs: dh.CMIDs, Contexts: dh.Contexts}
 		for _, f := range dh.Files {
 			h.Files = append(h.Files, f.Path)
 		}
-		u.holders = append(u.holders, h)
+		rep.Holders = append(rep.Holders, h)
 	}
-	return u, nil
+	rep.Unreadable = append(rep.Unreadable, u.Unreadable...)
+	return nil
 }
 
 // holdersOf lists the processes with the uverbs device num open (none

@@ -248,7 +248,9 @@ type target struct {
 	// rxe and siw); devlink its devlink instance, if it has one.
 	devDir  string
 	devlink *devlinkHandle
-	// uverbs is the device's uverbs character device, when hasUverbs.
+	// uverbs is the device's uverbs character device, when hasUverbs
+	// (scanUsage reads it, before the reset: once the removal has begun,
+	// sysfs no longer lists it).
 	uverbs    owner.DevNum
 	hasUverbs bool
 }
@@ -286,9 +288,6 @@ func inspect(ctx context.Context, c *rdmanl.Client, sysRoot string, name string)
 		}
 	}
 	t.kind = softKind(sysRoot, dev)
-	if t.uverbs, t.hasUverbs, err = uverbsDevNum(sysRoot, name); err != nil {
-		return t, fmt.Errorf("reset: find the uverbs device of %s: %w", name, err)
-	}
 	var fn sysfs.PCIFunction
 	switch {
 	case t.kind != "" && t.netdev != "":

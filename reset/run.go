@@ -68,12 +68,9 @@ func Run(ctx context.Context, c *rdmanl.Client, o Options) (Report, error) {
 			return rep, err
 		}
 	}
-	u, err := scanUsage(ctx, c, o.sysRoot(), o.procRoot(), t)
-	if err != nil {
+	if err := scanUsage(ctx, c, o, &t, &rep); err != nil {
 		return rep, err
 	}
-	rep.QPs, rep.MRs, rep.KernelQPs, rep.Holders = u.qps, u.mrs, u.kernelQPs, u.holders
-	rep.Unreadable = append(rep.Unreadable, u.unreadable...)
 	if err := persistentName(ctx, c, o, &rep); err != nil {
 		return rep, err
 	}

@@ -48,7 +48,7 @@ func goList(t *testing.T, args ...string) []goPackage {
 // netlink, /sys and /proc link no eBPF library: cilium/ebpf's packages run
 // bpf() system calls and rlimit changes from their init functions.
 func TestNoEBPFBelowTheAgent(t *testing.T) {
-	for _, p := range goList(t, "-deps=false", "./leakwatch", "./rename", "./rdmanl", "./sysfs", "./owner") {
+	for _, p := range goList(t, "-deps=false", "./leakwatch", "./rename", "./rdmanl", "./sysfs", "./owner", "./usage") {
 		full := goList(t, "-deps", "./"+strings.TrimPrefix(p.ImportPath, module))
 		for _, d := range full {
 			if strings.HasPrefix(d.ImportPath, "github.com/cilium/") || d.ImportPath == module+"bpf" {

@@ -42,12 +42,12 @@ processes that could not be read are counted (holders_unreadable).`,
 				return err
 			}
 			defer c.Close()
-			devs, err := selectDevices(cmd.Context(), c, name)
+			devs, host, err := selectDevices(cmd.Context(), c, name)
 			if err != nil {
 				return err
 			}
 			if g.details {
-				rep, err := readDevDetails(cmd.Context(), c, devs, g.sysRoot(), g.procRoot())
+				rep, err := readDevDetails(cmd.Context(), c, devs, host, g.sysRoot(), g.procRoot(), g.logger())
 				if err != nil {
 					return err
 				}
@@ -69,22 +69,22 @@ processes that could not be read are counted (holders_unreadable).`,
 	return cmd
 }
 
-// selectDevices lists every device, or only the one called name; no device
-// at all is an error.
-func selectDevices(ctx context.Context, c *rdmanl.Client, name string) ([]rdmanl.Device, error) {
-	devs, err := c.Devices(ctx)
+// selectDevices lists every device (host) and returns them all, or only
+// the one called name; no device at all is an error.
+func selectDevices(ctx context.Context, c *rdmanl.Client, name string) (devs, host []rdmanl.Device, err error) {
+	host, err = c.Devices(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if len(devs) == 0 {
-		return nil, errors.New("no RDMA devices")
+	if len(host) == 0 {
+		return nil, nil, errors.New("no RDMA devices")
 	}
 	if name == "" {
-		return devs, nil
+		return host, host, nil
 	}
-	d, err := rdmanl.FindDevice(devs, name)
+	d, err := rdmanl.FindDevice(host, name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return []rdmanl.Device{d}, nil
+	return []rdmanl.Device{d}, host, nil
 }

@@ -6,18 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"iter"
 	"maps"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/sysfs"
+	"github.com/rdmatool/rdmatool/usage"
 )
 
 // devDetailsReport is what `dev show -d` prints; with -j, one object: the
@@ -102,58 +100,27 @@ type skippedRow struct {
 	Error string `json:"error"`
 }
 
-// readDevDetails reads what `dev show -d` prints about devs: sysfs under
-// sysRoot, holders and zombie contexts under procRoot, resource owners
-// over netlink.
-func readDevDetails(ctx context.Context, c *rdmanl.Client, devs []rdmanl.Device, sysRoot, procRoot string) (devDetailsReport, error) {
+// readDevDetails reads what `dev show -d` prints about devs, some of
+// host's devices: sysfs under sysRoot, and who uses them and the zombie
+// contexts (usage.Scan) under sysRoot and procRoot and over netlink. A
+// dump that left out entries it could not decode is warned about on log.
+func readDevDetails(ctx context.Context, c *rdmanl.Client, devs, host []rdmanl.Device, sysRoot, procRoot string, log interface{ Warn(string, ...any) }) (devDetailsReport, error) {
 	rep := devDetailsReport{Devices: []devDetail{}, ZombieContexts: []zombieRow{}, HoldersUnreadable: []uint32{}}
-	uverbs, err := sysfs.ReadUverbs(sysRoot)
+	use, err := usage.Scan(ctx, c, devs, usage.Options{SysRoot: sysRoot, ProcRoot: procRoot, Zombies: true, Host: host})
 	if err != nil {
 		return rep, err
 	}
-	var rdmaCM owner.DevNum // 0:0, no device, without rdma_ucm
-	if s, err := sysfs.ReadRDMACMDev(sysRoot); err == nil {
-		if rdmaCM, err = owner.ParseDevNum(s); err != nil {
-			return rep, err
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return rep, err
+	for _, s := range use.Skipped {
+		log.Warn("skipped malformed entries", "device", s.Device, "count", s.Err.Skipped, "err", s.Err.First)
 	}
-	byDev := map[string]sysfs.Uverbs{}
-	nums := make([]owner.DevNum, 0, len(uverbs))
-	for _, u := range uverbs {
-		n, err := owner.ParseDevNum(u.Dev)
-		if err != nil {
-			return rep, err
-		}
-		byDev[u.Device] = u
-		nums = append(nums, n)
-	}
-	hs, err := owner.Holders(procRoot, owner.RDMAFiles(nums, rdmaCM))
-	if err != nil {
-		return rep, err
-	}
-	procs, _ := owner.NewResolver(procRoot) // Holders read it: it exists
-	uses := make([]owner.DeviceUse, 0, len(devs))
-	for _, d := range devs {
-		u, err := deviceUse(ctx, c, d)
-		if err != nil {
-			return rep, err
-		}
-		if uv, ok := byDev[d.Name]; ok {
-			u.Uverbs, _ = owner.ParseDevNum(uv.Dev) // parsed above
-			u.HasUverbs = true
-		}
-		uses = append(uses, u)
-	}
-	holders := owner.DeviceHolders(hs, uses, rdmaCM, procs)
-	for _, d := range devs {
+	for i, d := range devs {
+		u := use.Devices[i]
 		sd, err := sysfs.ReadDevice(sysRoot, d.Name)
 		if err != nil {
 			return rep, err
 		}
 		det := devDetail{devRow: devRowOf(d), BoardID: sd.BoardID, HCAType: sd.HCAType,
-			Uverbs: byDev[d.Name].Name, UverbsDev: byDev[d.Name].Dev,
+			Uverbs: u.Uverbs.Name, UverbsDev: u.Uverbs.Dev,
 			PortInfo: []devPortRow{}, Holders: []holderRow{}, SysfsSkipped: []skippedRow{}}
 		if det.PCI, err = pciOf(sysRoot, d.Name); err != nil {
 			return rep, err
@@ -177,52 +144,17 @@ func readDevDetails(ctx context.Context, c *rdmanl.Client, devs []rdmanl.Device,
 		for _, s := range sd.Skipped {
 			det.SysfsSkipped = append(det.SysfsSkipped, skippedRow{Path: s.Path, Error: s.Err.Error()})
 		}
-		for _, h := range holders[d.Name] {
+		for _, h := range u.Holders {
 			det.Holders = append(det.Holders, holderRow{PID: h.PID, Comm: h.Comm, Cgroup: h.Cgroup, ContainerID: h.ContainerID,
 				QPs: h.QPs, CMIDs: h.CMIDs, Contexts: h.Contexts, Files: fileRows(h.Files)})
 		}
 		rep.Devices = append(rep.Devices, det)
 	}
-	zs, err := agent.ZombieContexts(ctx, c, hs, procRoot)
-	if err != nil {
-		return rep, err
-	}
-	for _, z := range zs {
+	for _, z := range use.Zombies {
 		rep.ZombieContexts = append(rep.ZombieContexts, zombieRow{PID: z.PID, Comm: z.Comm, Cgroup: z.Cgroup, ContainerID: z.ContainerID, Files: fileRows(z.Files)})
 	}
-	rep.HoldersUnreadable = append(rep.HoldersUnreadable, hs.Unreadable...)
+	rep.HoldersUnreadable = append(rep.HoldersUnreadable, use.Unreadable...)
 	return rep, nil
-}
-
-// deviceUse dumps the owners of dev's QPs, rdma_cm IDs and verbs contexts.
-func deviceUse(ctx context.Context, c *rdmanl.Client, dev rdmanl.Device) (owner.DeviceUse, error) {
-	u := owner.DeviceUse{Device: dev.Name}
-	var err error
-	if u.QPOwners, err = ownerIDs(c.QPs(ctx, dev, rdmanl.DumpOptions{NoSRQJoin: true}), func(q rdmanl.QP) rdmanl.Owner { return q.Owner }); err != nil {
-		return u, err
-	}
-	if u.CMIDOwners, err = ownerIDs(c.CMIDs(ctx, dev, rdmanl.DumpOptions{}), func(id rdmanl.CMID) rdmanl.Owner { return id.Owner }); err != nil {
-		return u, err
-	}
-	u.ContextOwners, err = ownerIDs(c.Contexts(ctx, dev, rdmanl.DumpOptions{}), func(x rdmanl.Context) rdmanl.Owner { return x.Owner })
-	return u, err
-}
-
-// ownerIDs collects the owner ids of a resource dump. Entries that do not
-// decode are left out (a partial dump).
-func ownerIDs[T any](dump iter.Seq2[T, error], ownerOf func(T) rdmanl.Owner) ([]uint32, error) {
-	var ids []uint32
-	for v, err := range dump {
-		var pe *rdmanl.PartialError
-		switch {
-		case errors.As(err, &pe):
-		case err != nil:
-			return nil, err
-		default:
-			ids = append(ids, ownerOf(v).PID)
-		}
-	}
-	return ids, nil
 }
 
 // pciOf reads the PCI function behind dev; nil when it has none.

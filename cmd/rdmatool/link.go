@@ -103,7 +103,7 @@ func showLinks(cmd *cobra.Command, g *globals, sel string) error {
 		return err
 	}
 	defer c.Close()
-	devs, err := selectDevices(cmd.Context(), c, devName)
+	devs, _, err := selectDevices(cmd.Context(), c, devName)
 	if err != nil {
 		return err
 	}

@@ -121,7 +121,7 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 	defer c.Close()
 	procs, _ := owner.NewResolver(g.procRoot()) // without /proc, comm stays empty
 	lw := newListWriter(cmd.OutOrStdout(), g)
-	devs, err := selectDevices(ctx, c, req.dev)
+	devs, _, err := selectDevices(ctx, c, req.dev)
 	if err != nil {
 		return err
 	}
@@ -139,16 +139,7 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 			}
 		}
 	case "qp":
-		for _, d := range devs {
-			ulps := ulpIndex(ctx, c, d, log)
-			conv := func(v rdmanl.QP) qpRow { return qpRowOf(v, procs, ulps) }
-			if g.json {
-				conv = func(v rdmanl.QP) qpRow { return qpRowData(v, procs, ulps) }
-			}
-			if err = listRes(ctx, req.flt, []rdmanl.Device{d}, opts, c.QPs, conv, lw, log); err != nil {
-				break
-			}
-		}
+		err = listQPs(ctx, c, req.flt, devs, opts, procs, g.json, lw, log)
 	case "cq":
 		err = listRes(ctx, req.flt, devs, opts, c.CQs, func(v rdmanl.CQ) cqRow { return cqRowOf(v, procs) }, lw, log)
 	case "mr":
@@ -168,27 +159,71 @@ func showRes(ctx context.Context, cmd *cobra.Command, g *globals, object string,
 	return lw.close()
 }
 
+// qpDumps are the dumps a QP listing makes; *rdmanl.Client has them.
+type qpDumps interface {
+	CMIDs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error]
+	SRQs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.SRQ, error]
+	QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error]
+}
+
+// listQPs streams the QPs of devs through the filter into the listing,
+// each with its ULP named (ulpIndex): a device's rdma_cm IDs, SRQs and QPs
+// are dumped once each, the SRQs serving the QP dump's join too. Rows for
+// JSON (jsonRows) leave out the text output's words.
+func listQPs(ctx context.Context, nl qpDumps, flt rowfilter.Filter, devs []rdmanl.Device, opts rdmanl.DumpOptions,
+	procs *owner.Resolver, jsonRows bool, lw *listWriter, log interface{ Warn(string, ...any) }) error {
+	for _, d := range devs {
+		ulps, srqs, err := ulpIndex(ctx, nl, d, log)
+		if err != nil {
+			return err
+		}
+		conv := func(v rdmanl.QP) qpRow { return qpRowOf(v, procs, ulps) }
+		if jsonRows {
+			conv = func(v rdmanl.QP) qpRow { return qpRowData(v, procs, ulps) }
+		}
+		o := opts
+		o.SRQs = &srqs
+		if err := listRes(ctx, flt, []rdmanl.Device{d}, o, nl.QPs, conv, lw, log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ulpIndex reads dev's rdma_cm IDs and SRQs, which name the ULPs of the
-// QPs rdma_cm created. Without them the QPs are listed all the same, with
-// a warning and no ULP.
-func ulpIndex(ctx context.Context, c *rdmanl.Client, dev rdmanl.Device, log interface{ Warn(string, ...any) }) rdmanl.ULPIndex {
+// QPs rdma_cm created, and returns the SRQs for the QP dump's join too.
+// Without either the QPs are listed all the same, with a warning and no
+// ULP names. An SRQ dump that failed still serves the join where
+// rdmanl.SRQJoinable says so; otherwise its error ends the listing.
+func ulpIndex(ctx context.Context, nl qpDumps, dev rdmanl.Device, log interface{ Warn(string, ...any) }) (rdmanl.ULPIndex, []rdmanl.SRQ, error) {
+	named := true
 	var ids []rdmanl.CMID
-	var srqs []rdmanl.SRQ
-	for id, err := range c.CMIDs(ctx, dev, rdmanl.DumpOptions{}) {
+	for id, err := range nl.CMIDs(ctx, dev, rdmanl.DumpOptions{}) {
 		if err != nil {
 			log.Warn("no ULP names: cannot read the rdma_cm IDs", "device", dev.Name, "err", err)
-			return rdmanl.ULPIndex{}
+			named = false
+			break
 		}
 		ids = append(ids, id)
 	}
-	for srq, err := range c.SRQs(ctx, dev, rdmanl.DumpOptions{}) {
+	var srqs []rdmanl.SRQ
+	for srq, err := range nl.SRQs(ctx, dev, rdmanl.DumpOptions{}) {
 		if err != nil {
-			log.Warn("no ULP names: cannot read the SRQs", "device", dev.Name, "err", err)
-			return rdmanl.ULPIndex{}
+			if named {
+				log.Warn("no ULP names: cannot read the SRQs", "device", dev.Name, "err", err)
+				named = false
+			}
+			if !rdmanl.SRQJoinable(err) {
+				return rdmanl.ULPIndex{}, nil, err
+			}
+			break
 		}
 		srqs = append(srqs, srq)
 	}
-	return rdmanl.NewULPIndex(ids, srqs)
+	if !named {
+		return rdmanl.ULPIndex{}, srqs, nil
+	}
+	return rdmanl.NewULPIndex(ids, srqs), srqs, nil
 }
 
 type dumpFunc[T any] func(context.Context, rdmanl.Device, rdmanl.DumpOptions) iter.Seq2[T, error]
