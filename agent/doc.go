@@ -91,9 +91,12 @@
 //
 // # Configuration
 //
-// LoadConfig reads the agent's YAML file (DefaultConfig), checking every
-// key and value and naming the line of the first problem; Config.Apply
-// lays it under the command line's flags. On SIGHUP Run calls
+// LoadConfig reads the agent's YAML file (DefaultConfig) through package
+// opfile (a regular file of at most 1 MiB, never a pipe or a device) and
+// decodes it strictly into Config, whose yaml tags are the file's keys and
+// whose field types check the values; Config.Validate checks the policy as
+// a whole. The first problem is a *ConfigError naming the file, the line
+// and the key. Config.Apply lays the file under the command line's flags. On SIGHUP Run calls
 // RunOptions.Reload (ReloadFrom in the CLI): max_qp, the reconcile
 // interval and the policy change at once, a bad file or a change only a restart can make
 // is refused and logged.
