@@ -383,8 +383,9 @@ func refuse(n *yaml.Node, format string, a ...any) error {
 
 // The value types below are the configuration file's kinds of value: each
 // reads one YAML value and refuses, in the words an operator sees, what
-// its keys do not take. yaml.v3 asks them about every value but a null or
-// an alias, which checkKeys hands them.
+// its keys do not take. yaml.v3 asks them about every value but a null
+// (which it leaves unset) or an alias (for which it asks about the
+// anchored value); checkKeys hands them those as written.
 
 // scalar refuses n unless it is a scalar other than null.
 func scalar(n *yaml.Node, want string) error {
