@@ -174,9 +174,9 @@ func LoadConfig(path string, optional bool) (Config, error) {
 // names it in errors. The file holds one YAML document: a mapping of the
 // keys Config's yaml tags name, each at most once, decoded strictly
 // (yaml.v3's KnownFields), then Validate. Empty, comments only or null
-// is an empty Config. Every error is a *ConfigError with the line and
-// dotted key at fault, but for YAML that does not parse, which is
-// yaml.v3's own error (it names the line).
+// is an empty Config. Every error is a *ConfigError naming the file, the
+// line and the dotted key at fault; for YAML that does not parse it wraps
+// yaml.v3's own error, which names the line.
 func ParseConfig(path string, b []byte) (Config, error) {
 	located := func(err *ConfigError) (Config, error) {
 		err.Path = path
