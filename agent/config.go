@@ -7,7 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/opfile"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/reset"
 	"go.yaml.in/yaml/v3"
@@ -23,45 +24,97 @@ import (
 // DefaultConfig is where the agent reads its configuration file.
 const DefaultConfig = "/etc/rdmatool/agent.yaml"
 
-// Config is the agent's configuration file. Every key is optional; flags
-// given on the command line override it.
+// maxConfigSize bounds a configuration file; the shipped one, every key
+// commented, is under 4 KiB.
+const maxConfigSize = 1 << 20
+
+// Config is the agent's configuration file as decoded. The yaml tags are
+// its keys; the type of each field reads and checks the key's value. Every
+// key is optional: one the file leaves out is nil. Apply lays the file
+// under the command line's flags.
 type Config struct {
-	Socket         *string
-	MetricsAddress *string
-	Interval       *time.Duration
-	Reconcile      *time.Duration
-	Retain         *time.Duration
-	Probes         *bool
-	MaxQP          map[string]uint64
+	Socket         *absPath  `yaml:"socket"`
+	MetricsAddress *text     `yaml:"metrics_address"`
+	Interval       *duration `yaml:"interval"`
+	Reconcile      *duration `yaml:"reconcile"`
+	Retain         *duration `yaml:"retain"`
+	Probes         *boolean  `yaml:"probes"`
+	MaxQP          maxQP     `yaml:"max_qp"`
 	// Rename is the rename policies applied to devices as they appear
 	// ("map,guid"; "" for none), NamesMap the map policy's file,
 	// RenameForce whether user-assigned names are replaced too.
-	Rename      *string
-	NamesMap    *string
-	RenameForce *bool
+	Rename      *renamePolicies `yaml:"rename"`
+	NamesMap    *absPath        `yaml:"names_map"`
+	RenameForce *boolean        `yaml:"rename_force"`
 	// ExhaustionThreshold is the share of max_qp in use that qp-exhaustion
 	// reports (0 < x <= 1).
-	ExhaustionThreshold *float64
-	// Policy is the remediation policy: DefaultPolicy with what the
-	// file's policy mapping sets, checked; nil when the file has none.
-	Policy *Policy
+	ExhaustionThreshold *threshold `yaml:"exhaustion_threshold"`
+	// Policy is the file's policy mapping: what it sets of the
+	// remediation policy, over DefaultPolicy (Config.policy).
+	Policy *policyConfig `yaml:"policy"`
 }
 
-// configKeys are the keys a configuration file may have, with how each is
-// read into a Config.
-var configKeys = map[string]func(c *Config, n *yaml.Node) error{
-	"socket":               func(c *Config, n *yaml.Node) error { return setString(&c.Socket, n, checkAbsolute) },
-	"metrics_address":      func(c *Config, n *yaml.Node) error { return setString(&c.MetricsAddress, n, nil) },
-	"interval":             func(c *Config, n *yaml.Node) error { return setDuration(&c.Interval, n) },
-	"reconcile":            func(c *Config, n *yaml.Node) error { return setDuration(&c.Reconcile, n) },
-	"retain":               func(c *Config, n *yaml.Node) error { return setDuration(&c.Retain, n) },
-	"probes":               func(c *Config, n *yaml.Node) error { return setBool(&c.Probes, n) },
-	"max_qp":               setMaxQP,
-	"rename":               func(c *Config, n *yaml.Node) error { return setString(&c.Rename, n, checkPolicies) },
-	"names_map":            func(c *Config, n *yaml.Node) error { return setString(&c.NamesMap, n, checkAbsolute) },
-	"rename_force":         func(c *Config, n *yaml.Node) error { return setBool(&c.RenameForce, n) },
-	"exhaustion_threshold": setThreshold,
-	"policy":               setPolicy,
+// policyConfig is the policy mapping of a configuration file; its yaml
+// tags are the mapping's keys.
+type policyConfig struct {
+	Mode       *policyMode  `yaml:"mode"`
+	DryRun     *boolean     `yaml:"dry_run"`
+	QPUse      *share       `yaml:"qp_use"`
+	StaleQPs   *count       `yaml:"stale_qps"`
+	StaleRules *ruleList    `yaml:"stale_rules"`
+	For        *delay       `yaml:"for"`
+	Cooldown   *duration    `yaml:"cooldown"`
+	MaxPerHour *count       `yaml:"max_per_hour"`
+	Method     *resetMethod `yaml:"method"`
+	Grace      *delay       `yaml:"grace"`
+	Timeout    *duration    `yaml:"timeout"`
+}
+
+// example is what checkKeys shows for a policy that is not a mapping.
+func (policyConfig) example() string { return "{mode: reset, qp_use: 0.9}" }
+
+// policy is the policy the file gives: DefaultPolicy with what the
+// mapping sets, unchecked; nil when the file has no policy.
+func (c Config) policy() *Policy {
+	f := c.Policy
+	if f == nil {
+		return nil
+	}
+	p := DefaultPolicy()
+	if f.Mode != nil {
+		p.Mode = string(*f.Mode)
+	}
+	if f.DryRun != nil {
+		p.DryRun = bool(*f.DryRun)
+	}
+	if f.QPUse != nil {
+		p.QPUse = float64(*f.QPUse)
+	}
+	if f.StaleQPs != nil {
+		p.StaleQPs = int(*f.StaleQPs)
+	}
+	if f.StaleRules != nil {
+		p.StaleRules = slices.Clone(*f.StaleRules)
+	}
+	if f.For != nil {
+		p.For = time.Duration(*f.For)
+	}
+	if f.Cooldown != nil {
+		p.Cooldown = time.Duration(*f.Cooldown)
+	}
+	if f.MaxPerHour != nil {
+		p.MaxPerHour = int(*f.MaxPerHour)
+	}
+	if f.Method != nil {
+		p.Method = reset.Method(*f.Method)
+	}
+	if f.Grace != nil {
+		p.Grace = time.Duration(*f.Grace)
+	}
+	if f.Timeout != nil {
+		p.Timeout = time.Duration(*f.Timeout)
+	}
+	return &p
 }
 
 // ConfigError is a configuration file's first problem, located.
@@ -74,7 +127,10 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string {
 	var b strings.Builder
-	b.WriteString("agent: config " + e.Path)
+	b.WriteString("agent: config")
+	if e.Path != "" {
+		b.WriteString(" " + e.Path)
+	}
 	if e.Line > 0 {
 		b.WriteString(":" + strconv.Itoa(e.Line))
 	}
@@ -90,161 +146,350 @@ func (e *ConfigError) Error() string {
 
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// LoadConfig reads and checks the configuration file at path. A missing
-// file is an empty Config when optional (the default path), an error
-// otherwise. Unknown keys, values of the wrong type, durations below a
-// second and malformed max_qp entries are errors naming the key and line.
+// LoadConfig reads (through opfile: a regular file of at most 1 MiB) and
+// checks the configuration file at path. A missing file is an empty
+// Config when optional (the default path), an error otherwise. Unknown
+// keys, values of the wrong type, durations below a second and malformed
+// max_qp entries are errors naming the key and line.
 func LoadConfig(path string, optional bool) (Config, error) {
-	b, err := os.ReadFile(path)
+	b, err := opfile.Read(path, maxConfigSize)
 	if errors.Is(err, fs.ErrNotExist) && optional {
 		return Config{}, nil
 	}
 	if err != nil {
-		return Config{}, &ConfigError{Path: path, Err: unwrapPath(err)}
+		var oe *opfile.Error
+		var pe *fs.PathError
+		switch {
+		case errors.As(err, &oe):
+			err = oe.Err
+		case errors.As(err, &pe):
+			err = pe.Err
+		}
+		return Config{}, &ConfigError{Path: path, Err: err}
 	}
 	return ParseConfig(path, b)
 }
 
-// ParseConfig checks a configuration file's contents; path names it in
-// errors.
+// ParseConfig decodes and checks a configuration file's contents; path
+// names it in errors. The file holds one YAML document: a mapping of the
+// keys Config's yaml tags name, each at most once, decoded strictly
+// (yaml.v3's KnownFields), then Validate. Empty, comments only or null
+// is an empty Config. Every error is a *ConfigError naming the file, the
+// line and the dotted key at fault; for YAML that does not parse it wraps
+// yaml.v3's own error, which names the line.
 func ParseConfig(path string, b []byte) (Config, error) {
-	var c Config
+	located := func(err *ConfigError) (Config, error) {
+		err.Path = path
+		return Config{}, err
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return c, nil // empty, or comments only
+			return Config{}, nil // empty, or comments only
 		}
-		return c, &ConfigError{Path: path, Err: errors.New(strings.TrimPrefix(err.Error(), "yaml: "))}
+		return located(&ConfigError{Err: err})
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return c, &ConfigError{Path: path, Line: extra.Line, Err: errors.New("a second YAML document; the file holds one")}
+		return located(&ConfigError{Line: extra.Line, Err: errors.New("a second YAML document; the file holds one")})
 	}
 	if len(doc.Content) == 0 {
-		return c, nil
+		return Config{}, nil
 	}
 	top := doc.Content[0]
 	if top.Kind == yaml.ScalarNode && top.Tag == "!!null" {
-		return c, nil
+		return Config{}, nil
 	}
 	if top.Kind != yaml.MappingNode {
-		return c, &ConfigError{Path: path, Line: top.Line, Err: errors.New("want a mapping of keys to values")}
+		return located(&ConfigError{Line: top.Line, Err: errors.New("want a mapping of keys to values")})
 	}
-	if _, err := readMapping(&c, top, configKeys); err != nil {
+	if err := checkKeys(top, reflect.TypeFor[Config](), ""); err != nil {
+		return located(err)
+	}
+	var c Config
+	strict := yaml.NewDecoder(bytes.NewReader(b))
+	strict.KnownFields(true)
+	if err := strict.Decode(&c); err != nil {
+		var ve *valueError
+		var te *yaml.TypeError
+		switch {
+		case errors.As(err, &ve):
+			return located(ve.at(keyAt(top, ve.node, "")))
+		case errors.As(err, &te): // checkKeys refuses what yaml.v3 reports so first
+			return located(&ConfigError{Err: errors.New(strings.Join(te.Errors, "; "))})
+		}
+		return located(&ConfigError{Err: err})
+	}
+	if err := c.Validate(); err != nil {
 		var ce *ConfigError
-		errors.As(err, &ce)
-		ce.Path = path
-		return c, ce
+		if !errors.As(err, &ce) {
+			ce = &ConfigError{Err: err}
+		}
+		ce.Line = lineOf(top, ce.Key)
+		return located(ce)
 	}
 	return c, nil
 }
 
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
+// Validate checks what no single value shows: that the policy, laid over
+// DefaultPolicy, makes sense and does not contradict itself
+// (Policy.Check). The error is a *ConfigError naming the key at fault,
+// "policy.cooldown", without file and line (ParseConfig adds them).
+func (c Config) Validate() error {
+	p := c.policy()
+	if p == nil {
+		return nil
 	}
-	return err
-}
-
-// readMapping reads the mapping n into dst, each key with its function in
-// keys. An unknown key, a key given twice or a value its function refuses
-// is a *ConfigError at that key's line (without Path), a nested key's
-// error named by its dotted path ("policy.qp_use"). It returns the line of
-// each key read.
-func readMapping[T any](dst *T, n *yaml.Node, keys map[string]func(*T, *yaml.Node) error) (map[string]int, error) {
-	lines := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		set, ok := keys[k.Value]
-		if !ok || k.Kind != yaml.ScalarNode {
-			valid := slices.Sorted(maps.Keys(keys))
-			return nil, &ConfigError{Line: k.Line, Key: k.Value, Err: fmt.Errorf("unknown key (valid: %s)", strings.Join(valid, ", "))}
+	if err := p.Check(); err != nil {
+		var pe *PolicyError
+		if errors.As(err, &pe) {
+			return &ConfigError{Key: "policy." + pe.Key, Err: pe.Err}
 		}
-		if line, dup := lines[k.Value]; dup {
-			return nil, &ConfigError{Line: k.Line, Key: k.Value, Err: fmt.Errorf("given twice (first on line %d)", line)}
-		}
-		lines[k.Value] = k.Line
-		if err := set(dst, v); err != nil {
-			var ce *ConfigError
-			if errors.As(err, &ce) { // a nested key
-				ce.Key = k.Value + "." + ce.Key
-				return nil, ce
-			}
-			return nil, &ConfigError{Line: v.Line, Key: k.Value, Err: err}
-		}
-	}
-	return lines, nil
-}
-
-func scalar(n *yaml.Node, want string) error {
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		return fmt.Errorf("want %s", want)
+		return &ConfigError{Key: "policy", Err: err}
 	}
 	return nil
 }
 
-func setString(dst **string, n *yaml.Node, check func(string) error) error {
+// checkKeys checks the mapping n, to be decoded into a struct of type t,
+// for what yaml.v3 would report without a key, or take without asking the
+// field's type: a key that none of t's yaml tags names, a key given twice
+// or a merge key ("<<") is refused; a null value (yaml.v3 leaves the field
+// unset) or an alias (yaml.v3 hands the type the anchored value) goes to
+// the field's type, which refuses it in its own words. A value read into
+// a struct must be a mapping, checked the same way. prefix is the dotted
+// path of n ("policy.").
+func checkKeys(n *yaml.Node, t reflect.Type, prefix string) *ConfigError {
+	fields := yamlFields(t)
+	first := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key := prefix + k.Value
+		ft, known := fields[k.Value]
+		if line, dup := first[k.Value]; dup {
+			return &ConfigError{Line: k.Line, Key: key, Err: fmt.Errorf("given twice (first on line %d)", line)}
+		}
+		if !known || k.Kind != yaml.ScalarNode {
+			valid := slices.Sorted(maps.Keys(fields))
+			return &ConfigError{Line: k.Line, Key: key, Err: fmt.Errorf("unknown key (valid: %s)", strings.Join(valid, ", "))}
+		}
+		first[k.Value] = k.Line
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct {
+			if v.Kind != yaml.MappingNode {
+				want := "want a mapping"
+				if ex, ok := reflect.Zero(ft).Interface().(interface{ example() string }); ok {
+					want += ", such as " + ex.example()
+				}
+				return &ConfigError{Line: v.Line, Key: key, Err: errors.New(want)}
+			}
+			if err := checkKeys(v, ft, key+"."); err != nil {
+				return err
+			}
+			continue
+		}
+		if v.Kind != yaml.AliasNode && v.Tag != "!!null" {
+			continue
+		}
+		err := errors.New("want a value")
+		if u, ok := reflect.New(ft).Interface().(yaml.Unmarshaler); ok {
+			err = u.UnmarshalYAML(v)
+		}
+		var ve *valueError
+		if errors.As(err, &ve) {
+			return ve.at(key)
+		}
+		if err != nil {
+			return &ConfigError{Line: v.Line, Key: key, Err: err}
+		}
+	}
+	return nil
+}
+
+// yamlFields maps the yaml tag of each field of the struct type t to the
+// field's type.
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	fields := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" {
+			fields[name] = f.Type
+		}
+	}
+	return fields
+}
+
+// keyAt is the dotted key whose value in the mapping n (or in a mapping
+// within it) is at value's position in the file; "" when none is.
+func keyAt(n, value *yaml.Node, prefix string) string {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if v.Line == value.Line && v.Column == value.Column {
+			return prefix + k.Value
+		}
+		if v.Kind == yaml.MappingNode {
+			if key := keyAt(v, value, prefix+k.Value+"."); key != "" {
+				return key
+			}
+		}
+	}
+	return ""
+}
+
+// lineOf is the line of the dotted key in the mapping n or, when the file
+// does not set it, of the mapping that would hold it.
+func lineOf(n *yaml.Node, key string) int {
+	line := n.Line
+	for name := range strings.SplitSeq(key, ".") {
+		i := 0
+		for i+1 < len(n.Content) && n.Content[i].Value != name {
+			i += 2
+		}
+		if i+1 >= len(n.Content) {
+			return n.Line
+		}
+		line, n = n.Content[i].Line, n.Content[i+1]
+	}
+	return line
+}
+
+// valueError is a value its type refuses: node is the value (keyAt finds
+// its key), entry the entry within it at fault ("rxe0" of max_qp; ""
+// for the value as a whole), line where.
+type valueError struct {
+	node  *yaml.Node
+	entry string
+	line  int
+	err   error
+}
+
+func (e *valueError) Error() string { return e.err.Error() }
+func (e *valueError) Unwrap() error { return e.err }
+
+// at is the error located at the value of key.
+func (e *valueError) at(key string) *ConfigError {
+	if e.entry != "" {
+		key += "." + e.entry
+	}
+	return &ConfigError{Line: e.line, Key: key, Err: e.err}
+}
+
+// refuse is a value type's refusal of the value n.
+func refuse(n *yaml.Node, format string, a ...any) error {
+	return &valueError{node: n, line: n.Line, err: fmt.Errorf(format, a...)}
+}
+
+// The value types below are the configuration file's kinds of value: each
+// reads one YAML value and refuses, in the words an operator sees, what
+// its keys do not take. yaml.v3 asks them about every value but a null
+// (which it leaves unset) or an alias (for which it asks about the
+// anchored value); checkKeys hands them those as written.
+
+// scalar refuses n unless it is a scalar other than null.
+func scalar(n *yaml.Node, want string) error {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return refuse(n, "want %s", want)
+	}
+	return nil
+}
+
+// text is a string: any scalar but null.
+type text string
+
+func (t *text) UnmarshalYAML(n *yaml.Node) error {
 	if err := scalar(n, "a string"); err != nil {
 		return err
 	}
-	if check != nil {
-		if err := check(n.Value); err != nil {
-			return err
+	*t = text(n.Value)
+	return nil
+}
+
+// absPath is an absolute path.
+type absPath string
+
+func (p *absPath) UnmarshalYAML(n *yaml.Node) error {
+	if err := scalar(n, "a string"); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(n.Value, "/") {
+		return refuse(n, "%q: want an absolute path", n.Value)
+	}
+	*p = absPath(n.Value)
+	return nil
+}
+
+// renamePolicies is a list of rename policies ("map,guid"), or "" for
+// none.
+type renamePolicies string
+
+func (r *renamePolicies) UnmarshalYAML(n *yaml.Node) error {
+	if err := scalar(n, "a string"); err != nil {
+		return err
+	}
+	if n.Value != "" {
+		if _, err := rename.ParsePolicies(n.Value); err != nil {
+			var pe *rename.PoliciesError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return &valueError{node: n, line: n.Line, err: err}
 		}
 	}
-	s := n.Value
-	*dst = &s
+	*r = renamePolicies(n.Value)
 	return nil
 }
 
-func checkAbsolute(s string) error {
-	if !strings.HasPrefix(s, "/") {
-		return fmt.Errorf("%q: want an absolute path", s)
+// boolean is true or false (not YAML 1.1's yes, no, on or off).
+type boolean bool
+
+func (b *boolean) UnmarshalYAML(n *yaml.Node) error {
+	var v bool
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&v) != nil {
+		return refuse(n, "%q: want true or false", n.Value)
 	}
+	*b = boolean(v)
 	return nil
 }
 
-func setDuration(dst **time.Duration, n *yaml.Node) error {
-	d, err := duration(n, time.Second)
+// duration is a Go duration of at least a second.
+type duration time.Duration
+
+func (d *duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := parseDuration(n, time.Second)
 	if err != nil {
 		return err
 	}
-	*dst = &d
+	*d = duration(v)
 	return nil
 }
 
-// duration reads a duration of at least min.
-func duration(n *yaml.Node, min time.Duration) (time.Duration, error) {
+// delay is a Go duration, 0s or more.
+type delay time.Duration
+
+func (d *delay) UnmarshalYAML(n *yaml.Node) error {
+	v, err := parseDuration(n, 0)
+	if err != nil {
+		return err
+	}
+	*d = delay(v)
+	return nil
+}
+
+// parseDuration reads a duration of at least min.
+func parseDuration(n *yaml.Node, min time.Duration) (time.Duration, error) {
 	if err := scalar(n, "a duration such as 30s or 5m"); err != nil {
 		return 0, err
 	}
 	d, err := time.ParseDuration(n.Value)
 	if err != nil || d < min {
 		if min > 0 {
-			return 0, fmt.Errorf("%q: want a duration of at least %s, such as 30s or 5m", n.Value, min)
+			return 0, refuse(n, "%q: want a duration of at least %s, such as 30s or 5m", n.Value, min)
 		}
-		return 0, fmt.Errorf("%q: want a duration, 0s or more, such as 30s or 5m", n.Value)
+		return 0, refuse(n, "%q: want a duration, 0s or more, such as 30s or 5m", n.Value)
 	}
 	return d, nil
-}
-
-func setBool(dst **bool, n *yaml.Node) error {
-	b, err := boolean(n)
-	if err != nil {
-		return err
-	}
-	*dst = &b
-	return nil
-}
-
-func boolean(n *yaml.Node) (bool, error) {
-	var b bool
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
-		return false, fmt.Errorf("%q: want true or false", n.Value)
-	}
-	return b, nil
 }
 
 // number reads an int or a float.
@@ -254,198 +499,180 @@ func number(n *yaml.Node) (float64, bool) {
 	return f, ok
 }
 
-func setThreshold(c *Config, n *yaml.Node) error {
+// threshold is a share of max_qp above 0 and at most 1 (not NaN).
+type threshold float64
+
+func (t *threshold) UnmarshalYAML(n *yaml.Node) error {
 	f, ok := number(n)
-	if !ok || f <= 0 || f > 1 {
-		return fmt.Errorf("%q: want a share of max_qp above 0 and at most 1, such as 0.8", n.Value)
+	if !ok || !(f > 0 && f <= 1) {
+		return refuse(n, "%q: want a share of max_qp above 0 and at most 1, such as 0.8", n.Value)
 	}
-	c.ExhaustionThreshold = &f
+	*t = threshold(f)
 	return nil
 }
 
-func checkPolicies(s string) error {
-	if s == "" {
-		return nil
+// share is a number, which Policy.Check holds from 0 to 1.
+type share float64
+
+func (s *share) UnmarshalYAML(n *yaml.Node) error {
+	f, ok := number(n)
+	if !ok {
+		return refuse(n, "%q: want a share of max_qp from 0 to 1, such as 0.9", n.Value)
 	}
-	_, err := rename.ParsePolicies(s)
-	if err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "rename: "))
-	}
+	*s = share(f)
 	return nil
 }
 
-func setMaxQP(c *Config, n *yaml.Node) error {
+// count is a whole number, 0 or more.
+type count int
+
+func (c *count) UnmarshalYAML(n *yaml.Node) error {
+	var v int
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < 0 {
+		return refuse(n, "%q: want a whole number, 0 or more", n.Value)
+	}
+	*c = count(v)
+	return nil
+}
+
+// ruleList is a list of rule names, which Policy.Check checks.
+type ruleList []string
+
+func (r *ruleList) UnmarshalYAML(n *yaml.Node) error {
+	var rules []string
+	if n.Kind != yaml.SequenceNode || n.Decode(&rules) != nil {
+		return refuse(n, "want a list of rule names, such as [stale-error-qp, last-wqe-not-emitted]")
+	}
+	*r = rules
+	return nil
+}
+
+// policyMode is the policy's mode, which Policy.Check holds to observe or
+// reset.
+type policyMode string
+
+func (m *policyMode) UnmarshalYAML(n *yaml.Node) error {
+	if err := scalar(n, "observe or reset"); err != nil {
+		return err
+	}
+	*m = policyMode(n.Value)
+	return nil
+}
+
+// resetMethod is a reset method's name, which Policy.Check checks.
+type resetMethod string
+
+func (m *resetMethod) UnmarshalYAML(n *yaml.Node) error {
+	if err := scalar(n, "a reset method, such as auto"); err != nil {
+		return err
+	}
+	*m = resetMethod(n.Value)
+	return nil
+}
+
+// maxQP is a mapping of device names to QP limits, each a whole number
+// above 0 (leakwatch.ParseMaxQP's), each device once.
+type maxQP map[string]uint64
+
+func (m *maxQP) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
-		return errors.New("want a mapping of device names to QP limits, such as {mlx5_0: 131072}")
+		return refuse(n, "want a mapping of device names to QP limits, such as {mlx5_0: 131072}")
 	}
-	c.MaxQP = map[string]uint64{}
+	limits := maxQP{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		spec := k.Value + "=" + v.Value
+		refuseEntry := func(at *yaml.Node, err error) error {
+			return &valueError{node: n, entry: k.Value, line: at.Line, err: err}
+		}
 		if k.Kind != yaml.ScalarNode || v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
-			return &ConfigError{Line: v.Line, Key: k.Value, Err: fmt.Errorf("%q: want a positive number", v.Value)}
+			return refuseEntry(v, fmt.Errorf("%q: want a positive number", v.Value))
 		}
-		if _, dup := c.MaxQP[k.Value]; dup {
-			return &ConfigError{Line: k.Line, Key: k.Value, Err: errors.New("given twice")}
+		if _, dup := limits[k.Value]; dup {
+			return refuseEntry(k, errors.New("given twice"))
 		}
-		m, err := leakwatch.ParseMaxQP([]string{spec})
+		parsed, err := leakwatch.ParseMaxQP([]string{k.Value + "=" + v.Value})
 		if err != nil {
-			return &ConfigError{Line: v.Line, Key: k.Value, Err: errors.New(strings.TrimPrefix(err.Error(), "leakwatch: "))}
+			var me *leakwatch.MaxQPError
+			if errors.As(err, &me) {
+				err = me.Err
+			}
+			return refuseEntry(v, err)
 		}
-		c.MaxQP[k.Value] = m[k.Value]
+		limits[k.Value] = parsed[k.Value]
 	}
+	*m = limits
 	return nil
 }
 
 // Apply sets in o what the file gives, except what the command line gave:
 // given reports whether the flag for a key was set (socket,
 // metrics_address, interval, reconcile, probes, rename, names_map,
-// rename_force, policy, policy_dry_run). max_qp merges, the command line's entries winning per
-// device. The rename keys complete o.Rename, which the command line set
-// (nil when it named no policies).
+// rename_force, exhaustion_threshold, policy, policy_dry_run). max_qp
+// merges, the command line's entries winning per device. The rename keys
+// complete o.Rename, which the command line set (nil when it named no
+// policies).
 func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 	if c.Rename != nil && !given("rename") {
 		o.Rename = nil
 		if *c.Rename != "" {
-			policies, _ := rename.ParsePolicies(*c.Rename) // checked when parsed
+			policies, _ := rename.ParsePolicies(string(*c.Rename)) // checked when decoded
 			o.Rename = &rename.Options{Policies: policies}
 		}
 	}
 	if o.Rename != nil {
 		r := *o.Rename
 		if c.NamesMap != nil && !given("names_map") {
-			r.MapFile, r.MapMustExist = *c.NamesMap, true
+			r.MapFile, r.MapMustExist = string(*c.NamesMap), true
 		}
 		if c.RenameForce != nil && !given("rename_force") {
-			r.Force = *c.RenameForce
+			r.Force = bool(*c.RenameForce)
 		}
 		o.Rename = &r
 	}
 	if c.Socket != nil && !given("socket") {
-		o.Socket = *c.Socket
+		o.Socket = string(*c.Socket)
 	}
 	if c.MetricsAddress != nil && !given("metrics_address") {
-		o.MetricsAddress = *c.MetricsAddress
+		o.MetricsAddress = string(*c.MetricsAddress)
 	}
 	if c.Interval != nil && !given("interval") {
-		o.Interval = *c.Interval
+		o.Interval = time.Duration(*c.Interval)
 	}
 	if c.Reconcile != nil && !given("reconcile") {
-		o.Reconcile = *c.Reconcile
+		o.Reconcile = time.Duration(*c.Reconcile)
 	}
 	if c.Retain != nil {
-		o.Retain = *c.Retain
+		o.Retain = time.Duration(*c.Retain)
 	}
 	if c.ExhaustionThreshold != nil && !given("exhaustion_threshold") {
-		o.ExhaustionThreshold = *c.ExhaustionThreshold
+		o.ExhaustionThreshold = float64(*c.ExhaustionThreshold)
 	}
 	if c.Probes != nil && !given("probes") {
-		o.NoProbes = !*c.Probes
+		o.NoProbes = !bool(*c.Probes)
 	}
-	if c.Policy != nil {
-		p := *c.Policy
+	if p := c.policy(); p != nil {
 		if given("policy") {
 			p.Mode = o.Policy.Mode
 		}
 		if given("policy_dry_run") {
 			p.DryRun = o.Policy.DryRun
 		}
-		o.Policy = p
+		o.Policy = *p
 	}
 	if len(c.MaxQP) > 0 {
 		merged := make(map[string]uint64, len(c.MaxQP)+len(o.MaxQP))
-		for k, v := range c.MaxQP {
-			merged[k] = v
-		}
-		for k, v := range o.MaxQP {
-			merged[k] = v
-		}
+		maps.Copy(merged, c.MaxQP)
+		maps.Copy(merged, o.MaxQP)
 		o.MaxQP = merged
 	}
-}
-
-// policyKeys are the keys of the policy mapping, with how each is read.
-var policyKeys = map[string]func(p *Policy, n *yaml.Node) error{
-	"mode": func(p *Policy, n *yaml.Node) error {
-		if err := scalar(n, "observe or reset"); err != nil {
-			return err
-		}
-		p.Mode = n.Value
-		return nil
-	},
-	"dry_run": func(p *Policy, n *yaml.Node) (err error) { p.DryRun, err = boolean(n); return err },
-	"qp_use": func(p *Policy, n *yaml.Node) error {
-		var ok bool
-		if p.QPUse, ok = number(n); !ok {
-			return fmt.Errorf("%q: want a share of max_qp from 0 to 1, such as 0.9", n.Value)
-		}
-		return nil
-	},
-	"stale_qps":    func(p *Policy, n *yaml.Node) error { return decodeCount(&p.StaleQPs, n) },
-	"max_per_hour": func(p *Policy, n *yaml.Node) error { return decodeCount(&p.MaxPerHour, n) },
-	"stale_rules": func(p *Policy, n *yaml.Node) error {
-		var rules []string
-		if n.Kind != yaml.SequenceNode || n.Decode(&rules) != nil {
-			return errors.New("want a list of rule names, such as [stale-error-qp, last-wqe-not-emitted]")
-		}
-		p.StaleRules = rules
-		return nil
-	},
-	"for":      func(p *Policy, n *yaml.Node) (err error) { p.For, err = duration(n, 0); return err },
-	"cooldown": func(p *Policy, n *yaml.Node) (err error) { p.Cooldown, err = duration(n, time.Second); return err },
-	"grace":    func(p *Policy, n *yaml.Node) (err error) { p.Grace, err = duration(n, 0); return err },
-	"timeout":  func(p *Policy, n *yaml.Node) (err error) { p.Timeout, err = duration(n, time.Second); return err },
-	"method": func(p *Policy, n *yaml.Node) error {
-		if err := scalar(n, "a reset method, such as auto"); err != nil {
-			return err
-		}
-		p.Method = reset.Method(n.Value)
-		return nil
-	},
-}
-
-// setPolicy reads the policy mapping over DefaultPolicy and checks the
-// result: a contradiction is reported at the key it names, or at the
-// mapping when the file does not set that key.
-func setPolicy(c *Config, n *yaml.Node) error {
-	if n.Kind != yaml.MappingNode {
-		return errors.New("want a mapping, such as {mode: reset, qp_use: 0.9}")
-	}
-	p := DefaultPolicy()
-	lines, err := readMapping(&p, n, policyKeys)
-	if err != nil {
-		return err
-	}
-	if err := p.Check(); err != nil {
-		var pe *PolicyError
-		if errors.As(err, &pe) {
-			line := lines[pe.Key]
-			if line == 0 {
-				line = n.Line
-			}
-			return &ConfigError{Line: line, Key: pe.Key, Err: pe.Err}
-		}
-		return err
-	}
-	c.Policy = &p
-	return nil
-}
-
-func decodeCount(dst *int, n *yaml.Node) error {
-	var v int
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < 0 {
-		return fmt.Errorf("%q: want a whole number, 0 or more", n.Value)
-	}
-	*dst = v
-	return nil
 }
 
 // ReloadFrom returns what a reload of the file at path changes in running,
 // the options the agent was started with (base: those of the command line
 // alone). A file that does not load, or that changes an option only a
-// restart can (socket, metrics_address, interval, probes, retain, the
-// rename keys), is an
-// error and nothing is reloaded.
+// restart can (socket, metrics_address, interval, probes, retain,
+// exhaustion_threshold, the rename keys), is an error and nothing is
+// reloaded.
 func ReloadFrom(path string, optional bool, base, running RunOptions, given func(key string) bool) (Reloadable, error) {
 	c, err := LoadConfig(path, optional)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,8 +20,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
+	"go.yaml.in/yaml/v3"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -41,23 +44,29 @@ max_qp:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Socket: ptr("/run/x/agent.sock"), MetricsAddress: ptr("[::1]:9999"), Interval: ptr(30 * time.Second),
-		Reconcile: ptr(10 * time.Minute), Retain: ptr(time.Hour), Probes: ptr(false), MaxQP: map[string]uint64{"mlx5_0": 131072, "rxe0": 1024}}
+	want := Config{Socket: ptr[absPath]("/run/x/agent.sock"), MetricsAddress: ptr[text]("[::1]:9999"), Interval: ptr(duration(30 * time.Second)),
+		Reconcile: ptr(duration(10 * time.Minute)), Retain: ptr(duration(time.Hour)), Probes: ptr[boolean](false), MaxQP: maxQP{"mlx5_0": 131072, "rxe0": 1024}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
+	}
+	rest, err := ParseConfig("a.yaml", []byte("rename: map,guid\nnames_map: /etc/x\nrename_force: true\nexhaustion_threshold: 0.5\n"))
+	wantRest := Config{Rename: ptr[renamePolicies]("map,guid"), NamesMap: ptr[absPath]("/etc/x"), RenameForce: ptr[boolean](true),
+		ExhaustionThreshold: ptr[threshold](0.5)}
+	if d := cmp.Diff(wantRest, rest); err != nil || d != "" {
+		t.Errorf("rename and threshold keys: %v (-want +got):\n%s", err, d)
 	}
 	pol, err := ParseConfig("a.yaml", []byte("policy:\n  mode: reset\n  dry_run: true\n  qp_use: 0.5\n  stale_qps: 0\n  stale_rules: [stale-error-qp]\n  for: 0s\n  cooldown: 10m\n  max_per_hour: 3\n  method: relink\n  grace: 0s\n  timeout: 1m\n"))
 	wantPol := Policy{Mode: PolicyReset, DryRun: true, QPUse: 0.5, StaleQPs: 0, StaleRules: []string{"stale-error-qp"}, For: 0,
 		Cooldown: 10 * time.Minute, MaxPerHour: 3, Method: "relink", Grace: 0, Timeout: time.Minute}
-	if err != nil || pol.Policy == nil || !cmp.Equal(*pol.Policy, wantPol) {
-		t.Errorf("policy: %+v, %v; want %+v", pol.Policy, err, wantPol)
+	if p := pol.policy(); err != nil || p == nil || !cmp.Equal(*p, wantPol) {
+		t.Errorf("policy: %+v, %v; want %+v", p, err, wantPol)
 	}
 	// Left out, a key keeps its default.
 	pol, err = ParseConfig("a.yaml", []byte("policy:\n  mode: reset\n"))
 	wantPol = DefaultPolicy()
 	wantPol.Mode = PolicyReset
-	if err != nil || pol.Policy == nil || !cmp.Equal(*pol.Policy, wantPol) {
-		t.Errorf("policy with mode only: %+v, %v; want %+v", pol.Policy, err, wantPol)
+	if p := pol.policy(); err != nil || p == nil || !cmp.Equal(*p, wantPol) {
+		t.Errorf("policy with mode only: %+v, %v; want %+v", p, err, wantPol)
 	}
 	for _, empty := range []string{"", "# only comments\n", "---\n", "~\n"} {
 		if c, err := ParseConfig("a.yaml", []byte(empty)); err != nil || !cmp.Equal(c, Config{}) {
@@ -110,6 +119,30 @@ func TestParseConfigErrors(t *testing.T) {
 		{"policy:\n  mode: reset\n  for: 2h\n", `agent: config a.yaml:2: policy.cooldown: 1h0m0s is shorter than for (2h0m0s)`},
 		{"policy:\n  stale_rules: []\n", `agent: config a.yaml:2: policy.stale_rules: empty with stale_qps 100`},
 		{"policy:\n  mode: reset\n  mode: observe\n", `agent: config a.yaml:3: policy.mode: given twice (first on line 2)`},
+		// Not a number, however YAML spells it.
+		{"exhaustion_threshold: .nan\n", `agent: config a.yaml:1: exhaustion_threshold: ".nan": want a share of max_qp above 0 and at most 1`},
+		{"exhaustion_threshold: .inf\n", `agent: config a.yaml:1: exhaustion_threshold: ".inf": want a share of max_qp above 0 and at most 1`},
+		{"policy:\n  qp_use: .nan\n", `agent: config a.yaml:2: policy.qp_use: NaN: want a share of max_qp from 0 to 1`},
+		// What yaml.v3 would take without asking: nulls, aliases, merge
+		// keys, YAML 1.1's booleans, numbers in other bases.
+		{"probes:\n", `agent: config a.yaml:1: probes: "": want true or false`},
+		{"max_qp:\n", `agent: config a.yaml:1: max_qp: want a mapping of device names to QP limits`},
+		{"policy:\n", `agent: config a.yaml:1: policy: want a mapping, such as {mode: reset, qp_use: 0.9}`},
+		{"policy:\n  stale_rules: ~\n", `agent: config a.yaml:2: policy.stale_rules: want a list of rule names`},
+		{"interval: &i 10s\nreconcile: *i\n", `agent: config a.yaml:2: reconcile: want a duration such as 30s or 5m`},
+		{"defaults: &d {interval: 10s}\n", `agent: config a.yaml:1: defaults: unknown key`},
+		{"<<: {interval: 10s}\n", `agent: config a.yaml:1: <<: unknown key`},
+		{"policy:\n  <<: {mode: reset}\n", `agent: config a.yaml:2: policy.<<: unknown key`},
+		{"rename_force: on\n", `agent: config a.yaml:1: rename_force: "on": want true or false`},
+		{"max_qp:\n  rxe0: 0x400\n", `agent: config a.yaml:2: max_qp.rxe0: max_qp "rxe0=0x400"`},
+		{"max_qp:\n  rxe0:\n", `agent: config a.yaml:2: max_qp.rxe0: "": want a positive number`},
+		{"policy:\n  mode: [reset]\n", `agent: config a.yaml:2: policy.mode: want observe or reset`},
+		{"policy:\n  method: {a: b}\n", `agent: config a.yaml:2: policy.method: want a reset method, such as auto`},
+		{"policy:\n  max_per_hour: 1.5\n", `agent: config a.yaml:2: policy.max_per_hour: "1.5": want a whole number`},
+		{"policy:\n  grace: -1s\n", `agent: config a.yaml:2: policy.grace: "-1s": want a duration, 0s or more`},
+		{"rename: ''\nrename: guid\n", `agent: config a.yaml:2: rename: given twice (first on line 1)`},
+		{"rename: map,,guid\n", `agent: config a.yaml:1: rename: empty policy in "map,,guid"`},
+		{"interval: 1m\nmax_qp:\n  rxe0: 5\npolicy:\n  mode: reset\n  cooldown: 1m\n  for: 2m\n", `agent: config a.yaml:6: policy.cooldown: 1m0s is shorter than for (2m0s)`},
 	} {
 		_, err := ParseConfig("a.yaml", []byte(tt.in))
 		var ce *ConfigError
@@ -120,7 +153,8 @@ func TestParseConfigErrors(t *testing.T) {
 }
 
 // The commented default file parses, documents every key, and is all
-// comments: installing it changes nothing.
+// comments: installing it changes nothing. The values it shows are the
+// code's defaults.
 func TestDefaultConfigFile(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "packaging", "rdmatool", "agent.yaml"))
 	if err != nil {
@@ -135,19 +169,48 @@ func TestDefaultConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the default file's values do not parse: %v", err)
 	}
-	var documented []string
-	for _, m := range regexp.MustCompile(`(?m)^#([a-z_]+):`).FindAllSubmatch(b, -1) {
-		documented = append(documented, string(m[1]))
+	// Every key is documented, the policy's too.
+	var doc yaml.Node
+	if err := yaml.Unmarshal(uncommented, &doc); err != nil {
+		t.Fatal(err)
 	}
-	slices.Sort(documented)
-	if !slices.Equal(documented, slices.Sorted(maps.Keys(configKeys))) {
-		t.Errorf("documented keys %v, known %v", documented, slices.Sorted(maps.Keys(configKeys)))
+	keys := func(n *yaml.Node) []string {
+		var out []string
+		for i := 0; i < len(n.Content); i += 2 {
+			out = append(out, n.Content[i].Value)
+		}
+		return slices.Sorted(slices.Values(out))
 	}
-	// The values shown are the defaults.
-	if *c.Socket != DefaultSocket || *c.MetricsAddress != DefaultMetricsAddress || *c.Reconcile != DefaultReconcile || *c.Interval != 10*time.Second || !*c.Probes ||
-		*c.Rename != "" || *c.NamesMap != rename.DefaultMapFile || *c.RenameForce || *c.ExhaustionThreshold != 0.8 ||
-		!cmp.Equal(*c.Policy, DefaultPolicy()) {
-		t.Errorf("the default file shows other values than the defaults: %+v", c)
+	top := doc.Content[0]
+	if known := slices.Sorted(maps.Keys(yamlFields(reflect.TypeFor[Config]()))); !slices.Equal(keys(top), known) {
+		t.Errorf("documented keys %v, known %v", keys(top), known)
+	}
+	if known := slices.Sorted(maps.Keys(yamlFields(reflect.TypeFor[policyConfig]()))); !slices.Equal(keys(top.Content[len(top.Content)-1]), known) {
+		t.Errorf("documented policy keys %v, known %v", keys(top.Content[len(top.Content)-1]), known)
+	}
+	// The values shown are the defaults: the agent's, leakwatch's for
+	// what the agent leaves to it, and none for max_qp (the entries
+	// shown are examples: without one the agent asks the device).
+	tests := []struct {
+		key       string
+		got, want any
+	}{
+		{"socket", string(*c.Socket), DefaultSocket},
+		{"metrics_address", string(*c.MetricsAddress), DefaultMetricsAddress},
+		{"interval", time.Duration(*c.Interval), DefaultInterval},
+		{"reconcile", time.Duration(*c.Reconcile), DefaultReconcile},
+		{"retain", time.Duration(*c.Retain), leakwatch.DefaultRetain},
+		{"probes", bool(*c.Probes), !RunOptions{}.NoProbes},
+		{"rename", string(*c.Rename), ""},
+		{"names_map", string(*c.NamesMap), rename.DefaultMapFile},
+		{"rename_force", bool(*c.RenameForce), rename.Options{}.Force},
+		{"exhaustion_threshold", float64(*c.ExhaustionThreshold), leakwatch.DefaultExhaustionThreshold},
+		{"policy", *c.policy(), DefaultPolicy()},
+	}
+	for _, tt := range tests {
+		if !cmp.Equal(tt.got, tt.want) {
+			t.Errorf("the default file shows %s: %v, the default is %v", tt.key, tt.got, tt.want)
+		}
 	}
 }
 
@@ -158,6 +221,39 @@ func TestLoadConfigMissing(t *testing.T) {
 	}
 	if _, err := LoadConfig(path, false); err == nil || err.Error() != "agent: config "+path+": no such file or directory" {
 		t.Errorf("missing file asked for: %v", err)
+	}
+}
+
+// LoadConfig reads through opfile: what is not a regular file, or is over
+// 1 MiB, is refused, naming the file, optional or not. (opfile's tests hold
+// a named pipe to a deadline; here one that blocked would hang the test.)
+func TestLoadConfigNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero.yaml")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("#\n"), maxConfigSize/2+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		fifo: "agent: config " + fifo + ": not a regular file (a named pipe)",
+		zero: "agent: config " + zero + ": not a regular file (a character device)",
+		dir:  "agent: config " + dir + ": not a regular file (a directory)",
+		big:  "agent: config " + big + ": larger than 1048576 bytes",
+	} {
+		for _, optional := range []bool{false, true} {
+			_, err := LoadConfig(path, optional)
+			var ce *ConfigError
+			if err == nil || err.Error() != want || !errors.As(err, &ce) || ce.Path != path {
+				t.Errorf("LoadConfig(%s, optional %v) = %v, want %q", path, optional, err, want)
+			}
+		}
 	}
 }
 
@@ -296,6 +392,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // one line naming the file, and never panics.
 func FuzzParseConfig(f *testing.F) {
 	for _, seed := range []string{"", "interval: 10s\n", "max_qp:\n  rxe0: 5\n", "probes: [\n", "a: b\n---\nc: d\n",
+		"interval: &i 10s\nreconcile: *i\n", "<<: {interval: 1m}\n", "max_qp: {rxe0: 1, rxe0: 2}\n", "policy: ~\n",
 		"rename: map,guid\nnames_map: /etc/x\n", "exhaustion_threshold: 0.5\n", "{interval: 1m, reconcile: 5m}\n", "&a [*a]\n",
 		"policy:\n  mode: reset\n  stale_rules: [stale-error-qp]\n  for: 1m\n", "policy: {mode: reset, dry_run: true, qp_use: 0.5, method: relink}\n"} {
 		f.Add([]byte(seed))

@@ -104,7 +104,7 @@ func (p Policy) Check() error {
 		return bad("mode", "%q: want %s or %s", p.Mode, PolicyObserve, PolicyReset)
 	case p.DryRun && p.Mode != PolicyReset:
 		return bad("dry_run", "set with mode %s, which never resets: a dry run needs mode %s", p.Mode, PolicyReset)
-	case p.QPUse < 0 || p.QPUse > 1:
+	case !(p.QPUse >= 0 && p.QPUse <= 1): // NaN too
 		return bad("qp_use", "%g: want a share of max_qp from 0 to 1, such as 0.9", p.QPUse)
 	case p.StaleQPs < 0:
 		return bad("stale_qps", "%d: must not be negative", p.StaleQPs)
@@ -122,7 +122,11 @@ func (p Policy) Check() error {
 		return bad("timeout", "%s: must be more than 0", p.Timeout)
 	}
 	if _, err := reset.ParseMethod(string(p.Method)); err != nil {
-		return bad("method", "%s", strings.TrimPrefix(err.Error(), "reset: "))
+		var me *reset.MethodError
+		if errors.As(err, &me) {
+			err = me.Err
+		}
+		return &PolicyError{Key: "method", Err: err}
 	}
 	if p.Method == reset.MethodNetdevBounce {
 		return bad("method", "%s keeps every QP: it cannot free a device's QPs", p.Method)
@@ -131,7 +135,11 @@ func (p Policy) Check() error {
 		return bad("stale_rules", "empty with stale_qps %d: no QP could count as stale", p.StaleQPs)
 	}
 	if err := leakwatch.CheckRules(p.StaleRules); err != nil {
-		return bad("stale_rules", "%s", strings.TrimPrefix(err.Error(), "leakwatch: "))
+		var re *leakwatch.RuleError
+		if errors.As(err, &re) {
+			err = re.Err
+		}
+		return &PolicyError{Key: "stale_rules", Err: err}
 	}
 	for _, r := range p.StaleRules {
 		if !leakwatch.IsQPRule(r) {

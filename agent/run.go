@@ -30,6 +30,9 @@ const DefaultSocket = "/run/rdmatool/agent.sock"
 // zombie contexts.
 const zombieEvery = time.Minute
 
+// DefaultInterval is RunOptions.Interval's default.
+const DefaultInterval = 10 * time.Second
+
 // DefaultReconcile is RunOptions.Reconcile's default.
 const DefaultReconcile = 5 * time.Minute
 
@@ -42,7 +45,7 @@ type RunOptions struct {
 	Socket string
 	// Interval is the time between listings of the devices and, without
 	// probes (and on iWARP devices always), between netlink QP dumps of
-	// each device (default 10s).
+	// each device (DefaultInterval when 0).
 	Interval time.Duration
 	// Reconcile is the time between netlink QP dumps of a device while the
 	// probes feed the history (default 5 minutes); a device is dumped
@@ -108,7 +111,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		o.Socket = DefaultSocket
 	}
 	if o.Interval <= 0 {
-		o.Interval = 10 * time.Second
+		o.Interval = DefaultInterval
 	}
 	if o.Reconcile <= 0 {
 		o.Reconcile = DefaultReconcile

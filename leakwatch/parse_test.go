@@ -26,8 +26,10 @@ func TestParseMaxQP(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseMaxQP(tt.specs)
 			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("ParseMaxQP(%q) error %v, want %q", tt.specs, err, tt.wantErr)
+				var me *MaxQPError
+				if err == nil || err.Error() != tt.wantErr || !errors.As(err, &me) || me.Spec != tt.specs[0] ||
+					"leakwatch: "+me.Err.Error() != tt.wantErr {
+					t.Fatalf("ParseMaxQP(%q) error %v, want a *MaxQPError %q", tt.specs, err, tt.wantErr)
 				}
 				return
 			}
@@ -52,6 +54,10 @@ func TestCheckRules(t *testing.T) {
 	want := `leakwatch: unknown rule "stale-qp" (valid: stale-error-qp, never-connected-qp, srq-destroy-without-last-wqe, last-wqe-not-emitted, last-wqe-unhandled, xrc-tgt-orphan, srq-drain-stalled, qp-exhaustion, zombie-uverbs-context)`
 	if err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
+	}
+	var re *RuleError
+	if !errors.As(err, &re) || re.Rule != "stale-qp" || "leakwatch: "+re.Err.Error() != want {
+		t.Errorf("error %#v, want a *RuleError for stale-qp", err)
 	}
 }
 

@@ -335,16 +335,24 @@ type Watcher struct {
 	zombies zombieState
 }
 
+// Config's defaults, which New applies to what is 0.
+const (
+	// DefaultExhaustionThreshold is Config.ExhaustionThreshold's default.
+	DefaultExhaustionThreshold = 0.8
+	// DefaultRetain is Config.Retain's default.
+	DefaultRetain = 10 * time.Minute
+)
+
 // New returns a watcher that reads the time from now.
 func New(cfg Config, now func() time.Time) *Watcher {
 	if cfg.ExhaustionThreshold == 0 {
-		cfg.ExhaustionThreshold = 0.8
+		cfg.ExhaustionThreshold = DefaultExhaustionThreshold
 	}
 	if cfg.ExhaustionHorizon == 0 {
 		cfg.ExhaustionHorizon = 24 * time.Hour
 	}
 	if cfg.Retain == 0 {
-		cfg.Retain = 10 * time.Minute
+		cfg.Retain = DefaultRetain
 	}
 	return &Watcher{cfg: cfg, now: now, start: now(), qps: map[qpKey]*History{}, devs: map[uint32]*deviceState{}}
 }

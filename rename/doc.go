@@ -50,10 +50,10 @@
 // ignored. A GUID or a name may appear once; a zero GUID, a malformed GUID,
 // an invalid name or a line of other than two fields is an error that names
 // the file and line (*MapError lists them all). A UTF-8 byte order mark at
-// the start of the file is skipped. The file must be a regular file (or a
-// symbolic link to one); a named pipe, device or directory is refused
-// without reading it. A missing default file is no error: the map policy
-// then names nothing.
+// the start of the file is skipped. The file is read through package
+// opfile: it must be a regular file (or a symbolic link to one) of at most
+// 1 MiB; a named pipe, device or directory is refused without reading it.
+// A missing default file is no error: the map policy then names nothing.
 //
 // # Renaming
 //

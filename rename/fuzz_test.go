@@ -29,7 +29,7 @@ func FuzzParseMap(f *testing.F) {
 	f.Add("\ufeff0002:c903:00a1:b2c3 a\n\ufeff")
 	f.Add("0002:c903:00a1:b2c3 a\u202eb\n")
 	f.Fuzz(func(t *testing.T, content string) {
-		m, err := ParseMap(strings.NewReader(content), "f.conf")
+		m, err := ParseMap([]byte(content), "f.conf")
 		if err != nil {
 			var me *MapError
 			if errors.As(err, &me) {
@@ -56,7 +56,7 @@ func FuzzParseMap(f *testing.F) {
 			}
 			fmt.Fprintf(&out, "%s %s\n", e.GUID, e.Name)
 		}
-		again, err := ParseMap(strings.NewReader(out.String()), "f.conf")
+		again, err := ParseMap([]byte(out.String()), "f.conf")
 		if err != nil {
 			t.Fatalf("re-reading %q: %v", out.String(), err)
 		}

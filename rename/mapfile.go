@@ -1,14 +1,12 @@
 package rename
 
 import (
+	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 	"strconv"
 	"strings"
-	"syscall"
 
+	"github.com/rdmatool/rdmatool/opfile"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -81,65 +79,30 @@ func (e *MapError) Unwrap() []error {
 	return errs
 }
 
-// LoadMap reads and checks a map file. It must be a regular file (or a
-// symbolic link to one): a named pipe, a device or a directory is refused
-// without reading from it, so a pipe with no writer does not block.
+// LoadMap reads and checks a map file, through opfile.Read: it must be a
+// regular file (or a symbolic link to one) of at most 1 MiB; a named pipe,
+// a device or a directory is refused without reading from it, so a pipe
+// with no writer does not block.
 func LoadMap(path string) (*Map, error) {
-	// Stat first, so that a device is not even opened. Then open with
-	// O_NONBLOCK, so that a named pipe put in the file's place meanwhile
-	// does not block the open (a regular file reads as without it), and
-	// check what was opened.
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
-		return nil, notRegular(path, fi.Mode())
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	b, err := opfile.Read(path, maxMapSize)
 	if err != nil {
+		var oe *opfile.Error
+		if errors.As(err, &oe) {
+			return nil, fmt.Errorf("rename: read map %s: %w", path, oe.Err)
+		}
 		return nil, fmt.Errorf("rename: read map: %w", err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("rename: read map: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, notRegular(path, fi.Mode())
-	}
-	return ParseMap(f, path)
-}
-
-// notRegular is LoadMap's error for a file that is not a regular one.
-func notRegular(path string, m fs.FileMode) error {
-	kind := "mode " + m.String()
-	switch m.Type() {
-	case fs.ModeDir:
-		kind = "a directory"
-	case fs.ModeNamedPipe:
-		kind = "a named pipe"
-	case fs.ModeSocket:
-		kind = "a socket"
-	case fs.ModeDevice:
-		kind = "a block device"
-	case fs.ModeDevice | fs.ModeCharDevice:
-		kind = "a character device"
-	}
-	return fmt.Errorf("rename: read map %s: not a regular file (%s)", path, kind)
+	return ParseMap(b, path)
 }
 
 // ParseMap reads a map file's content; file names it in errors. Every line
 // is checked: the error is a *MapError listing each bad one. A UTF-8 byte
 // order mark at the start is skipped.
-func ParseMap(r io.Reader, file string) (*Map, error) {
-	raw, err := io.ReadAll(io.LimitReader(r, maxMapSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("rename: read map %s: %w", file, err)
-	}
-	if len(raw) > maxMapSize {
-		return nil, fmt.Errorf("rename: read map %s: larger than %d bytes", file, maxMapSize)
-	}
+func ParseMap(content []byte, file string) (*Map, error) {
 	m := &Map{File: file}
 	var bad []LineError
-	content := strings.TrimPrefix(string(raw), byteOrderMark)
-	for i, line := range strings.Split(content, "\n") {
+	text := strings.TrimPrefix(string(content), byteOrderMark)
+	for i, line := range strings.Split(text, "\n") {
 		n := i + 1
 		fields := lineFields(line)
 		if len(fields) == 0 {

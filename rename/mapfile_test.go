@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/opfile"
 )
 
 func TestLoadMap(t *testing.T) {
@@ -86,10 +87,29 @@ func TestLoadMapNotRegular(t *testing.T) {
 				}
 				err = <-done
 			}
-			if err == nil || err.Error() != tt.want {
+			if err == nil || err.Error() != tt.want || !errors.Is(err, opfile.ErrNotRegular) {
 				t.Errorf("LoadMap(%s) = %v, want %q", tt.path, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestLoadMapTooLarge checks that a map file over 1 MiB is refused, and one
+// of exactly 1 MiB read.
+func TestLoadMapTooLarge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "names.conf")
+	if err := os.WriteFile(path, []byte(strings.Repeat("#\n", maxMapSize/2)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := LoadMap(path); err != nil || len(m.Entries) != 0 {
+		t.Errorf("LoadMap(1 MiB of comments) = %+v, %v, want an empty map", m, err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Repeat("#\n", maxMapSize/2+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "rename: read map " + path + ": larger than 1048576 bytes"
+	if _, err := LoadMap(path); err == nil || err.Error() != want || !errors.Is(err, opfile.ErrTooLarge) {
+		t.Errorf("LoadMap(over 1 MiB) = %v, want %q", err, want)
 	}
 }
 
@@ -169,7 +189,6 @@ func TestParseMap(t *testing.T) {
 		{"control character", "0002:c903:00a1:b2c3 a\x01", nil, `rename: f.conf:1: invalid name "a\x01": contains a control character`},
 		{"name first", "fab0 0002:c903:00a1:b2c3", nil,
 			`rename: f.conf:1: invalid GUID "fab0": want 0002:c903:00a1:b2c3, 0x0002c90300a1b2c3 or 0002c90300a1b2c3`},
-		{"too large", strings.Repeat("#\n", maxMapSize), nil, "rename: read map f.conf: larger than 1048576 bytes"},
 		{"byte order mark", "\ufeff0002:c903:00a1:b2c3 a\n", []MapEntry{{GUID: 0x0002c90300a1b2c3, Name: "a", Line: 1}}, ""},
 		{"byte order mark before a comment", "\ufeff# names\n0002:c903:00a1:b2c3 a\n", []MapEntry{{GUID: 0x0002c90300a1b2c3, Name: "a", Line: 2}}, ""},
 		{"byte order mark on the second line", "# names\n\ufeff0002:c903:00a1:b2c3 a\n", nil,
@@ -181,7 +200,7 @@ func TestParseMap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := ParseMap(strings.NewReader(tt.in), "f.conf")
+			m, err := ParseMap([]byte(tt.in), "f.conf")
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
 					t.Fatalf("ParseMap error = %v, want %q", err, tt.wantErr)

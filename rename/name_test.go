@@ -150,8 +150,10 @@ func TestParsePolicies(t *testing.T) {
 		t.Run(tt.in, func(t *testing.T) {
 			got, err := ParsePolicies(tt.in)
 			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("ParsePolicies(%q) error = %v, want %q", tt.in, err, tt.wantErr)
+				var pe *PoliciesError
+				if err == nil || err.Error() != tt.wantErr || !errors.As(err, &pe) || pe.List != tt.in ||
+					"rename: "+pe.Err.Error() != tt.wantErr {
+					t.Fatalf("ParsePolicies(%q) error = %v, want a *PoliciesError %q", tt.in, err, tt.wantErr)
 				}
 				return
 			}

@@ -30,6 +30,7 @@ const (
 const DefaultPolicies = "map,guid"
 
 // ParsePolicies parses a comma-separated policy list such as "map,guid".
+// A list it refuses is a *PoliciesError.
 func ParsePolicies(s string) ([]Policy, error) {
 	var out []Policy
 	for _, f := range strings.Split(s, ",") {
@@ -37,19 +38,30 @@ func ParsePolicies(s string) ([]Policy, error) {
 		switch p {
 		case PolicyMap, PolicyGUID, PolicyPCI, PolicyKeep:
 		case "":
-			return nil, fmt.Errorf("rename: empty policy in %q", s)
+			return nil, &PoliciesError{List: s, Err: fmt.Errorf("empty policy in %q", s)}
 		default:
-			return nil, fmt.Errorf("rename: unknown policy %q (want map, guid, pci or keep)", p)
+			return nil, &PoliciesError{List: s, Err: fmt.Errorf("unknown policy %q (want map, guid, pci or keep)", p)}
 		}
 		for _, q := range out {
 			if q == p {
-				return nil, fmt.Errorf("rename: policy %s listed twice in %q", p, s)
+				return nil, &PoliciesError{List: s, Err: fmt.Errorf("policy %s listed twice in %q", p, s)}
 			}
 		}
 		out = append(out, p)
 	}
 	return out, nil
 }
+
+// PoliciesError is a policy list ParsePolicies refuses: List as given, and
+// Err why, without the package's prefix, for a caller that names the
+// setting its own way.
+type PoliciesError struct {
+	List string
+	Err  error
+}
+
+func (e *PoliciesError) Error() string { return "rename: " + e.Err.Error() }
+func (e *PoliciesError) Unwrap() error { return e.Err }
 
 // namer chooses names by evaluating the policies in order.
 type namer struct {

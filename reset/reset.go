@@ -49,7 +49,7 @@ const (
 // methods are the methods by name, in the order auto tries them.
 var methods = []Method{MethodRelink, MethodDevlinkReload, MethodPCIReset, MethodUnbind, MethodNetdevBounce}
 
-// ParseMethod parses a method name.
+// ParseMethod parses a method name. An unknown one is a *MethodError.
 func ParseMethod(s string) (Method, error) {
 	m := Method(s)
 	if m == MethodAuto || slices.Contains(methods, m) {
@@ -59,8 +59,19 @@ func ParseMethod(s string) (Method, error) {
 	for _, m := range methods {
 		names = append(names, string(m))
 	}
-	return "", fmt.Errorf("reset: unknown method %q (want one of %s)", s, strings.Join(names, ", "))
+	return "", &MethodError{Method: s, Err: fmt.Errorf("unknown method %q (want one of %s)", s, strings.Join(names, ", "))}
 }
+
+// MethodError is a method name ParseMethod does not know: Method as given,
+// and Err why, without the package's prefix, for a caller that names the
+// setting its own way.
+type MethodError struct {
+	Method string
+	Err    error
+}
+
+func (e *MethodError) Error() string { return "reset: " + e.Err.Error() }
+func (e *MethodError) Unwrap() error { return e.Err }
 
 // Options say which device to reset and how.
 type Options struct {

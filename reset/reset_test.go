@@ -1,6 +1,7 @@
 package reset
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,12 @@ func TestParseMethod(t *testing.T) {
 		if _, err := ParseMethod(m); err == nil {
 			t.Errorf("ParseMethod(%q) accepted", m)
 		}
+	}
+	// The refusal is typed: the method, and the reason without the prefix.
+	_, err := ParseMethod("reboot")
+	const reason = `unknown method "reboot" (want one of auto, relink, devlink-reload, pci-reset, unbind, netdev-bounce)`
+	var me *MethodError
+	if !errors.As(err, &me) || me.Method != "reboot" || me.Err.Error() != reason || err.Error() != "reset: "+reason {
+		t.Errorf("ParseMethod(reboot) = %v, want a *MethodError saying %q", err, reason)
 	}
 }

@@ -87,7 +87,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", agent.DefaultConfig, "configuration file (YAML; flags override it; SIGHUP reloads it)")
 	f.StringVar(&o.Socket, "socket", agent.DefaultSocket, "unix socket to serve")
-	f.DurationVar(&o.Interval, "interval", 10*time.Second, "time between device listings, and between QP dumps without probes")
+	f.DurationVar(&o.Interval, "interval", agent.DefaultInterval, "time between device listings, and between QP dumps without probes")
 	f.DurationVar(&o.Reconcile, "reconcile", agent.DefaultReconcile, "time between QP dumps of a device while the probes feed the history")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion, over what the device reports (repeatable)")
@@ -96,7 +96,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.StringVar(&renamePolicies, "rename", "", `rename policies applied to each device as it appears, such as "map,guid" ("" for none)`)
 	f.StringVar(&namesMap, "names-map", rename.DefaultMapFile, "the map policy's file")
 	f.BoolVar(&renameForce, "rename-force", false, "rename devices whose name user space assigned too")
-	f.Float64Var(&o.ExhaustionThreshold, "exhaustion-threshold", 0.8, "share of max_qp in use that qp-exhaustion reports")
+	f.Float64Var(&o.ExhaustionThreshold, "exhaustion-threshold", leakwatch.DefaultExhaustionThreshold, "share of max_qp in use that qp-exhaustion reports")
 	f.StringVar(&o.Policy.Mode, "policy", agent.PolicyObserve, "remediation policy: observe (never act) or reset (thresholds in the config's policy key)")
 	f.BoolVar(&o.Policy.DryRun, "policy-dry-run", false, "with --policy reset, log the resets the policy would make and make none")
 	return cmd
