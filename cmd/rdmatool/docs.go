@@ -5,7 +5,6 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/cobra/doc"
 )
 
 func newDocsCmd() *cobra.Command {
@@ -23,10 +22,8 @@ func newDocsCmd() *cobra.Command {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return fmt.Errorf("docs: create %s: %w", dir, err)
 			}
-			header := &doc.GenManHeader{Title: "RDMATOOL", Section: "8", Source: "rdmatool " + version, Manual: "rdmatool manual"}
-			root := cmd.Root()
-			root.DisableAutoGenTag = true
-			if err := doc.GenManTree(root, header, dir); err != nil {
+			h := manHeader{title: "RDMATOOL", section: "8", date: manDate(), source: "rdmatool " + version, manual: "rdmatool manual"}
+			if err := writeManTree(cmd.Root(), h, dir); err != nil {
 				return fmt.Errorf("docs: write man pages to %s: %w", dir, err)
 			}
 			return nil
