@@ -453,3 +453,20 @@ func TestJSONRowsAsEncodingJSON(t *testing.T) {
 		})
 	}
 }
+
+// TestJSONRowsAllocs: a row that writes its own JSON goes into the listing
+// without allocating, whatever its strings need escaped.
+func TestJSONRowsAllocs(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for _, row := range []jsonAppender{&qpRow{}, &cqRow{}, &mrRow{}, &pdRow{}, &ctxRow{}, &cmIDRow{}} {
+		fillRandom(reflect.ValueOf(row).Elem(), rnd)
+		lw := newListWriter(io.Discard, &globals{json: true})
+		if n := testing.AllocsPerRun(100, func() {
+			if err := lw.row(row); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%T: %v allocations a row, want 0", row, n)
+		}
+	}
+}
