@@ -73,7 +73,7 @@ func AppendString(b []byte, s string) []byte {
 }
 
 // AppendUint appends v in decimal.
-func AppendUint[T ~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uintptr](b []byte, v T) []byte {
+func AppendUint[T ~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64](b []byte, v T) []byte {
 	return strconv.AppendUint(b, uint64(v), 10)
 }
 
