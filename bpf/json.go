@@ -1,10 +1,9 @@
 package bpf
 
 import (
-	"encoding/json"
-	"math"
-	"strconv"
 	"time"
+
+	"github.com/rdmatool/rdmatool/internal/jsonw"
 )
 
 // EventJSON is an Event as one JSON object, the line `rdmatool trace -j`
@@ -73,50 +72,30 @@ func (ev Event) kindFields() kindFields {
 }
 
 // AppendJSON appends ev as encoding/json marshals ev.JSON(), byte for byte,
-// without reflection or allocation (a trace under churn prints thousands of
-// events a second).
+// through jsonw, without reflection or allocation (a trace under churn
+// prints thousands of events a second).
 func (ev Event) AppendJSON(b []byte) []byte {
 	f := ev.kindFields()
-	b = append(b, `{"kind":`...)
-	b = appendJSONString(b, ev.Kind.String())
-	b = append(b, `,"time":"`...)
-	b = ev.AppendTime(b)
-	b = append(b, `","device":`...)
-	b = appendJSONString(b, ev.DevName)
-	b = append(b, `,"dev_index":`...)
-	b = strconv.AppendUint(b, uint64(ev.DevIndex), 10)
-	b = append(b, `,"qpn":`...)
-	b = strconv.AppendUint(b, uint64(ev.QPN), 10)
-	b = append(b, `,"qp_type":`...)
-	b = appendJSONString(b, f.qpType)
-	b = append(b, `,"srq":`...)
-	b = strconv.AppendBool(b, ev.OnSRQ)
-	b = append(b, `,"srqn":`...)
-	b = strconv.AppendUint(b, uint64(ev.SRQN), 10)
-	b = append(b, `,"new_state":`...)
-	b = appendJSONString(b, f.newState)
-	b = append(b, `,"result":`...)
-	b = strconv.AppendInt(b, int64(ev.Result), 10)
-	b = append(b, `,"pid":`...)
-	b = strconv.AppendUint(b, uint64(ev.PID), 10)
-	b = append(b, `,"tid":`...)
-	b = strconv.AppendUint(b, uint64(ev.TID), 10)
-	b = append(b, `,"comm":`...)
-	b = appendJSONString(b, ev.Comm)
-	b = append(b, `,"kern_owner":`...)
-	b = appendJSONString(b, ev.KernOwner)
-	b = append(b, `,"event":`...)
-	b = appendJSONString(b, f.event)
-	b = append(b, `,"event_code":`...)
-	b = strconv.AppendUint(b, uint64(f.eventCode), 10)
-	b = append(b, `,"port":`...)
-	b = strconv.AppendUint(b, uint64(ev.Port), 10)
-	b = append(b, `,"new_name":`...)
-	b = appendJSONString(b, ev.NewName)
-	b = append(b, `,"probe":`...)
-	b = appendJSONString(b, ev.Probe)
-	b = append(b, `,"duration_seconds":`...)
-	b = appendJSONFloat(b, ev.Duration.Seconds())
+	b = jsonw.AppendString(append(b, `{"kind":`...), ev.Kind.String())
+	b = append(ev.AppendTime(append(b, `,"time":"`...)), '"')
+	b = jsonw.AppendString(append(b, `,"device":`...), ev.DevName)
+	b = jsonw.AppendUint(append(b, `,"dev_index":`...), ev.DevIndex)
+	b = jsonw.AppendUint(append(b, `,"qpn":`...), ev.QPN)
+	b = jsonw.AppendString(append(b, `,"qp_type":`...), f.qpType)
+	b = jsonw.AppendBool(append(b, `,"srq":`...), ev.OnSRQ)
+	b = jsonw.AppendUint(append(b, `,"srqn":`...), ev.SRQN)
+	b = jsonw.AppendString(append(b, `,"new_state":`...), f.newState)
+	b = jsonw.AppendInt(append(b, `,"result":`...), ev.Result)
+	b = jsonw.AppendUint(append(b, `,"pid":`...), ev.PID)
+	b = jsonw.AppendUint(append(b, `,"tid":`...), ev.TID)
+	b = jsonw.AppendString(append(b, `,"comm":`...), ev.Comm)
+	b = jsonw.AppendString(append(b, `,"kern_owner":`...), ev.KernOwner)
+	b = jsonw.AppendString(append(b, `,"event":`...), f.event)
+	b = jsonw.AppendUint(append(b, `,"event_code":`...), f.eventCode)
+	b = jsonw.AppendUint(append(b, `,"port":`...), ev.Port)
+	b = jsonw.AppendString(append(b, `,"new_name":`...), ev.NewName)
+	b = jsonw.AppendString(append(b, `,"probe":`...), ev.Probe)
+	b = jsonw.AppendFloat(append(b, `,"duration_seconds":`...), ev.Duration.Seconds())
 	return append(b, '}')
 }
 
@@ -161,29 +140,4 @@ func appendDigits(b []byte, v, width int) []byte {
 		v /= 10
 	}
 	return append(b, d[:width]...)
-}
-
-// appendJSONString appends s as a JSON string. Names from the kernel are
-// plain ASCII; anything else goes through encoding/json, which escapes it
-// the same way.
-func appendJSONString(b []byte, s string) []byte {
-	for i := range len(s) {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always marshals
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// appendJSONFloat appends f as encoding/json does: plain decimals, and
-// exponents only for very small or large values (left to encoding/json).
-func appendJSONFloat(b []byte, f float64) []byte {
-	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
-		q, _ := json.Marshal(f) // finite: durations are never NaN
-		return append(b, q...)
-	}
-	return strconv.AppendFloat(b, f, 'f', -1, 64)
 }

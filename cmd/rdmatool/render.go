@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,10 +21,9 @@ type listWriter struct {
 	pretty  bool
 	details bool
 	n       int
-	// the row type's fields, parsed once
+	// the row type's text fields, parsed once
 	rowType    reflect.Type
 	textFields []textField
-	jsonFields []jsonField // nil: encoding/json writes this type
 }
 
 func newListWriter(w io.Writer, g *globals) *listWriter {
@@ -34,50 +32,51 @@ func newListWriter(w io.Writer, g *globals) *listWriter {
 
 // row writes one row: a struct, or a pointer to one.
 func (l *listWriter) row(v any) error {
+	if l.json {
+		return l.jsonRow(v)
+	}
 	rv := reflect.Indirect(reflect.ValueOf(v))
 	if rv.Type() != l.rowType {
 		l.rowType = rv.Type()
-		l.textFields, l.jsonFields = textFields(l.rowType), jsonFieldsOf(l.rowType)
-	}
-	if l.json {
-		sep := ","
-		if l.n == 0 {
-			sep = "["
-		}
-		if a, ok := v.(jsonAppender); ok && !l.pretty {
-			l.n++
-			_, err := l.w.Write(a.appendJSON(append(l.w.AvailableBuffer(), sep...)))
-			return err
-		}
-		if l.jsonFields != nil && !l.pretty {
-			l.n++
-			b := append(l.w.AvailableBuffer(), sep...)
-			_, err := l.w.Write(appendJSONRow(b, rv, l.jsonFields))
-			return err
-		}
-		var b []byte
-		var err error
-		if l.pretty {
-			b, err = json.MarshalIndent(v, "  ", "  ")
-		} else {
-			b, err = json.Marshal(v)
-		}
-		if err != nil {
-			return err
-		}
-		l.n++
-		if l.pretty {
-			sep += "\n  "
-		}
-		if _, err := l.w.WriteString(sep); err != nil {
-			return err
-		}
-		_, err = l.w.Write(b)
-		return err
+		l.textFields = textFields(l.rowType)
 	}
 	l.n++
 	l.w.WriteString(textLineFields(rv, l.textFields, l.details))
 	return l.w.WriteByte('\n')
+}
+
+// jsonRow writes one row as an element of the listing's array: compact
+// through the row's own appendJSON when it has one, through encoding/json
+// otherwise and with -p.
+func (l *listWriter) jsonRow(v any) error {
+	sep := ","
+	if l.n == 0 {
+		sep = "["
+	}
+	if a, ok := v.(jsonAppender); ok && !l.pretty {
+		l.n++
+		_, err := l.w.Write(a.appendJSON(append(l.w.AvailableBuffer(), sep...)))
+		return err
+	}
+	var b []byte
+	var err error
+	if l.pretty {
+		b, err = json.MarshalIndent(v, "  ", "  ")
+	} else {
+		b, err = json.Marshal(v)
+	}
+	if err != nil {
+		return err
+	}
+	l.n++
+	if l.pretty {
+		sep += "\n  "
+	}
+	if _, err := l.w.WriteString(sep); err != nil {
+		return err
+	}
+	_, err = l.w.Write(b)
+	return err
 }
 
 // close ends the listing; an empty JSON listing is [].
@@ -182,104 +181,11 @@ func textLineFields(rv reflect.Value, fields []textField, details bool) string {
 	return b.String()
 }
 
-// jsonAppender is a row that writes its own JSON, exactly as json.Marshal
-// would: the rows a listing has tens of thousands of.
+// jsonAppender is a row that writes its own JSON through jsonw, byte for
+// byte as encoding/json writes it (TestJSONRowsAsEncodingJSON holds them
+// equal): the resource rows of `res`, which a busy host has tens of
+// thousands of. Rows a host has a few of (devices, ports, the summary) and
+// the SRQ rows, which hold lists, are written by encoding/json.
 type jsonAppender interface {
 	appendJSON(b []byte) []byte
-}
-
-// jsonField is how one struct field is written as JSON.
-type jsonField struct {
-	index int
-	key   string // `"name":`, with the comma before all but the first
-	kind  reflect.Kind
-}
-
-// jsonFieldsOf prepares a flat row type (strings, unsigned and signed
-// integers, bools, no tag options) for appendJSONRow; nil for any other
-// type, which encoding/json then writes. Listings of 60k rows spend most of
-// their time in the encoder otherwise: encoding/json costs about 1.5 us and
-// 4 allocations a QP row, this a few hundred ns and none.
-func jsonFieldsOf(rt reflect.Type) []jsonField {
-	if rt.Kind() != reflect.Struct {
-		return nil
-	}
-	var out []jsonField
-	for i := range rt.NumField() {
-		f := rt.Field(i)
-		tag := f.Tag.Get("json")
-		if tag == "-" || !f.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(tag, ",")
-		if opts != "" || name == "" || !plainJSONString(name) {
-			return nil
-		}
-		if f.Type.Implements(marshalerType) || reflect.PointerTo(f.Type).Implements(marshalerType) ||
-			f.Type.Implements(textMarshalerType) || reflect.PointerTo(f.Type).Implements(textMarshalerType) {
-			return nil
-		}
-		switch k := f.Type.Kind(); k {
-		case reflect.String, reflect.Bool,
-			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
-			reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			key := `"` + name + `":`
-			if len(out) > 0 {
-				key = "," + key
-			}
-			out = append(out, jsonField{index: i, key: key, kind: k})
-		default:
-			return nil
-		}
-	}
-	return out
-}
-
-var (
-	marshalerType     = reflect.TypeFor[json.Marshaler]()
-	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
-)
-
-// appendJSONRow appends rv as json.Marshal would write it.
-func appendJSONRow(b []byte, rv reflect.Value, fields []jsonField) []byte {
-	b = append(b, '{')
-	for _, f := range fields {
-		b = append(b, f.key...)
-		fv := rv.Field(f.index)
-		switch f.kind {
-		case reflect.String:
-			b = appendJSONString(b, fv.String())
-		case reflect.Bool:
-			b = strconv.AppendBool(b, fv.Bool())
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			b = strconv.AppendInt(b, fv.Int(), 10)
-		default:
-			b = strconv.AppendUint(b, fv.Uint(), 10)
-		}
-	}
-	return append(b, '}')
-}
-
-// appendJSONString writes printable ASCII as is and hands anything else
-// (escapes, HTML characters, UTF-8, invalid bytes) to encoding/json, so
-// the output is always exactly its.
-func appendJSONString(b []byte, s string) []byte {
-	if plainJSONString(s) {
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	q, _ := json.Marshal(s) // a string always marshals
-	return append(b, q...)
-}
-
-// plainJSONString reports whether s needs no escaping by encoding/json.
-func plainJSONString(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
 }

@@ -406,26 +406,37 @@ func fillRandom(rv reflect.Value, rnd *rand.Rand) {
 	}
 }
 
-// TestJSONRowsAsEncodingJSON: the listing's own JSON writer must write
-// every row type byte for byte as encoding/json does.
+// TestJSONRowsAsEncodingJSON: a JSON listing writes every row type byte
+// for byte as encoding/json does, whether a row writes itself (the
+// resource rows, passed by address as listRes does) or not, and whatever
+// its fields hold.
 func TestJSONRowsAsEncodingJSON(t *testing.T) {
-	rows := []any{devRow{}, linkRow{}, qpRow{}, cqRow{}, mrRow{}, pdRow{}, ctxRow{}, srqRow{}, cmIDRow{}, summaryRow{}}
+	tests := []struct {
+		zero          any
+		appendsItsOwn bool
+	}{
+		{devRow{}, false}, {linkRow{}, false}, {qpRow{}, true}, {cqRow{}, true}, {mrRow{}, true}, {pdRow{}, true},
+		{ctxRow{}, true}, {srqRow{}, false}, {cmIDRow{}, true}, {summaryRow{}, false},
+	}
 	rnd := rand.New(rand.NewPCG(1, 2))
-	for _, zero := range rows {
-		rt := reflect.TypeOf(zero)
+	for _, tt := range tests {
+		rt := reflect.TypeOf(tt.zero)
 		t.Run(rt.Name(), func(t *testing.T) {
-			fields := jsonFieldsOf(rt)
-			if fields == nil && rt != reflect.TypeFor[srqRow]() {
-				t.Fatalf("%s falls back to encoding/json; only srqRow (lists) should", rt)
+			if _, ok := reflect.New(rt).Interface().(jsonAppender); ok != tt.appendsItsOwn {
+				t.Fatalf("*%s writes its own JSON: %t, want %t", rt, ok, tt.appendsItsOwn)
 			}
 			var want []any
 			var buf bytes.Buffer
 			lw := newListWriter(&buf, &globals{json: true})
-			for range 300 {
-				rv := reflect.New(rt).Elem()
-				fillRandom(rv, rnd)
+			for i := range 300 {
+				rv := reflect.New(rt)
+				fillRandom(rv.Elem(), rnd)
 				want = append(want, rv.Interface())
-				if err := lw.row(rv.Interface()); err != nil {
+				row := rv.Interface()
+				if i%3 == 0 {
+					row = rv.Elem().Interface() // a row passed by value: encoding/json writes it
+				}
+				if err := lw.row(row); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -443,26 +454,19 @@ func TestJSONRowsAsEncodingJSON(t *testing.T) {
 	}
 }
 
-func TestJSONFieldsRefuseWhatTheyCannotWrite(t *testing.T) {
-	type opt struct {
-		A uint32 `json:"a,omitempty"`
-	}
-	type list struct {
-		A []string `json:"a"`
-	}
-	type marsh struct {
-		A textKind `json:"a"`
-	}
-	type untagged struct {
-		A uint32
-	}
-	for _, v := range []any{opt{}, list{}, marsh{}, untagged{}, 3} {
-		if f := jsonFieldsOf(reflect.TypeOf(v)); f != nil {
-			t.Errorf("%T: got fields %v, want the encoding/json fallback", v, f)
+// TestJSONRowsAllocs: a row that writes its own JSON goes into the listing
+// without allocating, whatever its strings need escaped.
+func TestJSONRowsAllocs(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for _, row := range []jsonAppender{&qpRow{}, &cqRow{}, &mrRow{}, &pdRow{}, &ctxRow{}, &cmIDRow{}} {
+		fillRandom(reflect.ValueOf(row).Elem(), rnd)
+		lw := newListWriter(io.Discard, &globals{json: true})
+		if n := testing.AllocsPerRun(100, func() {
+			if err := lw.row(row); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%T: %v allocations a row, want 0", row, n)
 		}
 	}
 }
-
-type textKind uint8
-
-func (textKind) MarshalText() ([]byte, error) { return []byte("k"), nil }

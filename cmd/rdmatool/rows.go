@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/rdmatool/rdmatool/internal/jsonw"
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
@@ -163,25 +164,37 @@ func qpRowData(q rdmanl.QP, procs *owner.Resolver, ulps rdmanl.ULPIndex) qpRow {
 // holds them equal): without reflection, the per-QP cost of `res qp -j`
 // at 60,000 QPs.
 func (r *qpRow) appendJSON(b []byte) []byte {
-	b = strconv.AppendUint(append(b, `{"ifindex":`...), uint64(r.IfIndex), 10)
-	b = appendJSONString(append(b, `,"ifname":`...), r.IfName)
-	b = strconv.AppendUint(append(b, `,"port":`...), uint64(r.Port), 10)
-	b = strconv.AppendUint(append(b, `,"lqpn":`...), uint64(r.LQPN), 10)
-	b = strconv.AppendUint(append(b, `,"rqpn":`...), uint64(r.RQPN), 10)
-	b = appendJSONString(append(b, `,"type":`...), r.Type)
-	b = appendJSONString(append(b, `,"state":`...), r.State)
-	b = strconv.AppendUint(append(b, `,"rq_psn":`...), uint64(r.RQPSN), 10)
-	b = strconv.AppendUint(append(b, `,"sq_psn":`...), uint64(r.SQPSN), 10)
-	b = appendJSONString(append(b, `,"path_mig_state":`...), r.PathMigState)
-	b = strconv.AppendUint(append(b, `,"pdn":`...), uint64(r.PDN), 10)
-	b = strconv.AppendBool(append(b, `,"srq":`...), r.SRQ)
-	b = strconv.AppendUint(append(b, `,"srqn":`...), uint64(r.SRQN), 10)
-	b = strconv.AppendUint(append(b, `,"pid":`...), uint64(r.PID), 10)
-	b = appendJSONString(append(b, `,"comm":`...), r.Comm)
-	b = appendJSONString(append(b, `,"kern_name":`...), r.KernName)
-	b = appendJSONString(append(b, `,"ulp":`...), r.ULP)
-	b = appendJSONString(append(b, `,"subtype":`...), r.Subtype)
+	b = appendRowStart(b, r.IfIndex, r.IfName)
+	b = jsonw.AppendUint(append(b, `,"port":`...), r.Port)
+	b = jsonw.AppendUint(append(b, `,"lqpn":`...), r.LQPN)
+	b = jsonw.AppendUint(append(b, `,"rqpn":`...), r.RQPN)
+	b = jsonw.AppendString(append(b, `,"type":`...), r.Type)
+	b = jsonw.AppendString(append(b, `,"state":`...), r.State)
+	b = jsonw.AppendUint(append(b, `,"rq_psn":`...), r.RQPSN)
+	b = jsonw.AppendUint(append(b, `,"sq_psn":`...), r.SQPSN)
+	b = jsonw.AppendString(append(b, `,"path_mig_state":`...), r.PathMigState)
+	b = jsonw.AppendUint(append(b, `,"pdn":`...), r.PDN)
+	b = jsonw.AppendBool(append(b, `,"srq":`...), r.SRQ)
+	b = jsonw.AppendUint(append(b, `,"srqn":`...), r.SRQN)
+	b = appendOwnerJSON(b, r.PID, r.Comm, r.KernName)
+	b = jsonw.AppendString(append(b, `,"ulp":`...), r.ULP)
+	b = jsonw.AppendString(append(b, `,"subtype":`...), r.Subtype)
 	return append(b, '}')
+}
+
+// appendRowStart opens a resource row's JSON object with the fields every
+// row begins with, ifindex and ifname.
+func appendRowStart(b []byte, ifIndex uint32, ifName string) []byte {
+	b = jsonw.AppendUint(append(b, `{"ifindex":`...), ifIndex)
+	return jsonw.AppendString(append(b, `,"ifname":`...), ifName)
+}
+
+// appendOwnerJSON appends a resource's owner as its row's pid, comm and
+// kern_name fields.
+func appendOwnerJSON(b []byte, pid uint32, comm, kern string) []byte {
+	b = jsonw.AppendUint(append(b, `,"pid":`...), pid)
+	b = jsonw.AppendString(append(b, `,"comm":`...), comm)
+	return jsonw.AppendString(append(b, `,"kern_name":`...), kern)
 }
 
 type cqRow struct {
@@ -207,6 +220,18 @@ func cqRowOf(c rdmanl.CQ, procs *owner.Resolver) cqRow {
 	}
 	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(c.Owner, procs)
 	return r
+}
+
+// appendJSON appends the row as json.Marshal writes it.
+func (r *cqRow) appendJSON(b []byte) []byte {
+	b = appendRowStart(b, r.IfIndex, r.IfName)
+	b = jsonw.AppendUint(append(b, `,"cqn":`...), r.CQN)
+	b = jsonw.AppendUint(append(b, `,"cqe":`...), r.CQE)
+	b = jsonw.AppendUint(append(b, `,"users":`...), r.Users)
+	b = jsonw.AppendString(append(b, `,"poll_ctx":`...), r.PollCtx)
+	b = jsonw.AppendBool(append(b, `,"adaptive_moderation":`...), r.DIM)
+	b = jsonw.AppendUint(append(b, `,"ctxn":`...), r.CtxN)
+	return append(appendOwnerJSON(b, r.PID, r.Comm, r.KernName), '}')
 }
 
 type mrRow struct {
@@ -245,6 +270,21 @@ func mrRowOf(m rdmanl.MR, procs *owner.Resolver) mrRow {
 	return r
 }
 
+// appendJSON appends the row as json.Marshal writes it.
+func (r *mrRow) appendJSON(b []byte) []byte {
+	b = appendRowStart(b, r.IfIndex, r.IfName)
+	b = jsonw.AppendUint(append(b, `,"mrn":`...), r.MRN)
+	b = jsonw.AppendUint(append(b, `,"rkey":`...), r.RKey)
+	b = jsonw.AppendString(append(b, `,"rkey_hex":`...), r.RKeyHex)
+	b = jsonw.AppendUint(append(b, `,"lkey":`...), r.LKey)
+	b = jsonw.AppendString(append(b, `,"lkey_hex":`...), r.LKeyHex)
+	b = jsonw.AppendUint(append(b, `,"iova":`...), r.IOVA)
+	b = jsonw.AppendString(append(b, `,"iova_hex":`...), r.IOVAHex)
+	b = jsonw.AppendUint(append(b, `,"mrlen":`...), r.MRLen)
+	b = jsonw.AppendUint(append(b, `,"pdn":`...), r.PDN)
+	return append(appendOwnerJSON(b, r.PID, r.Comm, r.KernName), '}')
+}
+
 type pdRow struct {
 	IfIndex             uint32 `json:"ifindex" txt:"-"`
 	IfName              string `json:"ifname" txt:"-"`
@@ -273,6 +313,19 @@ func pdRowOf(p rdmanl.PD, procs *owner.Resolver) pdRow {
 	return r
 }
 
+// appendJSON appends the row as json.Marshal writes it.
+func (r *pdRow) appendJSON(b []byte) []byte {
+	b = appendRowStart(b, r.IfIndex, r.IfName)
+	b = jsonw.AppendUint(append(b, `,"pdn":`...), r.PDN)
+	b = jsonw.AppendUint(append(b, `,"users":`...), r.Users)
+	b = jsonw.AppendUint(append(b, `,"local_dma_lkey":`...), r.LocalDMALKey)
+	b = jsonw.AppendString(append(b, `,"local_dma_lkey_hex":`...), r.LocalDMALKeyHex)
+	b = jsonw.AppendUint(append(b, `,"unsafe_global_rkey":`...), r.UnsafeGlobalRKey)
+	b = jsonw.AppendString(append(b, `,"unsafe_global_rkey_hex":`...), r.UnsafeGlobalRKeyHex)
+	b = jsonw.AppendUint(append(b, `,"ctxn":`...), r.CtxN)
+	return append(appendOwnerJSON(b, r.PID, r.Comm, r.KernName), '}')
+}
+
 type ctxRow struct {
 	IfIndex  uint32 `json:"ifindex" txt:"-"`
 	IfName   string `json:"ifname" txt:"-"`
@@ -288,6 +341,13 @@ func ctxRowOf(c rdmanl.Context, procs *owner.Resolver) ctxRow {
 	r := ctxRow{IfIndex: c.DevIndex, IfName: c.DevName, Lead: "dev " + c.DevName, CtxN: c.CtxN}
 	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(c.Owner, procs)
 	return r
+}
+
+// appendJSON appends the row as json.Marshal writes it.
+func (r *ctxRow) appendJSON(b []byte) []byte {
+	b = appendRowStart(b, r.IfIndex, r.IfName)
+	b = jsonw.AppendUint(append(b, `,"ctxn":`...), r.CtxN)
+	return append(appendOwnerJSON(b, r.PID, r.Comm, r.KernName), '}')
 }
 
 type qpRange struct {
@@ -364,6 +424,22 @@ func cmIDRowOf(c rdmanl.CMID, procs *owner.Resolver) cmIDRow {
 	}
 	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(c.Owner, procs)
 	return r
+}
+
+// appendJSON appends the row as json.Marshal writes it.
+func (r *cmIDRow) appendJSON(b []byte) []byte {
+	b = appendRowStart(b, r.IfIndex, r.IfName)
+	b = jsonw.AppendUint(append(b, `,"port":`...), r.Port)
+	b = jsonw.AppendUint(append(b, `,"cm_idn":`...), r.CMIDN)
+	b = jsonw.AppendUint(append(b, `,"lqpn":`...), r.LQPN)
+	b = jsonw.AppendString(append(b, `,"qp_type":`...), r.QPType)
+	b = jsonw.AppendString(append(b, `,"state":`...), r.State)
+	b = jsonw.AppendString(append(b, `,"ps":`...), r.PS)
+	b = jsonw.AppendString(append(b, `,"src_addr":`...), r.SrcAddr)
+	b = jsonw.AppendUint(append(b, `,"src_port":`...), r.SrcPort)
+	b = jsonw.AppendString(append(b, `,"dst_addr":`...), r.DstAddr)
+	b = jsonw.AppendUint(append(b, `,"dst_port":`...), r.DstPort)
+	return append(appendOwnerJSON(b, r.PID, r.Comm, r.KernName), '}')
 }
 
 // summaryRow is `rdma res` compatible: one count per resource type.
