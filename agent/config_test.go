@@ -20,9 +20,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
 	"github.com/rdmatool/rdmatool/rename"
+	"github.com/rdmatool/rdmatool/watch"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -195,7 +198,7 @@ func TestDefaultConfigFile(t *testing.T) {
 		key       string
 		got, want any
 	}{
-		{"socket", string(*c.Socket), DefaultSocket},
+		{"socket", string(*c.Socket), agentapi.DefaultSocket},
 		{"metrics_address", string(*c.MetricsAddress), DefaultMetricsAddress},
 		{"interval", time.Duration(*c.Interval), DefaultInterval},
 		{"reconcile", time.Duration(*c.Reconcile), DefaultReconcile},
@@ -340,9 +343,9 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 		defer mu.Unlock()
 		return next, nextErr
 	}
-	host := newFakeHost(rxe)
+	host := rdmanltest.NewHost(rxe)
 	var logs syncBuffer
-	d := Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: host.dial}
+	d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: dialer(host)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

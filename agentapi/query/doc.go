@@ -6,8 +6,7 @@
 //
 // It needs no privileges and makes no system call.
 //
-// It is apart from package agent so that its fuzz target runs without the
-// agent's dependencies: Go instruments every package of a fuzz test's
-// binary, and the agent's (eBPF, Prometheus, systemd) make each input many
-// times dearer to run.
+// It is apart from package agentapi so that its fuzz target runs without
+// net/http: Go instruments every package of a fuzz test's binary, and each
+// one linked makes every input dearer to run.
 package query
