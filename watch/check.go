@@ -117,7 +117,7 @@ func checkOnce(ctx context.Context, d Deps, o CheckOptions) (agentapi.CheckRepor
 	if len(devs) == 0 {
 		return agentapi.CheckReport{}, fmt.Errorf("agent: check: %w", errNoDevices)
 	}
-	cfg := leakwatch.Config{MinAge: o.MinAge, Rules: o.Rules, MaxQP: o.MaxQP}
+	cfg := leakwatch.Config{MaxQP: o.MaxQP}
 	var src EventSource
 	switch {
 	case o.NoProbes:

@@ -229,9 +229,10 @@ func TestRenderLeaksULPDrain(t *testing.T) {
 	}
 }
 
-// Kernel QPs of one module created by different threads are told apart
-// in the summary (its groups carry the command) but listed under one line,
-// which names the module only; the totals are the summary's.
+// Kernel QPs of one module created by different threads, told apart in
+// the summary (its groups carry the command: leakwatch's
+// TestSummarizeKernelThreads), are listed under one line, which names the
+// module only; the totals are the summary's.
 func TestRenderLeaksKernelThreads(t *testing.T) {
 	t.Parallel()
 	f := leakwatch.Finding{Rule: leakwatch.RuleStaleErrorQP, Severity: leakwatch.SeverityWarning, Device: "rxe0", Type: "RC", State: "ERR",
@@ -240,10 +241,11 @@ func TestRenderLeaksKernelThreads(t *testing.T) {
 	other.QPN, other.Comm = 31, "kworker/1:2"
 	var rep agentapi.CheckReport
 	rep.Findings = []leakwatch.Finding{f, other}
-	rep.Summary, rep.FindingsTotal = leakwatch.Summarize(rep.Findings), 2
-	if len(rep.Summary) != 2 {
-		t.Fatalf("summary %+v, want a group per thread", rep.Summary)
+	rep.Summary = []leakwatch.Group{
+		{Device: "rxe0", Rule: f.Rule, Severity: f.Severity, Owner: f.Owner, Count: 1, QPNs: "30", MaxAgeSeconds: 9, Hint: f.Hint},
+		{Device: "rxe0", Rule: f.Rule, Severity: f.Severity, Owner: other.Owner, Count: 1, QPNs: "31", MaxAgeSeconds: 9, Hint: f.Hint},
 	}
+	rep.FindingsTotal = 2
 	var b strings.Builder
 	if err := renderLeaks(&b, rep); err != nil {
 		t.Fatal(err)
@@ -372,7 +374,10 @@ func TestRenderLeaksSummaryFirst(t *testing.T) {
 	}
 	fs = append(fs, leakwatch.Finding{Rule: leakwatch.RuleLastWQENotEmitted, Severity: leakwatch.SeverityError, Device: "siw0", QPN: 3, Owner: leakwatch.Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}})
 	rep := agentapi.CheckReport{Source: "agent", Probes: "on", Devices: []string{"rxe0", "siw0"}}
-	rep.Summary = leakwatch.Summarize(fs)
+	rep.Summary = []leakwatch.Group{ // as leakwatch groups them: most severe first
+		{Device: "siw0", Rule: leakwatch.RuleLastWQENotEmitted, Severity: leakwatch.SeverityError, Owner: leakwatch.Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}, Count: 1, QPNs: "3"},
+		{Device: "rxe0", Rule: leakwatch.RuleStaleErrorQP, Severity: leakwatch.SeverityWarning, Owner: leakwatch.Owner{PID: 42, Comm: "app"}, Count: 1000, QPNs: "17-1016", MaxAgeSeconds: 30},
+	}
 	rep.FindingsTotal = len(fs)
 	rep.Findings, rep.FindingsOmitted = fs[:10], len(fs)-10
 	var b strings.Builder
