@@ -350,7 +350,7 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, d, RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond,
-			NoProbes: true, Retry: time.Hour, MetricsAddress: addr, MaxQP: map[string]uint64{"rxe0": 100}, Reload: reload})
+			NoProbes: true, retry: time.Hour, MetricsAddress: addr, MaxQP: map[string]uint64{"rxe0": 100}, Reload: reload})
 	}()
 	defer stopRun(t, cancel, done)
 	maxQP := func() float64 {

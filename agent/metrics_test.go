@@ -251,7 +251,7 @@ func TestRunServesMetrics(t *testing.T) {
 	host := rdmanltest.NewHost(rxe)
 	host.SetQPs(rxe.Index, qp(17, rdmanl.QPStateErr, 0), qp(18, rdmanl.QPStateRTS, 0))
 	d := watch.Deps{Log: slog.New(slog.DiscardHandler), Dial: dialer(host)}
-	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, Retry: time.Hour, NoProbes: true, MetricsAddress: addr}
+	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, retry: time.Hour, NoProbes: true, MetricsAddress: addr}
 	// The port is taken: the agent refuses to start.
 	if err := Run(context.Background(), d, opts); err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("Run on a busy metrics port: %v", err)

@@ -55,7 +55,7 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	sock := filepath.Join(dir, "agent.sock")
-	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, NoProbes: true, Retry: time.Hour}) }()
+	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, NoProbes: true, retry: time.Hour}) }()
 	next("READY=1")
 	if _, err := askStatus(context.Background(), sock); err != nil {
 		t.Errorf("READY sent but the socket does not answer: %v", err)

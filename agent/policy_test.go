@@ -191,7 +191,7 @@ func TestRunPolicy(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, d, RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond,
-			NoProbes: true, Retry: time.Hour, MetricsAddress: addr, MaxQP: map[string]uint64{"rxe0": 10},
+			NoProbes: true, retry: time.Hour, MetricsAddress: addr, MaxQP: map[string]uint64{"rxe0": 10},
 			Policy: pol, ResetHelper: []string{"/usr/sbin/rdmatool", "reset-helper"}, reset: fakeReset})
 	}()
 	defer stopRun(t, cancel, done)

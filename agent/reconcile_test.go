@@ -78,7 +78,7 @@ func TestRunReconcile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: time.Hour, Retry: time.Hour})
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: time.Hour, retry: time.Hour})
 	}()
 	defer stopRun(t, cancel, done)
 	waitFor(t, "the probes on and both devices dumped", func() bool {
@@ -125,7 +125,7 @@ func TestRunRenamesAppearingDevices(t *testing.T) {
 	d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: dialer(host)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, NoProbes: true, Retry: time.Hour,
+	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, NoProbes: true, retry: time.Hour,
 		Rename: &rename.Options{Policies: []rename.Policy{rename.PolicyGUID}}}
 	go func() { done <- Run(ctx, d, opts) }()
 	defer stopRun(t, cancel, done)
@@ -181,7 +181,7 @@ func TestRunLearnsDevices(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, NoProbes: true, Retry: time.Hour})
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, NoProbes: true, retry: time.Hour})
 	}()
 	defer stopRun(t, cancel, done)
 	var rep agentapi.CheckReport
@@ -249,7 +249,7 @@ func TestRunMonitor(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
-				done <- Run(ctx, d, RunOptions{Socket: sock, Interval: time.Hour, NoProbes: true, Retry: time.Hour})
+				done <- Run(ctx, d, RunOptions{Socket: sock, Interval: time.Hour, NoProbes: true, retry: time.Hour})
 			}()
 			defer stopRun(t, cancel, done)
 			devices := func() []string {

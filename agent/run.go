@@ -61,9 +61,6 @@ type RunOptions struct {
 	// ExhaustionThreshold is the share of max_qp in use that qp-exhaustion
 	// reports (leakwatch's default, 0.8, when 0).
 	ExhaustionThreshold float64
-	// Retry is how often the agent tries again to open netlink and the
-	// probes while ib_core is not loaded (default 1 minute).
-	Retry time.Duration
 	// Version is reported by /v1/status and the metrics.
 	Version string
 	// MetricsAddress is the TCP address /metrics is served on; "" serves
@@ -84,8 +81,11 @@ type RunOptions struct {
 	// rdmatool binary's hidden helper command), required by Policy mode
 	// reset unless it is a dry run.
 	ResetHelper []string
-	// reset resets a device for the policy (resetDevice when nil; tests
-	// set their own).
+	// retry is how often the agent tries again to open netlink and the
+	// probes while ib_core is not loaded (a minute when 0), and reset
+	// resets a device for the policy (resetDevice when nil): tests set
+	// their own.
+	retry time.Duration
 	reset func(ctx context.Context, o reset.Options) (reset.Report, error)
 }
 
@@ -108,7 +108,7 @@ type Reloadable struct {
 //
 // Without probes (no privilege, no BTF, NoProbes) it runs on netlink only
 // and says why; while ib_core is not loaded it waits for it, trying
-// netlink and the probes again every Retry.
+// netlink and the probes again every minute.
 func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	d = d.WithDefaults()
 	if o.Socket == "" {
@@ -120,8 +120,8 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	if o.Reconcile <= 0 {
 		o.Reconcile = DefaultReconcile
 	}
-	if o.Retry <= 0 {
-		o.Retry = time.Minute
+	if o.retry <= 0 {
+		o.retry = time.Minute
 	}
 	if o.Policy.Mode == "" {
 		o.Policy = DefaultPolicy()
@@ -138,7 +138,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		return err
 	}
 	if err != nil {
-		log.Warn("rdma netlink unavailable, waiting for ib_core", "err", err, "retry_seconds", o.Retry.Seconds())
+		log.Warn("rdma netlink unavailable, waiting for ib_core", "err", err, "retry_seconds", o.retry.Seconds())
 		nl = nil
 	}
 
@@ -238,7 +238,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 }
 
 // runProbes attaches the probes and applies their events to st until ctx
-// ends. While ib_core is not loaded it tries again every Retry; when the
+// ends. While ib_core is not loaded it tries again every o.retry; when the
 // probes cannot load for another reason, or their stream fails, the agent
 // goes on with netlink only and st says why.
 func runProbes(ctx context.Context, d watch.Deps, o RunOptions, st *state, log *slog.Logger) {
@@ -249,7 +249,7 @@ func runProbes(ctx context.Context, d watch.Deps, o RunOptions, st *state, log *
 		st.SetProbes(false, "this build has no probes")
 		return
 	}
-	retry := time.NewTicker(o.Retry)
+	retry := time.NewTicker(o.retry)
 	defer retry.Stop()
 	lastErr := ""
 	for {
@@ -283,8 +283,8 @@ func runProbes(ctx context.Context, d watch.Deps, o RunOptions, st *state, log *
 	}
 }
 
-// runDevices lists the devices every Interval (every Retry while netlink is
-// not there) and keeps one scanning goroutine per device: a device that
+// runDevices lists the devices every Interval (every o.retry while netlink
+// is not there) and keeps one scanning goroutine per device: a device that
 // appears gets one, a device that goes away has its goroutine stopped and
 // its QPs ended. It returns when ctx ends, after every scanner returned.
 func runDevices(ctx context.Context, d watch.Deps, o RunOptions, st *state, nl watch.Netlink, log *slog.Logger) {
@@ -307,7 +307,7 @@ func runDevices(ctx context.Context, d watch.Deps, o RunOptions, st *state, nl w
 	}()
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
-	retry := time.NewTicker(o.Retry)
+	retry := time.NewTicker(o.retry)
 	defer retry.Stop()
 	for {
 		if nl == nil {
@@ -409,7 +409,7 @@ func runMonitor(ctx context.Context, d watch.Deps, o RunOptions, st *state, log 
 			select { // netlink not there yet (ib_core): runDevices says so
 			case <-ctx.Done():
 				return
-			case <-time.After(o.Retry):
+			case <-time.After(o.retry):
 				continue
 			}
 		}

@@ -67,7 +67,7 @@ func TestRunPerDevice(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: 10 * time.Millisecond, Retry: time.Hour, Version: "test"})
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: 10 * time.Millisecond, retry: time.Hour, Version: "test"})
 	}()
 	status := func() agentapi.Status {
 		st, err := askStatus(context.Background(), sock)

@@ -151,7 +151,7 @@ func TestListen(t *testing.T) {
 }
 
 // Run without ib_core: it serves the socket, keeps trying netlink and the
-// probes every Retry, and on cancel removes the socket and returns nil.
+// probes every retry, and on cancel removes the socket and returns nil.
 func TestRunWaitsForIBCore(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	dials, opens := make(chan struct{}, 100), make(chan struct{}, 100)
@@ -168,7 +168,7 @@ func TestRunWaitsForIBCore(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, Retry: 10 * time.Millisecond, Version: "test"}) }()
+	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, retry: 10 * time.Millisecond, Version: "test"}) }()
 	for _, ch := range []chan struct{}{dials, dials, dials, opens, opens, opens} {
 		select {
 		case <-ch:
@@ -264,7 +264,7 @@ func TestRunProbeStreamFails(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, Retry: time.Hour}) }()
+	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, retry: time.Hour}) }()
 	select {
 	case <-src.closed:
 	case err := <-done:
