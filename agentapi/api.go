@@ -18,7 +18,7 @@ import (
 // device the agent does not see or a path it does not serve (paths are
 // taken as they come, never cleaned or redirected), 405 with Allow: GET,
 // HEAD for another method. Values quoted back in an error are cut at
-// query.MaxQuoted bytes; package query reads the parameters.
+// 64 bytes (query.Quote); package query reads the parameters.
 
 // DefaultSocket is where the agent listens and the CLI asks.
 const DefaultSocket = "/run/rdmatool/agent.sock"

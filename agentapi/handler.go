@@ -15,7 +15,7 @@ import (
 	"github.com/rdmatool/rdmatool/leakwatch"
 )
 
-// quote is s for an error message, cut at query.MaxQuoted bytes.
+// quote is s for an error message, cut as query.Quote cuts it.
 func quote(s string) string { return query.Quote(s) }
 
 // Source is what Handler answers from: the agent's history (a

@@ -2,7 +2,7 @@
 // (GET /v1/qp-leaks?dev=D&min_age=5s&rule=R&max_qp=D=N&no_probes=1&limit=N)
 // into a leakwatch.Query. Its errors are the text of the agent's 400
 // answers, so they read "agent: ..." as the API's other answers do, and
-// quote what they refuse cut at MaxQuoted bytes.
+// quote what they refuse cut at 64 bytes (Quote).
 //
 // It needs no privileges and makes no system call.
 //
