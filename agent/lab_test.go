@@ -1,13 +1,10 @@
-package agent_test
+package agent
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -327,27 +324,6 @@ func TestLabSRQQPInErr(t *testing.T) {
 			})
 		})
 	}
-}
-
-// askStatus asks the agent on sock for its status (GET /v1/status).
-func askStatus(ctx context.Context, sock string) (agentapi.Status, error) {
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/status", nil)
-	if err != nil {
-		return agentapi.Status{}, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return agentapi.Status{}, err
-	}
-	defer resp.Body.Close()
-	var st agentapi.Status
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("GET /v1/status: %s", resp.Status)
-	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
 // runQPLeaks runs `rdmatool qp-leaks -j` to its end.

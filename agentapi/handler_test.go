@@ -28,7 +28,8 @@ var (
 )
 
 // source is a Source over one watcher, on devices rxe0 and siw0: rxe0's QP
-// 17, owned by pid 42, has been in ERR since t0, and it is t0 still.
+// 17, owned by pid 42 (app, in /system.slice/app.service), has been in ERR
+// since t0, and it is a minute later.
 type source struct {
 	mu      sync.Mutex
 	w       *leakwatch.Watcher
@@ -36,9 +37,12 @@ type source struct {
 }
 
 func newSource() *source {
-	w := leakwatch.New(leakwatch.Config{}, func() time.Time { return t0 })
+	now := t0
+	w := leakwatch.New(leakwatch.Config{}, func() time.Time { return now })
 	w.Scan(leakwatch.Scan{Time: t0, Devices: []leakwatch.DeviceScan{{Device: rxe, QPs: []rdmanl.QP{
-		{LQPN: 17, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}}}}}})
+		{LQPN: 17, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}}},
+		Owners: map[uint32]leakwatch.Owner{42: {Comm: "app", Cgroup: "/system.slice/app.service"}}}}})
+	now = t0.Add(time.Minute)
 	return &source{w: w, devices: []string{"rxe0", "siw0"}}
 }
 
@@ -156,6 +160,47 @@ func bytesCut(s string, sep byte) (before, after string, found bool) {
 		return s[:i], s[i+1:], true
 	}
 	return s, "", false
+}
+
+// The answer is the JSON object qp-leaks prints, field for field, with
+// the agent's source and start.
+func TestQPLeaksJSON(t *testing.T) {
+	sock := serve(t, newSource())
+	body := rawGet(t, sock, "/v1/qp-leaks?dev=rxe0&min_age=1m&rule=stale-error-qp", http.StatusOK)
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"findings", "skipped_rules", "observed_seconds", "qps", "probes", "probes_error", "lost_events", "scans", "devices", "source", "observed_since"} {
+		if _, ok := fields[f]; !ok {
+			t.Errorf("no %q in %s", f, body)
+		}
+	}
+	if got := string(fields["source"]); got != `"agent"` {
+		t.Errorf("source %s", got)
+	}
+	if got := string(fields["observed_since"]); got != `"2026-01-01T00:00:00Z"` {
+		t.Errorf("observed_since %s", got)
+	}
+	var findings []map[string]json.RawMessage
+	if err := json.Unmarshal(fields["findings"], &findings); err != nil || len(findings) != 1 {
+		t.Fatalf("findings %s: %v", fields["findings"], err)
+	}
+	if got := string(findings[0]["cgroup"]); got != `"/system.slice/app.service"` {
+		t.Errorf("cgroup %s", got)
+	}
+}
+
+// /v1/status answers the source's status as the agent of its version.
+func TestStatus(t *testing.T) {
+	var got Status
+	if err := json.Unmarshal([]byte(rawGet(t, serve(t, newSource()), "/v1/status", http.StatusOK)), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := Status{Version: "test", Started: t0, Probes: "off", LastScanSeconds: -1, Devices: []string{"rxe0", "siw0"}, QPs: 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
 }
 
 func TestBadQueries(t *testing.T) {

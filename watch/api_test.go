@@ -1,11 +1,7 @@
 package watch
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -110,27 +106,6 @@ func ask(t *testing.T, sock string, o CheckOptions) (agentapi.CheckReport, error
 	return agentapi.Ask(t.Context(), sock, o.query(), o.AgentTimeout)
 }
 
-// askStatus asks the agent on sock for its status.
-func askStatus(ctx context.Context, sock string) (agentapi.Status, error) {
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/v1/status", nil)
-	if err != nil {
-		return agentapi.Status{}, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return agentapi.Status{}, err
-	}
-	defer resp.Body.Close()
-	var st agentapi.Status
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("GET /v1/status: %s", resp.Status)
-	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
-}
-
 type leak struct {
 	Rule, Device string
 	QPN, PID     uint32
@@ -205,70 +180,13 @@ func TestAsk(t *testing.T) {
 	}
 }
 
-// The answer is the JSON object qp-leaks prints, field for field, with
-// the agent's source and start.
-func TestQPLeaksJSON(t *testing.T) {
-	st, _ := history(t)
-	sock := serve(t, st)
-	body := rawGet(t, sock, "/v1/qp-leaks?dev=rxe0&min_age=1m&rule=stale-error-qp", http.StatusOK)
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(body), &fields); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"findings", "skipped_rules", "observed_seconds", "qps", "probes", "probes_error", "lost_events", "scans", "devices", "source", "observed_since"} {
-		if _, ok := fields[f]; !ok {
-			t.Errorf("no %q in %s", f, body)
-		}
-	}
-	if got := string(fields["source"]); got != `"agent"` {
-		t.Errorf("source %s", got)
-	}
-	if got := string(fields["observed_since"]); got != `"2026-01-01T00:00:00Z"` {
-		t.Errorf("observed_since %s", got)
-	}
-	var findings []map[string]json.RawMessage
-	if err := json.Unmarshal(fields["findings"], &findings); err != nil || len(findings) != 1 {
-		t.Fatalf("findings %s: %v", fields["findings"], err)
-	}
-	if got := string(findings[0]["cgroup"]); got != `"/system.slice/app.service"` {
-		t.Errorf("cgroup %s", got)
-	}
-}
-
-func rawGet(t *testing.T, sock, path string, wantCode int) string {
-	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	resp, err := c.Get("http://agent" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != wantCode {
-		t.Errorf("GET %s: %s, want %d: %s", path, resp.Status, wantCode, b)
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("GET %s: content type %q", path, ct)
-	}
-	return string(b)
-}
-
 func TestStatus(t *testing.T) {
 	st, c := history(t)
 	st.SetProbes(true, "")
 	st.ScanFailed("rxe0", errors.New("rdmanl: dump QPs of rxe0: interrupted"))
 	c.set(62 * time.Second)
-	sock := serve(t, st)
-	got, err := askStatus(t.Context(), sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := agentapi.Status{Version: "v1.2.3", Started: t0, Probes: "on", Scans: 4, ScanError: "rdmanl: dump QPs of rxe0: interrupted",
+	got := st.Status()
+	want := agentapi.Status{Started: t0, Probes: "on", Scans: 4, ScanError: "rdmanl: dump QPs of rxe0: interrupted",
 		LastScanSeconds: 12, Devices: []string{"rxe0", "siw0"}, QPs: 3, LostEvents: 3}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
@@ -297,9 +215,7 @@ func TestStateConcurrent(t *testing.T) {
 		if _, err := ask(t, sock, CheckOptions{MinAge: time.Second}); err != nil {
 			t.Error(err)
 		}
-		if _, err := askStatus(t.Context(), sock); err != nil {
-			t.Error(err)
-		}
+		st.Status()
 	}
 	wg.Wait()
 }
