@@ -167,17 +167,17 @@ func LoadConfig(path string, optional bool) (Config, error) {
 		}
 		return Config{}, &ConfigError{Path: path, Err: err}
 	}
-	return ParseConfig(path, b)
+	return parseConfig(path, b)
 }
 
-// ParseConfig decodes and checks a configuration file's contents; path
+// parseConfig decodes and checks a configuration file's contents; path
 // names it in errors. The file holds one YAML document: a mapping of the
 // keys Config's yaml tags name, each at most once, decoded strictly
-// (yaml.v3's KnownFields), then Validate. Empty, comments only or null
+// (yaml.v3's KnownFields), then validate. Empty, comments only or null
 // is an empty Config. Every error is a *ConfigError naming the file, the
 // line and the dotted key at fault; for YAML that does not parse it wraps
 // yaml.v3's own error, which names the line.
-func ParseConfig(path string, b []byte) (Config, error) {
+func parseConfig(path string, b []byte) (Config, error) {
 	located := func(err *ConfigError) (Config, error) {
 		err.Path = path
 		return Config{}, err
@@ -221,7 +221,7 @@ func ParseConfig(path string, b []byte) (Config, error) {
 		}
 		return located(&ConfigError{Err: err})
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		var ce *ConfigError
 		if !errors.As(err, &ce) {
 			ce = &ConfigError{Err: err}
@@ -232,11 +232,11 @@ func ParseConfig(path string, b []byte) (Config, error) {
 	return c, nil
 }
 
-// Validate checks what no single value shows: that the policy, laid over
+// validate checks what no single value shows: that the policy, laid over
 // DefaultPolicy, makes sense and does not contradict itself
 // (Policy.Check). The error is a *ConfigError naming the key at fault,
-// "policy.cooldown", without file and line (ParseConfig adds them).
-func (c Config) Validate() error {
+// "policy.cooldown", without file and line (parseConfig adds them).
+func (c Config) validate() error {
 	p := c.policy()
 	if p == nil {
 		return nil

@@ -20,9 +20,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
 	"github.com/rdmatool/rdmatool/rename"
+	"github.com/rdmatool/rdmatool/watch"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -40,7 +43,7 @@ max_qp:
   mlx5_0: 131072
   rxe0: 1024
 `
-	got, err := ParseConfig("a.yaml", []byte(full))
+	got, err := parseConfig("a.yaml", []byte(full))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,28 +52,28 @@ max_qp:
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
-	rest, err := ParseConfig("a.yaml", []byte("rename: map,guid\nnames_map: /etc/x\nrename_force: true\nexhaustion_threshold: 0.5\n"))
+	rest, err := parseConfig("a.yaml", []byte("rename: map,guid\nnames_map: /etc/x\nrename_force: true\nexhaustion_threshold: 0.5\n"))
 	wantRest := Config{Rename: ptr[renamePolicies]("map,guid"), NamesMap: ptr[absPath]("/etc/x"), RenameForce: ptr[boolean](true),
 		ExhaustionThreshold: ptr[threshold](0.5)}
 	if d := cmp.Diff(wantRest, rest); err != nil || d != "" {
 		t.Errorf("rename and threshold keys: %v (-want +got):\n%s", err, d)
 	}
-	pol, err := ParseConfig("a.yaml", []byte("policy:\n  mode: reset\n  dry_run: true\n  qp_use: 0.5\n  stale_qps: 0\n  stale_rules: [stale-error-qp]\n  for: 0s\n  cooldown: 10m\n  max_per_hour: 3\n  method: relink\n  grace: 0s\n  timeout: 1m\n"))
+	pol, err := parseConfig("a.yaml", []byte("policy:\n  mode: reset\n  dry_run: true\n  qp_use: 0.5\n  stale_qps: 0\n  stale_rules: [stale-error-qp]\n  for: 0s\n  cooldown: 10m\n  max_per_hour: 3\n  method: relink\n  grace: 0s\n  timeout: 1m\n"))
 	wantPol := Policy{Mode: PolicyReset, DryRun: true, QPUse: 0.5, StaleQPs: 0, StaleRules: []string{"stale-error-qp"}, For: 0,
 		Cooldown: 10 * time.Minute, MaxPerHour: 3, Method: "relink", Grace: 0, Timeout: time.Minute}
 	if p := pol.policy(); err != nil || p == nil || !cmp.Equal(*p, wantPol) {
 		t.Errorf("policy: %+v, %v; want %+v", p, err, wantPol)
 	}
 	// Left out, a key keeps its default.
-	pol, err = ParseConfig("a.yaml", []byte("policy:\n  mode: reset\n"))
+	pol, err = parseConfig("a.yaml", []byte("policy:\n  mode: reset\n"))
 	wantPol = DefaultPolicy()
 	wantPol.Mode = PolicyReset
 	if p := pol.policy(); err != nil || p == nil || !cmp.Equal(*p, wantPol) {
 		t.Errorf("policy with mode only: %+v, %v; want %+v", p, err, wantPol)
 	}
 	for _, empty := range []string{"", "# only comments\n", "---\n", "~\n"} {
-		if c, err := ParseConfig("a.yaml", []byte(empty)); err != nil || !cmp.Equal(c, Config{}) {
-			t.Errorf("ParseConfig(%q) = %+v, %v; want an empty Config", empty, c, err)
+		if c, err := parseConfig("a.yaml", []byte(empty)); err != nil || !cmp.Equal(c, Config{}) {
+			t.Errorf("parseConfig(%q) = %+v, %v; want an empty Config", empty, c, err)
 		}
 	}
 }
@@ -144,10 +147,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"rename: map,,guid\n", `agent: config a.yaml:1: rename: empty policy in "map,,guid"`},
 		{"interval: 1m\nmax_qp:\n  rxe0: 5\npolicy:\n  mode: reset\n  cooldown: 1m\n  for: 2m\n", `agent: config a.yaml:6: policy.cooldown: 1m0s is shorter than for (2m0s)`},
 	} {
-		_, err := ParseConfig("a.yaml", []byte(tt.in))
+		_, err := parseConfig("a.yaml", []byte(tt.in))
 		var ce *ConfigError
 		if err == nil || !strings.HasPrefix(err.Error(), tt.want) || !errors.As(err, &ce) || strings.Contains(err.Error(), "\n") {
-			t.Errorf("ParseConfig(%q) = %v; want one line starting %q", tt.in, err, tt.want)
+			t.Errorf("parseConfig(%q) = %v; want one line starting %q", tt.in, err, tt.want)
 		}
 	}
 }
@@ -160,12 +163,12 @@ func TestDefaultConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := ParseConfig("agent.yaml", b); err != nil || !cmp.Equal(c, Config{}) {
+	if c, err := parseConfig("agent.yaml", b); err != nil || !cmp.Equal(c, Config{}) {
 		t.Errorf("the default file sets something: %+v, %v", c, err)
 	}
 	uncommented := regexp.MustCompile(`(?m)^#([a-z_]+):`).ReplaceAll(b, []byte("$1:"))
 	uncommented = regexp.MustCompile(`(?m)^#  `).ReplaceAll(uncommented, []byte("  "))
-	c, err := ParseConfig("agent.yaml", uncommented)
+	c, err := parseConfig("agent.yaml", uncommented)
 	if err != nil {
 		t.Fatalf("the default file's values do not parse: %v", err)
 	}
@@ -195,7 +198,7 @@ func TestDefaultConfigFile(t *testing.T) {
 		key       string
 		got, want any
 	}{
-		{"socket", string(*c.Socket), DefaultSocket},
+		{"socket", string(*c.Socket), agentapi.DefaultSocket},
 		{"metrics_address", string(*c.MetricsAddress), DefaultMetricsAddress},
 		{"interval", time.Duration(*c.Interval), DefaultInterval},
 		{"reconcile", time.Duration(*c.Reconcile), DefaultReconcile},
@@ -340,14 +343,14 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 		defer mu.Unlock()
 		return next, nextErr
 	}
-	host := newFakeHost(rxe)
+	host := rdmanltest.NewHost(rxe)
 	var logs syncBuffer
-	d := Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: host.dial}
+	d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: dialer(host)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, d, RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond,
-			NoProbes: true, Retry: time.Hour, MetricsAddress: addr, MaxQP: map[string]uint64{"rxe0": 100}, Reload: reload})
+			NoProbes: true, retry: time.Hour, MetricsAddress: addr, MaxQP: map[string]uint64{"rxe0": 100}, Reload: reload})
 	}()
 	defer stopRun(t, cancel, done)
 	maxQP := func() float64 {
@@ -388,7 +391,7 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// Whatever a configuration file holds, ParseConfig answers with a Config or
+// Whatever a configuration file holds, parseConfig answers with a Config or
 // one line naming the file, and never panics.
 func FuzzParseConfig(f *testing.F) {
 	for _, seed := range []string{"", "interval: 10s\n", "max_qp:\n  rxe0: 5\n", "probes: [\n", "a: b\n---\nc: d\n",
@@ -398,7 +401,7 @@ func FuzzParseConfig(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, err := ParseConfig("f.yaml", b)
+		_, err := parseConfig("f.yaml", b)
 		if err != nil && (strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "agent: config f.yaml")) {
 			t.Errorf("error %q: want one line naming the file", err)
 		}

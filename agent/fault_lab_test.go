@@ -1,4 +1,4 @@
-package agent_test
+package agent
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/vmtest"
 	"golang.org/x/sys/unix"
@@ -83,7 +83,7 @@ func TestLabAgentKilled(t *testing.T) {
 	var logs strings.Builder
 	cmd := spawnAgent(t, sock, &logs)
 	if !waitUntil(60*time.Second, func() bool {
-		st, err := agent.AskStatus(t.Context(), sock)
+		st, err := askStatus(t.Context(), sock)
 		return err == nil && st.Probes == "on"
 	}) {
 		cmd.Process.Kill()
@@ -103,7 +103,7 @@ func TestLabAgentKilled(t *testing.T) {
 		t.Fatalf("the killed agent's socket: %v", err)
 	}
 	stop := startAgent(t, sock, "--interval", "1s")
-	if _, err := agent.AskStatus(t.Context(), sock); err != nil {
+	if _, err := askStatus(t.Context(), sock); err != nil {
 		t.Errorf("the new agent on the stale socket: %v", err)
 	}
 	stop()
@@ -154,10 +154,10 @@ func TestLabChurn(t *testing.T) {
 		}
 		return len(qps)
 	}
-	var st agent.Status
+	var st agentapi.Status
 	if !waitUntil(10*time.Second, func() bool {
 		var err error
-		st, err = agent.AskStatus(t.Context(), sock)
+		st, err = askStatus(t.Context(), sock)
 		return err == nil && st.QPs == listed()
 	}) {
 		t.Errorf("after the churn the agent tracks %d live QPs, netlink lists %d", st.QPs, listed())
@@ -205,7 +205,7 @@ func TestLabNoModuleBTF(t *testing.T) {
 		}
 	}()
 	if !waitUntil(30*time.Second, func() bool {
-		st, err := agent.AskStatus(t.Context(), sock)
+		st, err := askStatus(t.Context(), sock)
 		return err == nil && st.Scans > 2 && st.Probes == "off" && strings.Contains(st.ProbesError, "BTF")
 	}) {
 		t.Errorf("agent without ib_core's BTF: %s", logs.String())
@@ -273,7 +273,7 @@ func TestLabUnprivileged(t *testing.T) {
 	cmd := exec.Command(bin, "qp-leaks", "-j", "--no-agent", "--watch", "1s")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, _ := cmd.Output()
-	var rep agent.CheckReport
+	var rep agentapi.CheckReport
 	if err := json.Unmarshal(out, &rep); err != nil || rep.Probes != "off" || !strings.Contains(rep.ProbesError, "CAP_BPF") {
 		t.Errorf("qp-leaks as nobody: %v, probes %s (%s)", err, rep.Probes, rep.ProbesError)
 	}
@@ -342,7 +342,7 @@ func TestLabAgentRenameRacesDelete(t *testing.T) {
 	// group): a device added before they attach waits for the listing
 	// interval.
 	if !waitUntil(60*time.Second, func() bool {
-		st, err := agent.AskStatus(t.Context(), sock)
+		st, err := askStatus(t.Context(), sock)
 		return err == nil && st.Probes == "on"
 	}) {
 		t.Fatal("the agent does not answer with its probes on")
@@ -357,7 +357,7 @@ func TestLabAgentRenameRacesDelete(t *testing.T) {
 		d, _ := byGUID()
 		t.Errorf("the device that stayed (index %d) is %q 10s after it was added, want lab_roce8", stayed.Index, d.Name)
 	}
-	if _, err := agent.AskStatus(t.Context(), sock); err != nil {
+	if _, err := askStatus(t.Context(), sock); err != nil {
 		t.Errorf("the agent after the races: %v", err)
 	}
 	cmd.Process.Kill()

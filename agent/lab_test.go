@@ -1,4 +1,4 @@
-package agent_test
+package agent
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/vmtest"
 )
 
@@ -24,7 +24,7 @@ import (
 
 // qpLeaks starts `rdmatool qp-leaks -j` and returns once it is watching
 // (after its first scan and, with probes, after they attached).
-func qpLeaks(t *testing.T, args ...string) func() agent.CheckReport {
+func qpLeaks(t *testing.T, args ...string) func() agentapi.CheckReport {
 	t.Helper()
 	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"qp-leaks", "-j", "-v"}, args...)...)
 	var out strings.Builder
@@ -53,10 +53,10 @@ func qpLeaks(t *testing.T, args ...string) func() agent.CheckReport {
 		cmd.Process.Kill()
 		t.Fatalf("qp-leaks did not start watching: %s", logs.String())
 	}
-	return func() agent.CheckReport {
+	return func() agentapi.CheckReport {
 		t.Helper()
 		err := cmd.Wait()
-		var rep agent.CheckReport
+		var rep agentapi.CheckReport
 		if jerr := json.Unmarshal([]byte(out.String()), &rep); jerr != nil {
 			t.Fatalf("qp-leaks: %v; output %q; log %s", err, out.String(), logs.String())
 		}
@@ -74,7 +74,7 @@ type leak struct {
 	PID          uint32
 }
 
-func leaks(rep agent.CheckReport) []leak {
+func leaks(rep agentapi.CheckReport) []leak {
 	out := []leak{}
 	for _, f := range rep.Findings {
 		out = append(out, leak{f.Rule, f.Device, f.QPN, f.PID})
@@ -91,7 +91,7 @@ func expect(rule string, w *vmtest.Workload, dev string) []leak {
 	return out
 }
 
-func check(t *testing.T, rep agent.CheckReport, want []leak) {
+func check(t *testing.T, rep agentapi.CheckReport, want []leak) {
 	t.Helper()
 	slices.SortFunc(want, func(a, b leak) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
 	if want == nil {
@@ -124,7 +124,7 @@ var probeRules = []string{"srq-destroy-without-last-wqe", "last-wqe-not-emitted"
 // checkSkipped asserts the rules a run did not evaluate, and why: with
 // --no-probes the probe rules; qp-exhaustion always runs (the devices say
 // their max_qp).
-func checkSkipped(t *testing.T, rep agent.CheckReport, probes bool) {
+func checkSkipped(t *testing.T, rep agentapi.CheckReport, probes bool) {
 	t.Helper()
 	var got, want []string
 	for _, s := range rep.SkippedRules {
@@ -189,7 +189,7 @@ func moveToCgroup(t *testing.T, pid int) string {
 }
 
 // checkOwner asserts that every finding names the cgroup and the container.
-func checkOwner(t *testing.T, rep agent.CheckReport, cgroup string) {
+func checkOwner(t *testing.T, rep agentapi.CheckReport, cgroup string) {
 	t.Helper()
 	for _, f := range rep.Findings {
 		if f.Cgroup != cgroup || f.ContainerID != containerID || f.Comm != "qpwork" {
@@ -327,7 +327,7 @@ func TestLabSRQQPInErr(t *testing.T) {
 }
 
 // runQPLeaks runs `rdmatool qp-leaks -j` to its end.
-func runQPLeaks(t *testing.T, args ...string) (rep agent.CheckReport, code int, stderr string) {
+func runQPLeaks(t *testing.T, args ...string) (rep agentapi.CheckReport, code int, stderr string) {
 	t.Helper()
 	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"qp-leaks", "-j"}, args...)...)
 	var out, errOut strings.Builder
@@ -364,7 +364,7 @@ func startAgent(t *testing.T, sock string, args ...string) (stop func() int) {
 	})
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		st, err := agent.AskStatus(t.Context(), sock)
+		st, err := askStatus(t.Context(), sock)
 		if err == nil && st.Probes == "on" && st.Scans > 0 {
 			break
 		}
@@ -436,7 +436,7 @@ func TestLabAgent(t *testing.T) {
 	if !strings.Contains(string(out), ", observed by the agent for ") || !strings.Contains(string(out), "cgroup "+cgroup+" container "+containerID[:12]) {
 		t.Errorf("qp-leaks text with the agent (%v):\n%s", err, out)
 	}
-	st, err := agent.AskStatus(t.Context(), sock)
+	st, err := askStatus(t.Context(), sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,10 +514,10 @@ func TestLabAgentRenamesDevices(t *testing.T) {
 	}
 	t.Logf("re-added rxe7 renamed to lab_roce7 after %s", time.Since(started).Round(time.Millisecond))
 	if !waitUntil(10*time.Second, func() bool {
-		st, err := agent.AskStatus(t.Context(), sock)
+		st, err := askStatus(t.Context(), sock)
 		return err == nil && slices.Contains(st.Devices, "lab_roce7") && !slices.Contains(st.Devices, "rxe7")
 	}) { // the rename is a device event too
-		st, err := agent.AskStatus(t.Context(), sock)
+		st, err := askStatus(t.Context(), sock)
 		t.Errorf("agent status after the re-add: %+v, %v", st, err)
 	}
 	stop()
@@ -587,7 +587,7 @@ func TestLabQPExhaustionFromDevice(t *testing.T) {
 	stop := startAgent(t, sock, "--interval", "1s", "--exhaustion-threshold", strconv.FormatFloat(threshold, 'g', -1, 64))
 	w := vmtest.StartWorkload(t, "--dev", "siw0", "--qps", "20", "--to", "INIT", "--hold", "stdin")
 	w.WaitFor("ready", 30*time.Second)
-	var rep agent.CheckReport
+	var rep agentapi.CheckReport
 	if !waitUntil(30*time.Second, func() bool {
 		rep, _, _ = runQPLeaks(t, "--agent-socket", sock, "--rule", "qp-exhaustion")
 		return len(rep.Findings) > 0

@@ -32,7 +32,7 @@ var descPattern = regexp.MustCompile(`^Desc\{fqName: "([^"]+)", .*variableLabels
 func describedMetrics(t *testing.T) map[string][]string {
 	t.Helper()
 	ch := make(chan *prometheus.Desc)
-	go func() { NewCollector(nil).Describe(ch); close(ch) }()
+	go func() { newCollector(nil).Describe(ch); close(ch) }()
 	got := map[string][]string{}
 	for d := range ch {
 		m := descPattern.FindStringSubmatch(d.String())

@@ -16,7 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rdmatool/rdmatool/agentapi/query"
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/watch"
 )
 
 // DefaultMetricsAddress is where the agent serves /metrics: loopback only,
@@ -42,7 +44,7 @@ type metricsSnapshot struct {
 	events       map[string]uint64
 	devices      []string
 	guids        map[string]string
-	dev          map[string]devMetrics
+	dev          map[string]watch.DeviceScans
 	tally        []leakwatch.DeviceTally
 	learned      map[string]uint64 // max_qp the devices reported
 	findings     map[findingKey]int
@@ -75,12 +77,11 @@ type qpLabels struct {
 
 // evaluated renews the evaluation the metrics and the policy read when it
 // is findingsTTL old. The caller holds s.mu.
-func (s *State) evaluated() {
+func (s *state) evaluated() {
 	now := s.now()
 	if !s.findingsAt.IsZero() && now.Sub(s.findingsAt) < findingsTTL && !now.Before(s.findingsAt) {
 		return
 	}
-	s.resolveOwners()
 	s.findings = map[findingKey]int{}
 	s.findingQPs = map[string]map[string][]uint32{}
 	var staleRules []string // whose QP numbers the reset policy reads
@@ -90,7 +91,7 @@ func (s *State) evaluated() {
 	// Counted as they come, none kept (the reset policy keeps the QP
 	// numbers of its stale rules): 60,000 stuck QPs cost their counts, not
 	// their findings.
-	rep := s.w.Evaluate(leakwatch.Query{MinAge: defaultMinAge, Limit: -1, Each: func(f *leakwatch.Finding) {
+	rep := s.Evaluate(leakwatch.Query{MinAge: query.DefaultMinAge, Limit: -1, Each: func(f *leakwatch.Finding) {
 		s.findings[findingKey{f.Device, f.Rule, f.Severity}]++
 		if !slices.Contains(staleRules, f.Rule) {
 			return
@@ -108,25 +109,16 @@ func (s *State) evaluated() {
 
 // snapshot copies what the metrics export. The findings come from an
 // evaluation at most findingsTTL old.
-func (s *State) snapshot() metricsSnapshot {
+func (s *state) snapshot() metricsSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.evaluated()
+	h := s.Snapshot()
 	snap := metricsSnapshot{
-		version: s.version, started: s.w.Started(), probes: s.probes, listedOK: s.listedOK, lost: s.lost,
-		events: make(map[string]uint64, len(s.events)), devices: slices.Clone(s.devices),
-		guids: make(map[string]string, len(s.guids)), dev: make(map[string]devMetrics, len(s.dev)),
-		tally: s.w.Tally(topOwners), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
+		version: s.version, started: h.Started, probes: h.Probes, listedOK: h.ListedOK, lost: h.Lost,
+		events: h.Events, devices: h.Devices, guids: h.GUIDs, dev: h.Scans,
+		tally: s.Tally(topOwners), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
 		policy: s.pol, decisions: maps.Clone(s.decisions), resets: maps.Clone(s.resets), renames: maps.Clone(s.renames),
-	}
-	for k, v := range s.events {
-		snap.events[k] = v
-	}
-	for k, v := range s.guids {
-		snap.guids[k] = v
-	}
-	for k, v := range s.dev {
-		snap.dev[k] = *v
 	}
 	snap.learned = make(map[string]uint64, len(s.facts))
 	for k, f := range s.facts {
@@ -135,10 +127,10 @@ func (s *State) snapshot() metricsSnapshot {
 	return snap
 }
 
-// collector exports a State to Prometheus. A scrape reads the State's
-// memory only: it never waits on netlink or the probes.
+// collector exports the agent's state to Prometheus. A scrape reads the
+// state's memory only: it never waits on netlink or the probes.
 type collector struct {
-	st *State
+	st *state
 
 	buildInfo, startTime, probesUp, netlinkUp, events, lost *prometheus.Desc
 	resources, qps, ownerQPs, findings, maxQP, useRatio     *prometheus.Desc
@@ -147,8 +139,8 @@ type collector struct {
 	policyInfo, decisions, resets, renames                  *prometheus.Desc
 }
 
-// NewCollector returns a prometheus.Collector of the agent's State.
-func NewCollector(st *State) prometheus.Collector {
+// newCollector returns a prometheus.Collector of the agent's state.
+func newCollector(st *state) prometheus.Collector {
 	dev := []string{"device", "node_guid"}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("rdmatool_"+name, help, labels, nil)
@@ -167,7 +159,7 @@ func NewCollector(st *State) prometheus.Collector {
 			append(dev, "type", "state")...),
 		ownerQPs: d("owner_qps", fmt.Sprintf("Live QPs per owning process (pid and comm; pid 0 for kernel modules, with ulp the module that QPs rdma_cm created serve), the %d largest owners of each device; comm \"(other)\" counts the rest.", topOwners),
 			append(dev, "pid", "comm", "ulp")...),
-		findings:     d("findings", "Current qp-leaks findings (min age "+defaultMinAge.String()+"), by rule and severity.", append(dev, "rule", "severity")...),
+		findings:     d("findings", "Current qp-leaks findings (min age "+query.DefaultMinAge.String()+"), by rule and severity.", append(dev, "rule", "severity")...),
 		ruleSkipped:  d("rule_skipped", "Rules the agent cannot evaluate now (1), with the reason.", "rule", "reason"),
 		maxQP:        d("device_max_qps", "The device's QP limit (max_qp): configured, else as the device reports it.", dev...),
 		useRatio:     d("device_qp_use_ratio", "QPs in use as a share of max_qp, where the agent knows it.", dev...),
@@ -231,18 +223,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, name := range s.devices {
 		guid := s.guids[name]
 		m := s.dev[name]
-		counter(c.scans, float64(m.scans), name, guid)
-		counter(c.scanErrors, float64(m.scanErrors), name, guid)
-		if !m.lastScan.IsZero() {
-			gauge(c.scanDuration, m.lastScanDuration.Seconds(), name, guid)
-			gauge(c.lastScan, float64(m.lastScan.UnixNano())/1e9, name, guid)
+		counter(c.scans, float64(m.Scans), name, guid)
+		counter(c.scanErrors, float64(m.Errors), name, guid)
+		if !m.Last.IsZero() {
+			gauge(c.scanDuration, m.LastDuration.Seconds(), name, guid)
+			gauge(c.lastScan, float64(m.Last.UnixNano())/1e9, name, guid)
 		}
-		for _, r := range m.resources {
+		for _, r := range m.Resources {
 			gauge(c.resources, float64(r.Current), name, guid, r.Name)
 		}
 		if max := s.deviceMaxQP(name); max > 0 {
 			gauge(c.maxQP, float64(max), name, guid)
-			if n, ok := m.qpsInUse(); ok {
+			if n, ok := m.QPsInUse(); ok {
 				gauge(c.useRatio, float64(n)/float64(max), name, guid)
 			}
 		}
@@ -284,10 +276,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // metricsHandler serves /metrics (and nothing else) from a registry of
-// the State's collector, the Go runtime's and the process's.
-func metricsHandler(st *State, log *slog.Logger) http.Handler {
+// the state's collector, the Go runtime's and the process's.
+func metricsHandler(st *state, log *slog.Logger) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(st), collectors.NewGoCollector(),
+	reg.MustRegister(newCollector(st), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +21,8 @@ import (
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
+	"github.com/rdmatool/rdmatool/watch"
 	"go.uber.org/goleak"
 )
 
@@ -103,13 +105,33 @@ func value(fams map[string]*dto.MetricFamily, name string, labels map[string]str
 
 var guidRXE = "0211:22ff:fe33:4455"
 
+// replay is a probe source that yields its events and ends, having lost
+// lost events.
+type replay struct {
+	events []bpf.Event
+	lost   uint64
+}
+
+func (r replay) Events(context.Context) iter.Seq2[bpf.Event, error] {
+	return func(yield func(bpf.Event, error) bool) {
+		for _, ev := range r.events {
+			if !yield(ev, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (r replay) Stats() (bpf.Stats, error) { return bpf.Stats{Lost: r.lost}, nil }
+func (r replay) Close() error              { return nil }
+
 func TestMetrics(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	st := NewState(leakwatch.Config{MaxQP: map[string]uint64{"rxe0": 100}}, clock, "v9")
+	st := newState(leakwatch.Config{MaxQP: map[string]uint64{"rxe0": 100}}, clock, "v9")
 	st.SetProbes(true, "")
 	dev := rdmanl.Device{Index: 1, Name: "rxe0", NodeGUID: 0x021122fffe334455}
-	st.scanSucceeded("")
+	st.ScanSucceeded("")
 	st.setDevices([]rdmanl.Device{dev}, nil, now)
 	qps := []rdmanl.QP{
 		{LQPN: 17, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}},
@@ -118,11 +140,16 @@ func TestMetrics(t *testing.T) {
 	}
 	st.Scan(leakwatch.Scan{Started: now.Add(-250 * time.Millisecond), Time: now, Devices: []leakwatch.DeviceScan{{
 		Device: dev, QPs: qps, Owners: map[uint32]leakwatch.Owner{42: {TGID: 40, Comm: "app"}}}}})
-	st.setResources([]rdmanl.Summary{{DevIndex: 1, DevName: "rxe0", Counts: []rdmanl.ResourceCount{{Name: "qp", Current: 3}, {Name: "mr", Current: 7}}}}, "rxe0")
-	st.scanFailed("rxe0", io.ErrUnexpectedEOF)
-	st.probeEvent(bpf.KindQPModify.String(), &leakwatch.Event{Kind: leakwatch.EventQPModified, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 17, NewState: rdmanl.QPStateErr, HasState: true})
-	st.probeEvent(bpf.KindDeviceEvent.String(), nil)
-	st.setLost(2)
+	st.SetResources([]rdmanl.Summary{{DevIndex: 1, DevName: "rxe0", Counts: []rdmanl.ResourceCount{{Name: "qp", Current: 3}, {Name: "mr", Current: 7}}}}, "rxe0")
+	st.ScanFailed("rxe0", io.ErrUnexpectedEOF)
+	// A QP event and a device event read, two lost.
+	probes := replay{lost: 2, events: []bpf.Event{
+		{Kind: bpf.KindQPModify, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 17, NewState: rdmanl.QPStateErr, HasState: true},
+		{Kind: bpf.KindDeviceEvent, Time: now, DevIndex: 1, DevName: "rxe0"},
+	}}
+	if err := watch.FollowProbes(t.Context(), probes, st.State, "", time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
 	now = now.Add(10 * time.Second) // past the findings' min age
 
 	srv := httptest.NewServer(metricsHandler(st, slog.New(slog.DiscardHandler)))
@@ -221,10 +248,10 @@ func TestRunServesMetrics(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 
-	host := newFakeHost(rxe)
-	host.qps[rxe.Index] = []rdmanl.QP{qp(17, rdmanl.QPStateErr, 0), qp(18, rdmanl.QPStateRTS, 0)}
-	d := Deps{Log: slog.New(slog.DiscardHandler), Dial: host.dial}
-	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, Retry: time.Hour, NoProbes: true, MetricsAddress: addr}
+	host := rdmanltest.NewHost(rxe)
+	host.SetQPs(rxe.Index, qp(17, rdmanl.QPStateErr, 0), qp(18, rdmanl.QPStateRTS, 0))
+	d := watch.Deps{Log: slog.New(slog.DiscardHandler), Dial: dialer(host)}
+	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, retry: time.Hour, NoProbes: true, MetricsAddress: addr}
 	// The port is taken: the agent refuses to start.
 	if err := Run(context.Background(), d, opts); err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("Run on a busy metrics port: %v", err)
@@ -251,26 +278,4 @@ func TestRunServesMetrics(t *testing.T) {
 		n, ok2 := value(fams, "rdmatool_device_resources", map[string]string{"device": "rxe0", "node_guid": rdmanl.GUID(rxe.NodeGUID).String(), "resource": "qp"})
 		return ok1 && ok2 && rts == 1 && n == 2
 	})
-}
-
-// A scan begun before its device was renamed (the agent renamed it, the
-// listing saw the new name) is folded in under the name the device has
-// now: the status does not list the old name again, and findings name
-// the new one. The lab's TestLabAgentRenamesDevices met this race once.
-func TestScanBegunBeforeARename(t *testing.T) {
-	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	st := NewState(leakwatch.Config{}, func() time.Time { return now }, "v9")
-	old := rdmanl.Device{Index: 7, Name: "rxe7"}
-	st.setDevices([]rdmanl.Device{old}, nil, now)
-	st.setDevices([]rdmanl.Device{{Index: 7, Name: "lab_roce7"}}, nil, now)
-	st.Scan(leakwatch.Scan{Time: now, Devices: []leakwatch.DeviceScan{{
-		Device: old, QPs: []rdmanl.QP{{LQPN: 17, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}}}}}})
-	if got := st.Status().Devices; !slices.Equal(got, []string{"lab_roce7"}) {
-		t.Errorf("status devices %q, want [lab_roce7]", got)
-	}
-	now = now.Add(time.Hour)
-	rep, ok := st.Report(leakwatch.Query{MinAge: time.Second})
-	if !ok || len(rep.Findings) != 1 || rep.Findings[0].Device != "lab_roce7" {
-		t.Errorf("findings %+v (ok %v), want one on lab_roce7", rep.Findings, ok)
-	}
 }

@@ -20,9 +20,9 @@ func notifyReady(log *slog.Logger) {
 func notifyStopping() { daemon.SdNotify(false, daemon.SdNotifyStopping) }
 
 // watchdog pets systemd's watchdog (WatchdogSec=) at half its period until
-// ctx ends, for as long as the State answers: a deadlocked agent stops
+// ctx ends, for as long as the history answers: a deadlocked agent stops
 // petting and systemd restarts it. Without a watchdog it returns at once.
-func watchdog(ctx context.Context, st *State, log *slog.Logger) {
+func watchdog(ctx context.Context, st *state, log *slog.Logger) {
 	period, err := daemon.SdWatchdogEnabled(false)
 	if err != nil {
 		log.Warn("systemd watchdog settings unreadable", "err", err)

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
+	"github.com/rdmatool/rdmatool/watch"
 )
 
 // Under systemd (NOTIFY_SOCKET, WATCHDOG_USEC) the agent says READY once it
@@ -47,14 +50,14 @@ func TestRunNotifiesSystemd(t *testing.T) {
 			}
 		}
 	}
-	host := newFakeHost(rxe)
-	d := Deps{Log: slog.New(slog.DiscardHandler), Dial: host.dial}
+	host := rdmanltest.NewHost(rxe)
+	d := watch.Deps{Log: slog.New(slog.DiscardHandler), Dial: dialer(host)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	sock := filepath.Join(dir, "agent.sock")
-	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, NoProbes: true, Retry: time.Hour}) }()
+	go func() { done <- Run(ctx, d, RunOptions{Socket: sock, NoProbes: true, retry: time.Hour}) }()
 	next("READY=1")
-	if _, err := AskStatus(context.Background(), sock); err != nil {
+	if _, err := askStatus(context.Background(), sock); err != nil {
 		t.Errorf("READY sent but the socket does not answer: %v", err)
 	}
 	next("WATCHDOG=1")

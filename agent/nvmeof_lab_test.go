@@ -1,4 +1,4 @@
-package agent_test
+package agent
 
 import (
 	"bufio"
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/vmtest"
@@ -218,7 +218,7 @@ func (tr *drainTrace) wait(qpns []uint32, timeout time.Duration) map[uint32]floa
 // agentUntil asks the agent until cond holds of its report, or timeout
 // passes, and returns the last report: the agent applies probe events
 // within its 100 ms poll of the ring buffer.
-func agentUntil(t *testing.T, sock string, timeout time.Duration, cond func(agent.CheckReport) bool) agent.CheckReport {
+func agentUntil(t *testing.T, sock string, timeout time.Duration, cond func(agentapi.CheckReport) bool) agentapi.CheckReport {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -233,7 +233,7 @@ func agentUntil(t *testing.T, sock string, timeout time.Duration, cond func(agen
 	}
 }
 
-func findingQPNs(rep agent.CheckReport, rule string) []uint32 {
+func findingQPNs(rep agentapi.CheckReport, rule string) []uint32 {
 	var out []uint32
 	for _, f := range rep.Findings {
 		if f.Rule == rule {
@@ -326,7 +326,7 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 	if agentRep.Source != "agent" {
 		t.Fatalf("qp-leaks asked the agent, source %q", agentRep.Source)
 	}
-	checkStalled := func(who string, rep agent.CheckReport, draining bool) {
+	checkStalled := func(who string, rep agentapi.CheckReport, draining bool) {
 		t.Helper()
 		got := findingQPNs(rep, leakwatch.RuleSRQDrainStalled)
 		if !stalls {
@@ -390,7 +390,7 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 	if !stalls && removed > 20*time.Second {
 		t.Errorf("teardown took %s on a kernel without the SRQ wait", removed)
 	}
-	after := agentUntil(t, sock, 5*time.Second, func(rep agent.CheckReport) bool {
+	after := agentUntil(t, sock, 5*time.Second, func(rep agentapi.CheckReport) bool {
 		return !stalls || slices.Equal(findingQPNs(rep, leakwatch.RuleSRQDrainStalled), targetSRQ)
 	})
 	checkStalled("agent history", after, false)

@@ -14,6 +14,7 @@ import (
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/reset"
+	"github.com/rdmatool/rdmatool/watch"
 )
 
 // Policy modes. The names are API (config and flags).
@@ -283,7 +284,7 @@ func (g *policyEngine) finished(k string) { delete(g.busy, k) }
 // runPolicy applies the policy every Interval until ctx ends, then waits
 // for the resets it started. Decisions are logged with their evidence and
 // counted in st.
-func runPolicy(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.Logger) {
+func runPolicy(ctx context.Context, d watch.Deps, o RunOptions, st *state, log *slog.Logger) {
 	g := newPolicyEngine()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -320,7 +321,7 @@ func runPolicy(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.L
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rep, err := d.Reset(ctx, ro)
+				rep, err := o.reset(ctx, ro)
 				st.resetDone(dec.policyEvidence, rep, err)
 				select {
 				case finished <- dec.key():
@@ -359,14 +360,14 @@ func logDecision(log *slog.Logger, p Policy, dec policyDecision) {
 var errNoHelper = errors.New("agent: policy mode reset: no reset helper command")
 
 // policy is the policy in force.
-func (s *State) policy() Policy {
+func (s *state) policy() Policy {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pol
 }
 
 // setPolicy puts p in force.
-func (s *State) setPolicy(p Policy) {
+func (s *state) setPolicy(p Policy) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pol = p
@@ -376,22 +377,23 @@ func (s *State) setPolicy(p Policy) {
 // and its stale QPs (each counted once, whatever the number of rules it
 // meets) from an evaluation at most findingsTTL old. A device whose
 // resources have not been read yet is left out.
-func (s *State) policyEvidence(rules []string) []policyEvidence {
+func (s *state) policyEvidence(rules []string) []policyEvidence {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.evaluated()
+	h := s.Snapshot()
 	var out []policyEvidence
-	for _, name := range s.devices {
-		m := s.dev[name]
-		if m == nil {
+	for _, name := range h.Devices {
+		m, ok := h.Scans[name]
+		if !ok {
 			continue
 		}
-		e := policyEvidence{Device: name, NodeGUID: s.guids[name], MaxQP: s.maxQP[name], ByRule: map[string]int{}}
+		e := policyEvidence{Device: name, NodeGUID: h.GUIDs[name], MaxQP: s.maxQP[name], ByRule: map[string]int{}}
 		if e.MaxQP == 0 {
 			e.MaxQP = s.facts[name].MaxQP
 		}
 		var read bool
-		if e.QPs, read = m.qpsInUse(); !read {
+		if e.QPs, read = m.QPsInUse(); !read {
 			continue
 		}
 		stale := map[uint32]bool{}
@@ -411,7 +413,7 @@ func (s *State) policyEvidence(rules []string) []policyEvidence {
 }
 
 // policyDecided counts a decision.
-func (s *State) policyDecided(d policyDecision) {
+func (s *state) policyDecided(d policyDecision) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.decisions[[3]string{d.Device, d.NodeGUID, d.Decision}]++
@@ -420,7 +422,7 @@ func (s *State) policyDecided(d policyDecision) {
 // resetDone counts a reset the policy started, by its result: "done",
 // "waiting" (the removal still waits for the device's holders) or
 // "failed".
-func (s *State) resetDone(e policyEvidence, rep reset.Report, err error) {
+func (s *state) resetDone(e policyEvidence, rep reset.Report, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	result := rep.Result
@@ -437,7 +439,7 @@ func (s *State) resetDone(e policyEvidence, rep reset.Report, err error) {
 
 // renamed counts a rename the agent applied, under the name the device has
 // after it.
-func (s *State) renamed(r rename.Result) {
+func (s *state) renamed(r rename.Result) {
 	name := r.From
 	if r.Status == rename.StatusRenamed {
 		name = r.To

@@ -13,7 +13,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
 	"github.com/rdmatool/rdmatool/reset"
+	"github.com/rdmatool/rdmatool/watch"
 	"go.uber.org/goleak"
 )
 
@@ -147,10 +149,10 @@ func TestPolicyEngine(t *testing.T) {
 }
 
 // The agent with a reset policy on a fake host: a device whose stale QPs
-// and use cross the thresholds is reset once, through Deps.Reset with the
-// policy's method, grace and timeout; when its QPs come back stale within
-// the cooldown it is not reset again; the metrics count both decisions and
-// the reset.
+// and use cross the thresholds is reset once, through RunOptions.reset
+// with the policy's method, grace and timeout; when its QPs come back
+// stale within the cooldown it is not reset again; the metrics count both
+// decisions and the reset.
 func TestRunPolicy(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -159,7 +161,7 @@ func TestRunPolicy(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	host := newFakeHost(rxe)
+	host := rdmanltest.NewHost(rxe)
 	stale := func(first uint32) []rdmanl.QP {
 		var qps []rdmanl.QP
 		for i := range uint32(6) {
@@ -167,22 +169,20 @@ func TestRunPolicy(t *testing.T) {
 		}
 		return qps
 	}
-	host.set([]rdmanl.Device{rxe}, map[uint32][]rdmanl.QP{rxe.Index: stale(100)})
+	host.Set([]rdmanl.Device{rxe}, map[uint32][]rdmanl.QP{rxe.Index: stale(100)})
 	// The clock runs 100 times faster than the test: QPs age past the
 	// findings' min age (5s) in 50ms.
 	base := time.Now()
 	now := func() time.Time { return base.Add(100 * time.Since(base)) }
 	var mu sync.Mutex
 	var resets []reset.Options
-	d := Deps{
-		Log: slog.New(slog.DiscardHandler), Dial: host.dial, Now: now,
-		Reset: func(ctx context.Context, o reset.Options) (reset.Report, error) {
-			mu.Lock()
-			resets = append(resets, o)
-			mu.Unlock()
-			host.set([]rdmanl.Device{rxe}, map[uint32][]rdmanl.QP{}) // the reset ends the QPs
-			return reset.Report{Device: o.Device, Method: reset.MethodRelink, Result: reset.ResultDone}, nil
-		},
+	d := watch.Deps{Log: slog.New(slog.DiscardHandler), Dial: dialer(host), Now: now}
+	fakeReset := func(ctx context.Context, o reset.Options) (reset.Report, error) {
+		mu.Lock()
+		resets = append(resets, o)
+		mu.Unlock()
+		host.Set([]rdmanl.Device{rxe}, map[uint32][]rdmanl.QP{}) // the reset ends the QPs
+		return reset.Report{Device: o.Device, Method: reset.MethodRelink, Result: reset.ResultDone}, nil
 	}
 	pol := DefaultPolicy()
 	pol.Mode, pol.QPUse, pol.StaleQPs, pol.For, pol.Cooldown, pol.Method, pol.Grace, pol.Timeout =
@@ -191,8 +191,8 @@ func TestRunPolicy(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, d, RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond,
-			NoProbes: true, Retry: time.Hour, MetricsAddress: addr, MaxQP: map[string]uint64{"rxe0": 10},
-			Policy: pol, ResetHelper: []string{"/usr/sbin/rdmatool", "reset-helper"}})
+			NoProbes: true, retry: time.Hour, MetricsAddress: addr, MaxQP: map[string]uint64{"rxe0": 10},
+			Policy: pol, ResetHelper: []string{"/usr/sbin/rdmatool", "reset-helper"}, reset: fakeReset})
 	}()
 	defer stopRun(t, cancel, done)
 	guid := rdmanl.GUID(rxe.NodeGUID).String()
@@ -214,7 +214,7 @@ func TestRunPolicy(t *testing.T) {
 		t.Fatalf("resets %+v, want one: %+v", got, want)
 	}
 	// Stale again within the cooldown: not reset, and the metrics say why.
-	host.set([]rdmanl.Device{rxe}, map[uint32][]rdmanl.QP{rxe.Index: stale(200)})
+	host.Set([]rdmanl.Device{rxe}, map[uint32][]rdmanl.QP{rxe.Index: stale(200)})
 	waitFor(t, "a cooldown decision", func() bool { return metric("rdmatool_policy_decisions_total", "decision", "cooldown") == 1 })
 	mu.Lock()
 	n := len(resets)
@@ -232,12 +232,12 @@ func TestRunPolicy(t *testing.T) {
 func TestRunPolicyNeedsHelper(t *testing.T) {
 	pol := DefaultPolicy()
 	pol.Mode = PolicyReset
-	err := Run(context.Background(), Deps{Dial: newFakeHost().dial}, RunOptions{Socket: filepath.Join(t.TempDir(), "a.sock"), Policy: pol})
+	err := Run(context.Background(), watch.Deps{Dial: dialer(rdmanltest.NewHost())}, RunOptions{Socket: filepath.Join(t.TempDir(), "a.sock"), Policy: pol})
 	if err != errNoHelper {
 		t.Errorf("Run = %v, want %v", err, errNoHelper)
 	}
 	pol.StaleQPs, pol.QPUse = 0, 0
-	err = Run(context.Background(), Deps{Dial: newFakeHost().dial}, RunOptions{Socket: filepath.Join(t.TempDir(), "a.sock"), Policy: pol})
+	err = Run(context.Background(), watch.Deps{Dial: dialer(rdmanltest.NewHost())}, RunOptions{Socket: filepath.Join(t.TempDir(), "a.sock"), Policy: pol})
 	if err == nil || !strings.Contains(err.Error(), "agent: policy.qp_use: 0 with stale_qps 0") {
 		t.Errorf("Run with a policy without thresholds = %v", err)
 	}

@@ -14,10 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
 	"github.com/rdmatool/rdmatool/rename"
+	"github.com/rdmatool/rdmatool/watch"
 	"go.uber.org/goleak"
 )
 
@@ -63,52 +66,52 @@ func TestRunReconcile(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	roce := rdmanl.Device{Index: 1, Name: "rxe0", Protocol: "roce"}
 	iw := rdmanl.Device{Index: 2, Name: "siw0", Protocol: "iw"}
-	host := newFakeHost(roce, iw)
-	host.qps[roce.Index] = []rdmanl.QP{qp(17, rdmanl.QPStateRTS, 0)}
+	host := rdmanltest.NewHost(roce, iw)
+	host.SetQPs(roce.Index, qp(17, rdmanl.QPStateRTS, 0))
 	src := newLiveStream()
-	d := Deps{
+	d := watch.Deps{
 		Log:        slog.New(slog.DiscardHandler),
-		Dial:       host.dial,
-		OpenProbes: func(context.Context, *slog.Logger) (EventSource, error) { return src, nil },
+		Dial:       dialer(host),
+		OpenProbes: func(context.Context, *slog.Logger) (watch.EventSource, error) { return src, nil },
 	}
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: time.Hour, Retry: time.Hour})
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: time.Hour, retry: time.Hour})
 	}()
 	defer stopRun(t, cancel, done)
 	waitFor(t, "the probes on and both devices dumped", func() bool {
-		st, err := AskStatus(context.Background(), sock)
-		return err == nil && st.Probes == "on" && host.dumpsOf("rxe0") > 0 && host.dumpsOf("siw0") > 0
+		st, err := askStatus(context.Background(), sock)
+		return err == nil && st.Probes == "on" && host.Dumps("rxe0") > 0 && host.Dumps("siw0") > 0
 	})
 	// A few intervals for rxe0's dump under the probes (its first may
 	// have begun before they attached).
-	iwDumps := host.dumpsOf("siw0")
-	waitFor(t, "3 more intervals", func() bool { return host.dumpsOf("siw0") >= iwDumps+3 })
+	iwDumps := host.Dumps("siw0")
+	waitFor(t, "3 more intervals", func() bool { return host.Dumps("siw0") >= iwDumps+3 })
 	// The iWARP device goes on being dumped; the RoCE one is not, while
 	// the events keep its history (a QP the probes saw created).
-	roceDumps := host.dumpsOf("rxe0")
-	iwDumps = host.dumpsOf("siw0")
+	roceDumps := host.Dumps("rxe0")
+	iwDumps = host.Dumps("siw0")
 	src.events <- bpf.Event{Kind: bpf.KindQPCreate, Time: time.Now(), DevIndex: roce.Index, DevName: roce.Name, QPN: 40, QPType: rdmanl.QPTypeRC, PID: 7, TID: 7}
-	waitFor(t, "20 more dumps of the iWARP device", func() bool { return host.dumpsOf("siw0") >= iwDumps+20 })
-	if n := host.dumpsOf("rxe0"); n != roceDumps {
+	waitFor(t, "20 more dumps of the iWARP device", func() bool { return host.Dumps("siw0") >= iwDumps+20 })
+	if n := host.Dumps("rxe0"); n != roceDumps {
 		t.Errorf("rxe0 dumped %d times more within %d intervals, with probes and a reconcile of an hour", n-roceDumps, 20)
 	}
-	if st, _ := AskStatus(context.Background(), sock); st.QPs != 2 {
+	if st, _ := askStatus(context.Background(), sock); st.QPs != 2 {
 		t.Errorf("the agent tracks %d QPs, want 2 (one dumped, one created under the probes)", st.QPs)
 	}
 	// Lost events: the next interval dumps it, once.
 	src.lost.Store(3)
-	waitFor(t, "a dump after lost events", func() bool { return host.dumpsOf("rxe0") == roceDumps+1 })
-	iwDumps = host.dumpsOf("siw0")
-	waitFor(t, "10 more intervals", func() bool { return host.dumpsOf("siw0") >= iwDumps+10 })
-	if n := host.dumpsOf("rxe0"); n != roceDumps+1 {
+	waitFor(t, "a dump after lost events", func() bool { return host.Dumps("rxe0") == roceDumps+1 })
+	iwDumps = host.Dumps("siw0")
+	waitFor(t, "10 more intervals", func() bool { return host.Dumps("siw0") >= iwDumps+10 })
+	if n := host.Dumps("rxe0"); n != roceDumps+1 {
 		t.Errorf("rxe0 dumped %d times after one loss of events, want once", n-roceDumps)
 	}
 	// The probes fail: netlink every interval from then on.
 	close(src.fail)
-	waitFor(t, "rxe0 dumped every interval without probes", func() bool { return host.dumpsOf("rxe0") >= roceDumps+6 })
+	waitFor(t, "rxe0 dumped every interval without probes", func() bool { return host.Dumps("rxe0") >= roceDumps+6 })
 }
 
 // With Rename the agent gives every device it sees appear its persistent
@@ -117,46 +120,41 @@ func TestRunReconcile(t *testing.T) {
 func TestRunRenamesAppearingDevices(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dev := rdmanl.Device{Index: 7, Name: "rxe9", Protocol: "roce", NodeGUID: 0x021122fffe334455}
-	host := newFakeHost(dev)
+	host := rdmanltest.NewHost(dev)
 	var logs syncBuffer
-	d := Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: host.dial}
+	d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: dialer(host)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, NoProbes: true, Retry: time.Hour,
+	opts := RunOptions{Socket: filepath.Join(t.TempDir(), "agent.sock"), Interval: 10 * time.Millisecond, NoProbes: true, retry: time.Hour,
 		Rename: &rename.Options{Policies: []rename.Policy{rename.PolicyGUID}}}
 	go func() { done <- Run(ctx, d, opts) }()
 	defer stopRun(t, cancel, done)
 	const want = "rocex021122fffe334455"
 	name := func() string {
-		host.mu.Lock()
-		defer host.mu.Unlock()
-		if len(host.devs) == 0 {
-			return ""
+		if devs := host.Devices(); len(devs) > 0 {
+			return devs[0].Name
 		}
-		return host.devs[0].Name
+		return ""
 	}
 	waitFor(t, "rxe9 renamed at start", func() bool { return name() == want })
 	// The device goes and comes back under its kernel name, a new index.
-	host.set(nil, nil)
+	host.Set(nil, nil)
 	waitFor(t, "the device gone", func() bool {
-		st, err := AskStatus(context.Background(), opts.Socket)
+		st, err := askStatus(context.Background(), opts.Socket)
 		return err == nil && len(st.Devices) == 0
 	})
 	back := dev
 	back.Index = 8
-	host.set([]rdmanl.Device{back}, nil)
+	host.Set([]rdmanl.Device{back}, nil)
 	waitFor(t, "renamed again when it came back", func() bool { return name() == want })
 	waitFor(t, "the agent lists it under its name", func() bool {
-		st, err := AskStatus(context.Background(), opts.Socket)
+		st, err := askStatus(context.Background(), opts.Socket)
 		return err == nil && len(st.Devices) == 1 && st.Devices[0] == want
 	})
 	if n := strings.Count(logs.String(), `msg="device renamed" source=agent device=rxe9 name=`+want); n != 2 {
 		t.Errorf("%d renames logged, want 2:\n%s", n, logs.String())
 	}
-	host.mu.Lock()
-	renames := host.renames
-	host.mu.Unlock()
-	if renames != 2 {
+	if renames := host.Renames(); renames != 2 {
 		t.Errorf("%d renames made, want 2 (a device already named is left alone)", renames)
 	}
 }
@@ -165,38 +163,38 @@ func TestRunRenamesAppearingDevices(t *testing.T) {
 // own max_qp with none configured, and the provider table.
 func TestRunLearnsDevices(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	host := newFakeHost(rxe)
+	host := rdmanltest.NewHost(rxe)
 	var qps []rdmanl.QP
 	for n := range uint32(9) {
 		qps = append(qps, qp(17+n, rdmanl.QPStateRTS, 0))
 	}
-	host.qps[rxe.Index] = qps
+	host.SetQPs(rxe.Index, qps...)
 	learned := 0
 	var mu sync.Mutex
-	d := Deps{Log: slog.New(slog.DiscardHandler), Dial: host.dial, LearnDevice: func(dev rdmanl.Device) DeviceFacts {
+	d := watch.Deps{Log: slog.New(slog.DiscardHandler), Dial: dialer(host), LearnDevice: func(dev rdmanl.Device) watch.DeviceFacts {
 		mu.Lock()
 		defer mu.Unlock()
 		learned++
-		return DeviceFacts{Provider: "rxe", MaxQP: 10}
+		return watch.DeviceFacts{Provider: "rxe", MaxQP: 10}
 	}}
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, NoProbes: true, Retry: time.Hour})
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, NoProbes: true, retry: time.Hour})
 	}()
 	defer stopRun(t, cancel, done)
-	var rep CheckReport
+	var rep agentapi.CheckReport
 	waitFor(t, "qp-exhaustion from the device's own max_qp", func() bool {
 		var err error
-		rep, err = Ask(context.Background(), sock, CheckOptions{Rules: []string{leakwatch.RuleQPExhaustion}})
+		rep, err = agentapi.Ask(context.Background(), sock, leakwatch.Query{Rules: []string{leakwatch.RuleQPExhaustion}}, 0)
 		return err == nil && len(rep.Findings) == 1
 	})
 	if f := rep.Findings[0]; f.Limit != 10 || f.Count != 9 || f.Severity != leakwatch.SeverityCritical {
 		t.Errorf("finding %+v, want 9 of 10 QPs, critical", f)
 	}
 	// A limit asked for wins over the device's.
-	rep, err := Ask(context.Background(), sock, CheckOptions{Rules: []string{leakwatch.RuleQPExhaustion}, MaxQP: map[string]uint64{"rxe0": 1000}})
+	rep, err := agentapi.Ask(context.Background(), sock, leakwatch.Query{Rules: []string{leakwatch.RuleQPExhaustion}, MaxQP: map[string]uint64{"rxe0": 1000}}, 0)
 	if err != nil || len(rep.Findings) != 0 {
 		t.Errorf("with max_qp 1000 asked: %v, %v", rep.Findings, err)
 	}
@@ -210,7 +208,7 @@ func TestRunLearnsDevices(t *testing.T) {
 // monitorClient is a fake client with the RDMA monitor group: events sent
 // on events, join refused when refuse is set.
 type monitorClient struct {
-	*fakeClient
+	*rdmanltest.Client
 	events <-chan error // nil error: a register event
 	refuse bool
 }
@@ -241,27 +239,26 @@ func TestRunMonitor(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	for _, refuse := range []bool{false, true} {
 		t.Run(fmt.Sprint("refuse=", refuse), func(t *testing.T) {
-			host := newFakeHost(rxe)
+			host := rdmanltest.NewHost(rxe)
 			events := make(chan error)
 			var logs syncBuffer
-			d := Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: func() (Netlink, error) {
-				c, _ := host.dial()
-				return &monitorClient{fakeClient: c.(*fakeClient), events: events, refuse: refuse}, nil
+			d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: func() (watch.Netlink, error) {
+				return &monitorClient{Client: host.Dial(), events: events, refuse: refuse}, nil
 			}}
 			sock := filepath.Join(t.TempDir(), "agent.sock")
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() {
-				done <- Run(ctx, d, RunOptions{Socket: sock, Interval: time.Hour, NoProbes: true, Retry: time.Hour})
+				done <- Run(ctx, d, RunOptions{Socket: sock, Interval: time.Hour, NoProbes: true, retry: time.Hour})
 			}()
 			defer stopRun(t, cancel, done)
 			devices := func() []string {
-				st, _ := AskStatus(context.Background(), sock)
+				st, _ := askStatus(context.Background(), sock)
 				return st.Devices
 			}
 			waitFor(t, "the first listing", func() bool { return len(devices()) == 1 })
 			rxe9 := rdmanl.Device{Index: 9, Name: "rxe9"}
-			host.set([]rdmanl.Device{rxe, rxe9}, nil)
+			host.Set([]rdmanl.Device{rxe, rxe9}, nil)
 			if refuse {
 				waitFor(t, "the refusal logged", func() bool { return strings.Contains(logs.String(), "rdma netlink monitor group unavailable") })
 				if n := len(devices()); n != 1 {
@@ -271,7 +268,7 @@ func TestRunMonitor(t *testing.T) {
 			}
 			events <- nil
 			waitFor(t, "rxe9 listed after its register event", func() bool { return len(devices()) == 2 })
-			host.set([]rdmanl.Device{rxe}, nil)
+			host.Set([]rdmanl.Device{rxe}, nil)
 			events <- syscall.ENOBUFS // the overrun: events lost
 			waitFor(t, "rxe9 gone after an overrun", func() bool { return len(devices()) == 1 })
 			if n := strings.Count(logs.String(), "rdma netlink monitor overrun: events lost, listing the devices"); n != 1 {

@@ -16,15 +16,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
+	"github.com/rdmatool/rdmatool/reset"
+	"github.com/rdmatool/rdmatool/watch"
 	"golang.org/x/sync/errgroup"
 )
-
-// DefaultSocket is where the agent listens and the CLI asks.
-const DefaultSocket = "/run/rdmatool/agent.sock"
 
 // zombieEvery is how often the agent looks at the host's processes for
 // zombie contexts.
@@ -41,7 +41,8 @@ const idleTimeout = 30 * time.Second
 
 // RunOptions configure the agent.
 type RunOptions struct {
-	// Socket is the unix socket the agent serves (DefaultSocket when "").
+	// Socket is the unix socket the agent serves (agentapi.DefaultSocket
+	// when "").
 	Socket string
 	// Interval is the time between listings of the devices and, without
 	// probes (and on iWARP devices always), between netlink QP dumps of
@@ -60,9 +61,6 @@ type RunOptions struct {
 	// ExhaustionThreshold is the share of max_qp in use that qp-exhaustion
 	// reports (leakwatch's default, 0.8, when 0).
 	ExhaustionThreshold float64
-	// Retry is how often the agent tries again to open netlink and the
-	// probes while ib_core is not loaded (default 1 minute).
-	Retry time.Duration
 	// Version is reported by /v1/status and the metrics.
 	Version string
 	// MetricsAddress is the TCP address /metrics is served on; "" serves
@@ -83,6 +81,12 @@ type RunOptions struct {
 	// rdmatool binary's hidden helper command), required by Policy mode
 	// reset unless it is a dry run.
 	ResetHelper []string
+	// retry is how often the agent tries again to open netlink and the
+	// probes while ib_core is not loaded (a minute when 0), and reset
+	// resets a device for the policy (resetDevice when nil): tests set
+	// their own.
+	retry time.Duration
+	reset func(ctx context.Context, o reset.Options) (reset.Report, error)
 }
 
 // Reloadable are the options a running agent takes on SIGHUP; the others
@@ -104,11 +108,11 @@ type Reloadable struct {
 //
 // Without probes (no privilege, no BTF, NoProbes) it runs on netlink only
 // and says why; while ib_core is not loaded it waits for it, trying
-// netlink and the probes again every Retry.
-func Run(ctx context.Context, d Deps, o RunOptions) error {
-	d = d.withDefaults()
+// netlink and the probes again every minute.
+func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
+	d = d.WithDefaults()
 	if o.Socket == "" {
-		o.Socket = DefaultSocket
+		o.Socket = agentapi.DefaultSocket
 	}
 	if o.Interval <= 0 {
 		o.Interval = DefaultInterval
@@ -116,11 +120,14 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	if o.Reconcile <= 0 {
 		o.Reconcile = DefaultReconcile
 	}
-	if o.Retry <= 0 {
-		o.Retry = time.Minute
+	if o.retry <= 0 {
+		o.retry = time.Minute
 	}
 	if o.Policy.Mode == "" {
 		o.Policy = DefaultPolicy()
+	}
+	if o.reset == nil {
+		o.reset = resetDevice
 	}
 	if err := checkPolicy(o.Policy, o.ResetHelper); err != nil {
 		return err
@@ -131,7 +138,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 		return err
 	}
 	if err != nil {
-		log.Warn("rdma netlink unavailable, waiting for ib_core", "err", err, "retry_seconds", o.Retry.Seconds())
+		log.Warn("rdma netlink unavailable, waiting for ib_core", "err", err, "retry_seconds", o.retry.Seconds())
 		nl = nil
 	}
 
@@ -139,12 +146,12 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 	if o.NoProbes {
 		cfg.ProbesReason = "disabled by --no-probes"
 	}
-	st := NewState(cfg, d.Now, o.Version)
+	st := newState(cfg, d.Now, o.Version)
 	st.setReconcile(o.Reconcile)
 	st.SetProcRoot(d.ProcRoot)
 	st.setPolicy(o.Policy)
 
-	ln, err := Listen(o.Socket)
+	ln, err := listen(o.Socket)
 	if err != nil {
 		if nl != nil {
 			nl.Close()
@@ -161,7 +168,7 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 			return err
 		}
 	}
-	srv := newServer(NewHandler(st), log, idleTimeout)
+	srv := newServer(agentapi.Handler(st.State, o.Version), log, idleTimeout)
 	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds(), "reconcile_seconds", o.Reconcile.Seconds())
 	logPolicy(log, o.Policy)
 	var msrv *http.Server
@@ -231,10 +238,10 @@ func Run(ctx context.Context, d Deps, o RunOptions) error {
 }
 
 // runProbes attaches the probes and applies their events to st until ctx
-// ends. While ib_core is not loaded it tries again every Retry; when the
+// ends. While ib_core is not loaded it tries again every o.retry; when the
 // probes cannot load for another reason, or their stream fails, the agent
 // goes on with netlink only and st says why.
-func runProbes(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.Logger) {
+func runProbes(ctx context.Context, d watch.Deps, o RunOptions, st *state, log *slog.Logger) {
 	if o.NoProbes {
 		return
 	}
@@ -242,7 +249,7 @@ func runProbes(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.L
 		st.SetProbes(false, "this build has no probes")
 		return
 	}
-	retry := time.NewTicker(o.Retry)
+	retry := time.NewTicker(o.retry)
 	defer retry.Stop()
 	lastErr := ""
 	for {
@@ -252,7 +259,7 @@ func runProbes(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.L
 			log.Info("probes attached")
 			// Until ctx ends (nil) or the stream fails: then the
 			// history says so before the probes close.
-			if err := followProbes(ctx, src, st, "", o.Interval); err != nil {
+			if err := watch.FollowProbes(ctx, src, st.State, "", o.Interval, st.deviceChanged); err != nil {
 				log.Warn("probe stream failed, netlink only from here", "err", err)
 				st.SetProbes(false, "probe stream failed: "+err.Error())
 			}
@@ -276,17 +283,17 @@ func runProbes(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.L
 	}
 }
 
-// runDevices lists the devices every Interval (every Retry while netlink is
-// not there) and keeps one scanning goroutine per device: a device that
+// runDevices lists the devices every Interval (every o.retry while netlink
+// is not there) and keeps one scanning goroutine per device: a device that
 // appears gets one, a device that goes away has its goroutine stopped and
 // its QPs ended. It returns when ctx ends, after every scanner returned.
-func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink, log *slog.Logger) {
+func runDevices(ctx context.Context, d watch.Deps, o RunOptions, st *state, nl watch.Netlink, log *slog.Logger) {
 	type running struct {
 		dev  *atomic.Pointer[rdmanl.Device]
 		stop context.CancelFunc
 	}
 	scanners := map[uint32]running{}
-	facts := newFactsCache(d.LearnDevice)
+	facts := watch.NewFactsCache(d.LearnDevice)
 	var lastZombies time.Time
 	var wg sync.WaitGroup
 	defer func() {
@@ -300,16 +307,16 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 	}()
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
-	retry := time.NewTicker(o.Retry)
+	retry := time.NewTicker(o.retry)
 	defer retry.Stop()
 	for {
 		if nl == nil {
 			c, err := d.Dial()
 			if err != nil {
-				st.scanFailed("", err) // every answer says why nothing is scanned
+				st.ScanFailed("", err) // every answer says why nothing is scanned
 			} else {
 				nl = c
-				st.scanSucceeded("")
+				st.ScanSucceeded("")
 				log.Info("rdma netlink available")
 			}
 		}
@@ -319,11 +326,11 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 			case ctx.Err() != nil:
 				return
 			case err != nil:
-				if st.scanFailed("", err) {
+				if st.ScanFailed("", err) {
 					log.Warn("listing devices failed", "err", err)
 				}
 			default:
-				if st.scanSucceeded("") {
+				if st.ScanSucceeded("") {
 					log.Info("listing devices succeeded again", "devices", len(devs))
 				}
 				// The state learns the device list first, so that a new
@@ -345,7 +352,7 @@ func runDevices(ctx context.Context, d Deps, o RunOptions, st *State, nl Netlink
 				// processes are looked at here, at most once a minute
 				// (every fd of every process is a readlink).
 				if now := d.Now(); lastZombies.IsZero() || now.Sub(lastZombies) >= zombieEvery {
-					st.Zombies(scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now}.lookForZombies(ctx, devs), now)
+					st.Zombies(watch.Scanner{NL: nl, ProcRoot: d.ProcRoot, Now: d.Now}.LookForZombies(ctx, devs), now)
 					lastZombies = now
 				}
 				for _, dev := range devs {
@@ -395,14 +402,14 @@ type monitorer interface {
 // and returns (the probes' device events, and the listing every
 // Interval, remain). An overrun (ENOBUFS: events lost) is a change too,
 // and the group is joined again.
-func runMonitor(ctx context.Context, d Deps, o RunOptions, st *State, log *slog.Logger) {
+func runMonitor(ctx context.Context, d watch.Deps, o RunOptions, st *state, log *slog.Logger) {
 	for ctx.Err() == nil {
 		nl, err := d.Dial()
 		if err != nil {
 			select { // netlink not there yet (ib_core): runDevices says so
 			case <-ctx.Done():
 				return
-			case <-time.After(o.Retry):
+			case <-time.After(o.retry):
 				continue
 			}
 		}
@@ -460,15 +467,15 @@ func scanned(sc leakwatch.Scan) int {
 }
 
 // scanLoop dumps one device's QPs on a netlink client of its own until
-// ctx ends: every Interval, or with probes every Reconcile (State.dumpDue);
+// ctx ends: every Interval, or with probes every Reconcile (state.dumpDue);
 // at the Intervals in between it reads the device's resource summary.
 // dev is the device as last listed (its name follows renames).
-func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.Pointer[rdmanl.Device], facts *factsCache, log *slog.Logger) {
-	if f, learned := facts.of(*dev.Load()); learned {
-		log.Info("device learned", "device", dev.Load().Name, "facts", f.describe())
+func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *atomic.Pointer[rdmanl.Device], facts *watch.FactsCache, log *slog.Logger) {
+	if f, learned := facts.Of(*dev.Load()); learned {
+		log.Info("device learned", "device", dev.Load().Name, "facts", describeFacts(f))
 		st.setFacts(dev.Load().Name, f)
 	}
-	var nl Netlink
+	var nl watch.Netlink
 	defer func() {
 		if nl != nil {
 			nl.Close()
@@ -494,8 +501,8 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 			sum, serr := nl.Summary(ctx, cur)
 			switch {
 			case serr == nil:
-				st.setResources([]rdmanl.Summary{sum}, cur.Name)
-				st.countQPs(cur, sum, d.Now())
+				st.SetResources([]rdmanl.Summary{sum}, cur.Name)
+				st.CountQPs(cur, sum, d.Now())
 			case errors.Is(serr, rdmanl.ErrNoDevice):
 				// gone: the next listing stops this scanner
 			default:
@@ -509,13 +516,13 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 				mark := st.mark()
 				var sc leakwatch.Scan
 				var sums []rdmanl.Summary
-				sc, sums, err = scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now, facts: facts}.scan(ctx, []rdmanl.Device{cur})
+				sc, sums, err = watch.Scanner{NL: nl, ProcRoot: d.ProcRoot, Now: d.Now, Facts: facts}.Scan(ctx, []rdmanl.Device{cur})
 				if err == nil && len(sc.Devices) > 0 {
 					last = mark
 					if st.Scan(sc) {
 						log.Info("scan succeeded again", "device", cur.Name)
 					}
-					st.setResources(sums, cur.Name)
+					st.SetResources(sums, cur.Name)
 					if scanned(sc) >= bigScan {
 						// The listing (about 170 bytes a QP) is dead once
 						// folded in: its memory goes back to the OS now,
@@ -534,7 +541,7 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && st.scanFailed(cur.Name, err) {
+		if err != nil && st.ScanFailed(cur.Name, err) {
 			log.Warn("scan failed", "device", cur.Name, "err", err)
 		}
 		select {
@@ -547,7 +554,7 @@ func scanLoop(ctx context.Context, d Deps, o RunOptions, st *State, dev *atomic.
 
 // reloadOnHUP applies reload's options on every SIGHUP until ctx ends. A
 // reload that fails changes nothing.
-func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), helper []string, st *State, log *slog.Logger) {
+func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), helper []string, st *state, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -575,7 +582,7 @@ func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), helper 
 
 // applyName gives a device that appeared its persistent name and logs what
 // was done, or why not.
-func applyName(ctx context.Context, nl Netlink, o rename.Options, dev rdmanl.Device, st *State, log *slog.Logger) {
+func applyName(ctx context.Context, nl watch.Netlink, o rename.Options, dev rdmanl.Device, st *state, log *slog.Logger) {
 	o.Devices, o.All = []string{dev.Name}, false
 	rep, err := rename.Run(ctx, nl, o)
 	for _, r := range rep.Renames {
@@ -592,4 +599,14 @@ func applyName(ctx context.Context, nl Netlink, o rename.Options, dev rdmanl.Dev
 	if err != nil && len(rep.Renames) == 0 {
 		log.Warn("device rename failed", "device", dev.Name, "err", err)
 	}
+}
+
+// resetDevice runs reset.Run on a netlink client of its own.
+func resetDevice(ctx context.Context, o reset.Options) (reset.Report, error) {
+	c, err := rdmanl.Dial()
+	if err != nil {
+		return reset.Report{Device: o.Device, Method: o.Method, Result: reset.ResultFailed, Error: err.Error()}, err
+	}
+	defer c.Close()
+	return reset.Run(ctx, c, o)
 }

@@ -1,8 +1,8 @@
 // Package leakwatch is rdmatool's detection engine: it turns netlink scans
 // (Scan, one or more devices at a time) and observations of the QP
 // lifecycle (Event, which the caller converts from whatever watched the
-// kernel: the agent from its eBPF probes) into per-QP histories, and runs
-// the leak rules (stale-error-qp, never-connected-qp,
+// kernel: package watch from the eBPF probes) into per-QP histories, and
+// runs the leak rules (stale-error-qp, never-connected-qp,
 // srq-destroy-without-last-wqe, last-wqe-not-emitted, last-wqe-unhandled,
 // xrc-tgt-orphan, qp-exhaustion, srq-drain-stalled) over them. A scan may
 // also carry what a look at the host's processes found (Zombies): processes
@@ -11,7 +11,9 @@
 // (ib_drain_qp, ib_drain_rq) are events too: srq-drain-stalled reports an
 // SRQ QP's drain that waits, or waited, past the query's MinAge. A scan
 // may name the ULP of kernel QPs netlink reports as rdma_cm's
-// (DeviceScan.ULPs); findings carry it.
+// (DeviceScan.ULPs); findings carry it. Evaluate runs the rules a Query
+// selects, with its MinAge, and reports the findings with their summary
+// (groups by device, rule and owner).
 //
 // It is pure logic: no system calls, no I/O, and time comes from a clock the
 // caller injects, so every rule is tested deterministically. It imports no

@@ -97,7 +97,7 @@ func (h *History) drainClosed(t time.Time, src source) {
 // srqDrainStalled: a drain of an SRQ QP has waited at least MinAge (and at
 // least slowDrain) and not returned (its caller is blocked: critical), or
 // returned after that long (the caller was blocked that long: error).
-func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
 	ds := h.seen().drain // nil, or the history's own
 	if !h.OnSRQ || ds == nil {
 		return Finding{}, false

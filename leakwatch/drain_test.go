@@ -103,7 +103,7 @@ func TestSRQDrainStalled(t *testing.T) {
 		t.Errorf("61s threshold: %+v", rep.Findings)
 	}
 	c.at(75*time.Second + 11*time.Minute)
-	if rep := w.Findings(); len(rep.Findings) != 0 {
+	if rep := findings(w, Query{}); len(rep.Findings) != 0 {
 		t.Errorf("after Retain: %+v", rep.Findings)
 	}
 }

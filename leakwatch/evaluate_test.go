@@ -119,7 +119,7 @@ func TestEvaluateQuery(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, _ := twoDevices(t, Config{MinAge: time.Hour, Probes: true})
+			w, _ := twoDevices(t, Config{Probes: true})
 			r := w.Evaluate(tt.q)
 			if diff := cmp.Diff(tt.want, summarize(r)); diff != "" {
 				t.Errorf("findings (-want +got):\n%s", diff)
@@ -140,35 +140,36 @@ func TestEvaluateQuery(t *testing.T) {
 }
 
 // Queries with different options on one watcher do not disturb each other
-// nor the watcher's own Config, which Findings keeps using.
+// nor the watcher's own Config.
 func TestEvaluateIsPure(t *testing.T) {
-	w, c := twoDevices(t, Config{MinAge: 5 * time.Second, Probes: true, Rules: []string{RuleStaleErrorQP}, Retain: time.Minute})
+	w, c := twoDevices(t, Config{Probes: true, Retain: time.Minute})
+	q := Query{MinAge: 5 * time.Second, Rules: []string{RuleStaleErrorQP}}
 	s := scan(c.at(10*time.Second), rxe) // rxe0's QPs are gone
 	s.Devices = append(s.Devices, DeviceScan{Device: siw, QPs: []rdmanl.QP{qp(20, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43), onSRQ(qp(21, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), 0)}})
 	w.Scan(s)
-	before := len(w.Histories())
-	first := w.Findings()
+	before := len(w.histories())
+	first := findings(w, q)
 	for _, q := range []Query{{MinAge: 0, Device: "rxe0"}, {SkipProbeRules: "x", MaxQP: map[string]uint64{"siw0": 1}}, {Rules: []string{RuleQPExhaustion}}} {
 		w.Evaluate(q)
 	}
-	if diff := cmp.Diff(first, w.Findings()); diff != "" {
-		t.Errorf("Findings changed after other queries (-before +after):\n%s", diff)
+	if diff := cmp.Diff(first, findings(w, q)); diff != "" {
+		t.Errorf("findings changed after other queries (-before +after):\n%s", diff)
 	}
-	if w.cfg.MaxQP != nil || w.cfg.MinAge != 5*time.Second || !w.cfg.Probes {
+	if w.cfg.MaxQP != nil || !w.cfg.Probes {
 		t.Errorf("a query changed the watcher's config: %+v", w.cfg)
 	}
 	// Past Retain, Evaluate leaves the destroyed QPs out but keeps them;
-	// Findings forgets them.
+	// the next expiry forgets them.
 	c.at(20 * time.Minute)
 	if got := w.Evaluate(Query{Device: "rxe0"}); got.QPs != 0 || len(got.Findings) != 0 {
 		t.Errorf("expired QPs evaluated: %+v", got)
 	}
-	if got := len(w.Histories()); got != before {
+	if got := len(w.histories()); got != before {
 		t.Errorf("Evaluate forgot QPs: %d histories, had %d", got, before)
 	}
-	w.Findings()
-	if got := len(w.Histories()); got != before-2 {
-		t.Errorf("Findings kept expired QPs: %d histories, want %d", got, before-2)
+	findings(w, q)
+	if got := len(w.histories()); got != before-2 {
+		t.Errorf("the expiry kept expired QPs: %d histories, want %d", got, before-2)
 	}
 }
 
@@ -194,7 +195,7 @@ func TestSetProbes(t *testing.T) {
 // created while the scan ran is kept.
 func TestLostDestroyEvent(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: 5 * time.Second, Probes: true, Retain: time.Minute}, c.now)
+	w := New(Config{Probes: true, Retain: time.Minute}, c.now)
 	w.Event(create(c.at(0), rxe, 17, false))
 	w.Event(modify(c.at(time.Second), rxe, 17, rdmanl.QPStateErr))
 	// The destroy at 2s is lost. A QP is created during the next scan.
@@ -202,7 +203,7 @@ func TestLostDestroyEvent(t *testing.T) {
 	w.Scan(Scan{Started: t0.Add(3 * time.Second), Time: c.at(4 * time.Second), Devices: []DeviceScan{{Device: rxe}}})
 	c.at(time.Minute)
 	var live []uint32
-	for _, h := range w.Histories() {
+	for _, h := range w.histories() {
 		if !h.Destroyed {
 			live = append(live, h.QPN)
 		}
@@ -218,7 +219,7 @@ func TestLostDestroyEvent(t *testing.T) {
 	w2 := New(Config{Probes: true}, c.now)
 	w2.Event(create(c.at(0), rxe, 17, false))
 	w2.Scan(Scan{Time: c.at(4 * time.Second), Devices: []DeviceScan{{Device: rxe}}})
-	if h := w2.Histories(); len(h) != 1 || h[0].Destroyed {
+	if h := w2.histories(); len(h) != 1 || h[0].Destroyed {
 		t.Errorf("histories %+v, want QP 17 alive", h)
 	}
 }
@@ -229,7 +230,7 @@ func TestLostDestroyEvent(t *testing.T) {
 func TestMemoryBounded(t *testing.T) {
 	c := &clock{t: t0}
 	const retain = 10 * time.Minute
-	w := New(Config{MinAge: 5 * time.Second, Probes: true, Retain: retain}, c.now)
+	w := New(Config{Probes: true, Retain: retain}, c.now)
 	const interval = 10 * time.Second
 	steps := int((6 * time.Hour) / interval)
 	qpn := uint32(100)
@@ -281,19 +282,19 @@ func TestMemoryBounded(t *testing.T) {
 			t.Errorf("%s keeps %d samples", d.name, len(d.samples))
 		}
 	}
-	if r := w.Findings(); len(r.Findings) != 0 {
+	if r := findings(w, Query{MinAge: 5 * time.Second}); len(r.Findings) != 0 {
 		t.Errorf("churn with lost destroys reported %d findings, first %+v", len(r.Findings), r.Findings[0])
 	}
 }
 
 func TestOwnerProcess(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: 5 * time.Second}, c.now)
+	w := New(Config{}, c.now)
 	const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	owners := map[uint32]Owner{42: {Comm: "app", Cgroup: "/system.slice/docker-" + id + ".scope", ContainerID: id}}
 	w.Scan(Scan{Time: c.at(0), Devices: []DeviceScan{{Device: rxe, QPs: []rdmanl.QP{qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateErr, 7)}, Owners: owners}}})
 	c.at(10 * time.Second)
-	fs := w.Findings().Findings
+	fs := findings(w, Query{MinAge: 5 * time.Second}).Findings
 	if len(fs) != 2 {
 		t.Fatalf("findings %+v", fs)
 	}
@@ -310,19 +311,19 @@ func TestOwnerProcess(t *testing.T) {
 // and the destroy rule still sees how it was torn down.
 func TestDestroyEventAfterScan(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: 5 * time.Second, Probes: true}, c.now)
+	w := New(Config{Probes: true}, c.now)
 	w.Event(create(c.at(0), rxe, 17, true))
 	w.Event(modify(c.at(time.Second), rxe, 17, rdmanl.QPStateRTS))
 	w.Scan(Scan{Started: c.at(2 * time.Second), Time: c.at(2 * time.Second), Devices: []DeviceScan{{Device: rxe, QPs: []rdmanl.QP{onSRQ(qp(17, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42), 0)}}}})
 	w.Scan(Scan{Started: c.at(4 * time.Second), Time: c.at(4 * time.Second), Devices: []DeviceScan{{Device: rxe}}})
 	w.Event(ev(t0.Add(3*time.Second), EventQPDestroyed, rxe, 17))
 	c.at(10 * time.Second)
-	r := w.Findings()
+	r := findings(w, Query{MinAge: 5 * time.Second})
 	if diff := cmp.Diff([]found{{RuleSRQDestroyWithoutLastWQE, "rxe0", 17, 42}}, summarize(r)); diff != "" {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
-	if len(w.Histories()) != 1 {
-		t.Errorf("%d histories for one QP", len(w.Histories()))
+	if len(w.histories()) != 1 {
+		t.Errorf("%d histories for one QP", len(w.histories()))
 	}
 }
 

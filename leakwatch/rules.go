@@ -12,12 +12,19 @@ import (
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
+// ruleConfig is what a rule reads: the watcher's Config, with the
+// query's MaxQP over its own, and the query's MinAge.
+type ruleConfig struct {
+	Config
+	MinAge time.Duration
+}
+
 // qpRule is one rule over one QP's history. Rules are small, pure and
 // separate; the time comes from the caller.
 type qpRule struct {
 	id          string
 	needsProbes bool
-	check       func(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool)
+	check       func(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool)
 }
 
 var qpRules = []qpRule{
@@ -71,7 +78,7 @@ func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 }
 
 // staleErrorQP: a QP stays in ERR (or SQE) for at least MinAge.
-func staleErrorQP(h *History, _ *deviceState, now time.Time, cfg Config) (Finding, bool) {
+func staleErrorQP(h *History, _ *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
 	if h.Destroyed || !h.StateKnown || (h.State != rdmanl.QPStateErr && h.State != rdmanl.QPStateSQE) {
 		return Finding{}, false
 	}
@@ -91,7 +98,7 @@ func staleErrorQP(h *History, _ *deviceState, now time.Time, cfg Config) (Findin
 // neverConnectedQP: an RC or UC QP stays in RESET or INIT, or in RTR
 // without ever reaching RTS, for at least MinAge. XRC targets live in RTR
 // by design and are not RC/UC.
-func neverConnectedQP(h *History, _ *deviceState, now time.Time, cfg Config) (Finding, bool) {
+func neverConnectedQP(h *History, _ *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
 	if h.Destroyed || !h.StateKnown || (h.Type != rdmanl.QPTypeRC && h.Type != rdmanl.QPTypeUC) {
 		return Finding{}, false
 	}
@@ -113,7 +120,7 @@ func neverConnectedQP(h *History, _ *deviceState, now time.Time, cfg Config) (Fi
 
 // srqDestroyWithoutLastWQE: an SRQ QP was destroyed without first being
 // moved to ERR or, on a provider that emits it, before LAST_WQE_REACHED.
-func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
 	if !h.Destroyed || !h.DestroySeen || h.DeviceGone || !h.OnSRQ {
 		return Finding{}, false
 	}
@@ -135,7 +142,7 @@ func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg C
 
 // lastWQENotEmitted: an SRQ QP has been in ERR for at least MinAge (the
 // move seen by a probe) and the provider never delivered LAST_WQE_REACHED.
-func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
 	e := h.seen()
 	if e.ErrAt.IsZero() {
 		return lastWQENotEmittedBefore(h, dev, now, cfg)
@@ -168,7 +175,7 @@ func erredBefore(h *History, now time.Time) (time.Duration, bool) {
 
 // lastWQENotEmittedBefore: an SRQ QP already in Error when watching began,
 // on a provider known never to deliver LAST_WQE_REACHED.
-func lastWQENotEmittedBefore(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+func lastWQENotEmittedBefore(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
 	age, ok := erredBefore(h, now)
 	known, source := dev.lastWQEKnown()
 	if !ok || age < cfg.MinAge || known != LastWQENever {
@@ -183,7 +190,7 @@ func lastWQENotEmittedBefore(h *History, dev *deviceState, now time.Time, cfg Co
 // lastWQEUnhandled: LAST_WQE_REACHED was delivered but the QP was not
 // destroyed within MinAge; or the QP was in Error before watching began on
 // a provider known to deliver it, so the event was due then.
-func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
 	if age, ok := erredBefore(h, now); ok {
 		known, source := dev.lastWQEKnown()
 		if age < cfg.MinAge || known != LastWQEDelivered {
@@ -210,7 +217,7 @@ func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg Config) (
 
 // xrcTgtOrphan: an XRC target QP owned by ib_uverbs with no PID that has
 // outlived every process with the device open.
-func xrcTgtOrphan(h *History, dev *deviceState, now time.Time, cfg Config) (Finding, bool) {
+func xrcTgtOrphan(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
 	if h.Destroyed || h.Type != rdmanl.QPTypeXRCTgt || h.pid != 0 || dev.contexts != 0 {
 		return Finding{}, false
 	}
@@ -229,7 +236,7 @@ func xrcTgtOrphan(h *History, dev *deviceState, now time.Time, cfg Config) (Find
 
 // qpExhaustion: a device's QPs in use reach the threshold of its max, or
 // at the observed growth rate reach the max within the horizon.
-func qpExhaustion(dev *deviceState, max uint64, now time.Time, cfg Config) (Finding, bool) {
+func qpExhaustion(dev *deviceState, max uint64, now time.Time, cfg ruleConfig) (Finding, bool) {
 	if len(dev.samples) == 0 || max == 0 {
 		return Finding{}, false
 	}
@@ -261,14 +268,6 @@ func qpExhaustion(dev *deviceState, max uint64, now time.Time, cfg Config) (Find
 	return f, true
 }
 
-// Findings forgets the destroyed QPs past their retention and evaluates
-// the rules Config selects, with its MinAge and MaxQP, at the watcher's
-// current time.
-func (w *Watcher) Findings() Report {
-	w.expire(w.now())
-	return w.Evaluate(Query{MinAge: w.cfg.MinAge, Rules: w.cfg.Rules})
-}
-
 // Evaluate runs the rules q selects at the watcher's current time. It
 // changes nothing, so queries with different options can follow each other
 // on one watcher. What it holds follows what it reports, not the findings
@@ -276,8 +275,7 @@ func (w *Watcher) Findings() Report {
 // q.Each and kept only when q.Limit lets it through.
 func (w *Watcher) Evaluate(q Query) Report {
 	now := w.now()
-	cfg := w.cfg
-	cfg.MinAge = q.MinAge
+	cfg := ruleConfig{Config: w.cfg, MinAge: q.MinAge}
 	if len(q.MaxQP) > 0 {
 		cfg.MaxQP = maps.Clone(cfg.MaxQP)
 		if cfg.MaxQP == nil {
@@ -316,8 +314,8 @@ func (w *Watcher) Evaluate(q Query) Report {
 		}
 		keep.offer(f, h)
 	}
-	// Destroyed QPs past Retain are left out as if expired; Scan and
-	// Findings delete them.
+	// Destroyed QPs past Retain are left out as if expired; the next
+	// scan deletes them.
 	var one []Finding // the findings of one QP
 	for _, h := range w.qps {
 		if q.Device != "" && h.Device() != q.Device {

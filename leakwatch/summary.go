@@ -60,17 +60,8 @@ type groupKey struct {
 	owner        Owner // asProcess
 }
 
-// Summarize groups findings by device, rule and owner, most severe and
-// largest first.
-func Summarize(fs []Finding) []Group {
-	var s summarizer
-	for i := range fs {
-		s.add(&fs[i])
-	}
-	return s.result()
-}
-
-// summarizer builds Summarize's groups one finding at a time.
+// summarizer builds a report's groups (Report.Summary: by device, rule
+// and owner, most severe and largest first) one finding at a time.
 type summarizer struct {
 	idx    map[groupKey]int
 	groups []Group

@@ -22,6 +22,15 @@ func TestRanges(t *testing.T) {
 	}
 }
 
+// groups is the summary of a report whose findings are fs.
+func groups(fs []Finding) []Group {
+	var s summarizer
+	for i := range fs {
+		s.add(&fs[i])
+	}
+	return s.result()
+}
+
 func TestSummarizeAndLimit(t *testing.T) {
 	var fs []Finding
 	for qpn := uint32(17); qpn < 17+1000; qpn++ {
@@ -31,14 +40,14 @@ func TestSummarizeAndLimit(t *testing.T) {
 		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 3, Owner: Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}, AgeSeconds: 9},
 		Finding{Rule: RuleLastWQENotEmitted, Severity: SeverityError, Device: "siw0", QPN: 5, Owner: Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}, AgeSeconds: 7},
 		Finding{Rule: RuleQPExhaustion, Severity: SeverityCritical, Device: "rxe0", Count: 1001, Limit: 1024})
-	got := Summarize(fs)
+	got := groups(fs)
 	want := []Group{
 		{Device: "rxe0", Rule: RuleQPExhaustion, Severity: SeverityCritical, Count: 1},
 		{Device: "siw0", Rule: RuleLastWQENotEmitted, Severity: SeverityError, Owner: Owner{Comm: "nvmet_rdma", KernName: "nvmet_rdma"}, Count: 2, QPNs: "3,5", MaxAgeSeconds: 9},
 		{Device: "rxe0", Rule: RuleStaleErrorQP, Severity: SeverityWarning, Owner: Owner{PID: 42, Comm: "app"}, Count: 1000, QPNs: "17-1016", MaxAgeSeconds: 101.6},
 	}
 	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("Summarize (-want +got):\n%s", d)
+		t.Errorf("summary (-want +got):\n%s", d)
 	}
 	limited := func(limit int) []Finding {
 		k := keeper{limit: limit}
@@ -70,6 +79,22 @@ func TestSummarizeAndLimit(t *testing.T) {
 	}
 	if n := len(limited(5000)); n != len(fs) {
 		t.Errorf("limit 5000 kept %d of %d", n, len(fs))
+	}
+}
+
+// Kernel QPs of one module created by different threads are told apart
+// in the summary: its groups carry the command.
+func TestSummarizeKernelThreads(t *testing.T) {
+	f := Finding{Rule: RuleStaleErrorQP, Severity: SeverityWarning, Device: "rxe0", Type: "RC", State: "ERR",
+		Owner: Owner{Comm: "kworker/0:1", KernName: "rdma_cm", ULP: "nvmet_rdma"}, QPN: 30, AgeSeconds: 9, Hint: "destroy it"}
+	other := f
+	other.QPN, other.Comm = 31, "kworker/1:2"
+	want := []Group{
+		{Device: "rxe0", Rule: RuleStaleErrorQP, Severity: SeverityWarning, Owner: f.Owner, Count: 1, QPNs: "30", MaxAgeSeconds: 9, Hint: "destroy it"},
+		{Device: "rxe0", Rule: RuleStaleErrorQP, Severity: SeverityWarning, Owner: other.Owner, Count: 1, QPNs: "31", MaxAgeSeconds: 9, Hint: "destroy it"},
+	}
+	if d := cmp.Diff(want, groups([]Finding{f, other})); d != "" {
+		t.Errorf("summary (-want +got):\n%s", d)
 	}
 }
 

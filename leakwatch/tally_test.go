@@ -56,7 +56,7 @@ func TestResolveOwners(t *testing.T) {
 		return Owner{}, false
 	})
 	got := map[uint32]Owner{}
-	for _, h := range w.Histories() {
+	for _, h := range w.histories() {
 		got[h.QPN] = h.Owner()
 	}
 	if o := got[17]; o.TGID != 40 || o.Comm != "moved" || o.Cgroup != "/new.slice" {

@@ -28,14 +28,9 @@ const (
 	SeverityCritical Severity = "critical"
 )
 
-// Config tunes the rules and the watcher. MinAge, Rules and MaxQP are what
-// Findings evaluates; Evaluate takes them per query instead.
+// Config tunes the rules and the watcher: what every evaluation shares.
+// What one evaluation reports (its MinAge, its rules) is its Query.
 type Config struct {
-	// MinAge is how long a state must last, or a drain wait, before it
-	// is reported.
-	MinAge time.Duration
-	// Rules limits evaluation to these rule IDs; empty means all.
-	Rules []string
 	// Probes says whether probe events feed the watcher. Rules that need
 	// them are skipped, with ProbesReason, when false.
 	Probes       bool

@@ -644,9 +644,9 @@ func (w *Watcher) LiveQPs() int {
 	return n
 }
 
-// Histories returns copies of the QP histories being tracked, their
+// histories returns copies of the QP histories being tracked, their
 // observations included: changing them does not change the watcher.
-func (w *Watcher) Histories() []History {
+func (w *Watcher) histories() []History {
 	out := make([]History, 0, len(w.qps))
 	for _, h := range w.qps {
 		c := *h

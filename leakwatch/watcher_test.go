@@ -78,7 +78,7 @@ func summarize(r Report) []found {
 }
 
 func TestRules(t *testing.T) {
-	cfg := Config{MinAge: 5 * time.Second, Probes: true}
+	cfg := Config{Probes: true}
 	tests := []struct {
 		name  string
 		steps func(w *Watcher, c *clock)
@@ -245,7 +245,7 @@ func TestRules(t *testing.T) {
 			c := &clock{t: t0}
 			w := New(cfg, c.now)
 			tt.steps(w, c)
-			if diff := cmp.Diff(append([]found{}, tt.want...), summarize(w.Findings())); diff != "" {
+			if diff := cmp.Diff(append([]found{}, tt.want...), summarize(findings(w, Query{MinAge: 5 * time.Second}))); diff != "" {
 				t.Errorf("findings (-want +got):\n%s", diff)
 			}
 		})
@@ -255,7 +255,7 @@ func TestRules(t *testing.T) {
 func TestHealthyChurn(t *testing.T) {
 	// Thousands of QPs through the full spec lifecycle: nothing to report.
 	c := &clock{t: t0}
-	w := New(Config{MinAge: 5 * time.Second, Probes: true}, c.now)
+	w := New(Config{Probes: true}, c.now)
 	at := time.Duration(0)
 	step := func() time.Time { at += 100 * time.Microsecond; return c.at(at) }
 	for i := range 5000 {
@@ -270,17 +270,17 @@ func TestHealthyChurn(t *testing.T) {
 		w.Event(ev(step(), EventQPDestroyed, rxe, qpn))
 	}
 	c.at(at + time.Hour)
-	if got := w.Findings(); len(got.Findings) != 0 {
+	if got := findings(w, Query{MinAge: 5 * time.Second}); len(got.Findings) != 0 {
 		t.Errorf("healthy churn gave %d findings, first %+v", len(got.Findings), got.Findings[0])
 	}
 }
 
 func TestWithoutProbes(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: 5 * time.Second, ProbesReason: "no BTF"}, c.now)
+	w := New(Config{ProbesReason: "no BTF"}, c.now)
 	w.Scan(scan(c.at(0), rxe, onSRQ(qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), 0)))
 	c.at(10 * time.Second)
-	r := w.Findings()
+	r := findings(w, Query{MinAge: 5 * time.Second})
 	if diff := cmp.Diff([]found{{RuleStaleErrorQP, "rxe0", 17, 42}}, summarize(r)); diff != "" {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
@@ -299,10 +299,10 @@ func TestWithoutProbes(t *testing.T) {
 
 func TestRuleSelection(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: time.Second, Probes: true, Rules: []string{RuleNeverConnectedQP}}, c.now)
+	w := New(Config{Probes: true}, c.now)
 	w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42)))
 	c.at(time.Minute)
-	if diff := cmp.Diff([]found{{RuleNeverConnectedQP, "rxe0", 18, 42}}, summarize(w.Findings())); diff != "" {
+	if diff := cmp.Diff([]found{{RuleNeverConnectedQP, "rxe0", 18, 42}}, summarize(findings(w, Query{MinAge: time.Second, Rules: []string{RuleNeverConnectedQP}}))); diff != "" {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
 }
@@ -330,11 +330,11 @@ func TestQPExhaustion(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &clock{t: t0}
-			w := New(Config{MinAge: 5 * time.Second, Probes: true, MaxQP: map[string]uint64{"rxe0": tt.max}, Rules: []string{RuleQPExhaustion}}, c.now)
+			w := New(Config{Probes: true, MaxQP: map[string]uint64{"rxe0": tt.max}}, c.now)
 			for i, n := range tt.counts {
 				w.Scan(scan(c.at(time.Duration(i)*time.Minute), rxe, many(n)...))
 			}
-			r := w.Findings()
+			r := findings(w, Query{MinAge: 5 * time.Second, Rules: []string{RuleQPExhaustion}})
 			if got := len(r.Findings) == 1; got != tt.wantFound {
 				t.Fatalf("findings %+v, want found=%v", r.Findings, tt.wantFound)
 			}
@@ -345,9 +345,9 @@ func TestQPExhaustion(t *testing.T) {
 	}
 	t.Run("max unknown", func(t *testing.T) {
 		c := &clock{t: t0}
-		w := New(Config{Rules: []string{RuleQPExhaustion}}, c.now)
+		w := New(Config{}, c.now)
 		w.Scan(scan(c.at(0), rxe, many(3)...))
-		r := w.Findings()
+		r := findings(w, Query{Rules: []string{RuleQPExhaustion}})
 		if len(r.SkippedRules) != 1 || r.SkippedRules[0].Rule != RuleQPExhaustion {
 			t.Errorf("skipped %+v, want qp-exhaustion skipped for rxe0", r.SkippedRules)
 		}
@@ -358,12 +358,12 @@ func TestXRCTgtOrphan(t *testing.T) {
 	tgt := rdmanl.QP{LQPN: 50, Type: rdmanl.QPTypeXRCTgt, State: rdmanl.QPStateRTR, Port: 1, Owner: rdmanl.Owner{KernName: "ib_uverbs"}}
 	for _, contexts := range []uint64{0, 2} {
 		c := &clock{t: t0}
-		w := New(Config{MinAge: 5 * time.Second, Rules: []string{RuleXRCTgtOrphan}}, c.now)
+		w := New(Config{}, c.now)
 		s := scan(c.at(0), rxe, tgt)
 		s.Devices[0].Contexts = contexts
 		w.Scan(s)
 		c.at(time.Minute)
-		if got, want := len(w.Findings().Findings), map[uint64]int{0: 1, 2: 0}[contexts]; got != want {
+		if got, want := len(findings(w, Query{MinAge: 5 * time.Second, Rules: []string{RuleXRCTgtOrphan}}).Findings), map[uint64]int{0: 1, 2: 0}[contexts]; got != want {
 			t.Errorf("%d open contexts: %d findings, want %d", contexts, got, want)
 		}
 	}
@@ -371,11 +371,11 @@ func TestXRCTgtOrphan(t *testing.T) {
 
 func TestFindingFields(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: 5 * time.Second, Probes: true}, c.now)
+	w := New(Config{Probes: true}, c.now)
 	w.Event(create(c.at(0), siw, 1, true))
 	w.Event(modify(c.at(time.Second), siw, 1, rdmanl.QPStateErr))
 	c.at(8 * time.Second)
-	fs := w.Findings().Findings
+	fs := findings(w, Query{MinAge: 5 * time.Second}).Findings
 	if len(fs) != 1 {
 		t.Fatalf("findings %+v", fs)
 	}
@@ -391,7 +391,7 @@ func TestFindingFields(t *testing.T) {
 // /proc lookup a scan carries.
 func TestOwnerThreadAndProcess(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: 5 * time.Second, Probes: true}, c.now)
+	w := New(Config{Probes: true}, c.now)
 	e := create(c.at(0), rxe, 1, false)
 	e.PID, e.TID = 100, 101 // a worker thread of process 100
 	w.Event(e)
@@ -401,7 +401,7 @@ func TestOwnerThreadAndProcess(t *testing.T) {
 	w.Scan(s)
 	c.at(10 * time.Second)
 	got := map[uint32][2]uint32{}
-	for _, f := range w.Findings().Findings {
+	for _, f := range findings(w, Query{MinAge: 5 * time.Second}).Findings {
 		got[f.QPN] = [2]uint32{f.PID, f.TGID}
 	}
 	want := map[uint32][2]uint32{1: {101, 100}, 2: {77, 70}}
@@ -419,7 +419,7 @@ func TestThreadsShareNames(t *testing.T) {
 	s.Devices[0].Owners[101] = Owner{TGID: 100, Comm: "app"}
 	s.Devices[0].Owners[102] = Owner{TGID: 100, Comm: "app"}
 	w.Scan(s)
-	hs := w.Histories()
+	hs := w.histories()
 	if len(hs) != 2 || hs[0].names != hs[1].names {
 		t.Fatalf("%d histories, names shared %v", len(hs), len(hs) == 2 && hs[0].names == hs[1].names)
 	}
@@ -434,13 +434,13 @@ func TestThreadsShareNames(t *testing.T) {
 // nothing about the QPs of another; only DeviceGone ends them.
 func TestScanPerDevice(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: 5 * time.Second, Probes: true, Retain: time.Minute}, c.now)
+	w := New(Config{Probes: true, Retain: time.Minute}, c.now)
 	w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
 	w.Scan(scan(c.at(time.Second), siw, qp(3, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43)))
 	w.Scan(scan(c.at(2*time.Second), rxe)) // QP 17 is gone, siw's QP 3 is not
 	live := func() []uint32 {
 		var out []uint32
-		for _, h := range w.Histories() {
+		for _, h := range w.histories() {
 			if !h.Destroyed {
 				out = append(out, h.QPN)
 			}
@@ -452,7 +452,7 @@ func TestScanPerDevice(t *testing.T) {
 		t.Errorf("live QPs after a scan of rxe0 (-want +got):\n%s", diff)
 	}
 	c.at(10 * time.Second)
-	if diff := cmp.Diff([]found{{RuleStaleErrorQP, "siw0", 3, 43}}, summarize(w.Findings())); diff != "" {
+	if diff := cmp.Diff([]found{{RuleStaleErrorQP, "siw0", 3, 43}}, summarize(findings(w, Query{MinAge: 5 * time.Second}))); diff != "" {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
 	w.DeviceGone(siw.Index, c.at(11*time.Second))
@@ -477,7 +477,7 @@ func TestScanPerDevice(t *testing.T) {
 // well after the destroy and lists the number is a new QP.
 func TestScanListsAQPDestroyedDuringTheDump(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: 5 * time.Second, Probes: true}, c.now)
+	w := New(Config{Probes: true}, c.now)
 	w.Event(create(c.at(0), rxe, 17, false))
 	w.Event(modify(c.at(time.Second), rxe, 17, rdmanl.QPStateInit))
 	w.Event(ev(c.at(3*time.Second), EventQPDestroyed, rxe, 17))
@@ -488,7 +488,7 @@ func TestScanListsAQPDestroyedDuringTheDump(t *testing.T) {
 		t.Errorf("%d live QPs after a dump that began before the destroy listed the destroyed QP, want 0", n)
 	}
 	c.at(time.Minute)
-	if f := summarize(w.Findings()); len(f) != 0 {
+	if f := summarize(findings(w, Query{MinAge: 5 * time.Second})); len(f) != 0 {
 		t.Errorf("findings about a destroyed QP: %v", f)
 	}
 	w.Scan(dump(c.at(2*time.Minute), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42)))
@@ -503,10 +503,10 @@ func TestHistoriesAreCopies(t *testing.T) {
 	c := &clock{t: t0}
 	w := New(Config{}, c.now)
 	w.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
-	h := w.Histories()
+	h := w.histories()
 	h[0].State = rdmanl.QPStateRTS
 	h[0].notes[0].at = 1
-	again := w.Histories()
+	again := w.histories()
 	if again[0].State != rdmanl.QPStateErr || again[0].notes[0].at == 1 {
 		t.Errorf("the watcher's history changed through a copy: %+v", again[0])
 	}
@@ -517,22 +517,29 @@ func TestHistoriesAreCopies(t *testing.T) {
 // event makes; a non-SRQ QP's goes at once.
 func TestEvidenceSurvivesTheDestroyRace(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: time.Second, Probes: true}, c.now)
+	w := New(Config{Probes: true}, c.now)
 	w.Event(create(c.at(0), rxe, 30, true))
 	w.Event(create(c.at(0), rxe, 31, false))
 	w.Event(modify(c.at(time.Millisecond), rxe, 30, rdmanl.QPStateRTS))
 	w.Scan(dump(c.at(5*time.Second), rxe)) // neither is listed any more
 	w.Event(ev(c.at(4*time.Second), EventQPDestroyed, rxe, 30))
-	rep := w.Findings()
+	rep := findings(w, Query{MinAge: time.Second})
 	if len(rep.Findings) != 1 || rep.Findings[0].Rule != RuleSRQDestroyWithoutLastWQE {
 		t.Fatalf("findings %v, want srq-destroy-without-last-wqe for QP 30", summarize(rep))
 	}
 	if ev := rep.Findings[0].Evidence; len(ev) < 3 || ev[0].What != "created" {
 		t.Errorf("evidence %+v, want the QP's life from its creation", ev)
 	}
-	for _, h := range w.Histories() {
+	for _, h := range w.histories() {
 		if h.QPN == 31 && len(h.notes) != 0 {
 			t.Errorf("a destroyed QP no rule can report keeps %d observations", len(h.notes))
 		}
 	}
+}
+
+// findings forgets the destroyed QPs past their retention, as a scan does,
+// and evaluates q at the watcher's current time.
+func findings(w *Watcher, q Query) Report {
+	w.expire(w.now())
+	return w.Evaluate(q)
 }

@@ -15,9 +15,10 @@ import (
 // look.
 func TestZombieUverbsContext(t *testing.T) {
 	c := &clock{t: t0}
-	w := New(Config{MinAge: 5 * time.Second, Rules: []string{RuleZombieUverbsContext}}, c.now)
+	w := New(Config{}, c.now)
+	q := Query{MinAge: 5 * time.Second, Rules: []string{RuleZombieUverbsContext}}
 	rules := func() (Report, []Skipped) {
-		r := w.Findings()
+		r := findings(w, q)
 		return r, r.SkippedRules
 	}
 	if r, skipped := rules(); len(r.Findings) != 0 || len(skipped) != 1 || skipped[0].Reason != "no scan of the host's processes yet" {

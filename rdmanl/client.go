@@ -702,35 +702,23 @@ func (c *Client) LinkDelete(ctx context.Context, dev Device) error {
 	return nil
 }
 
-// System returns the RDMA subsystem settings.
-func (c *Client) System(ctx context.Context) (System, error) {
+// system returns the RDMA subsystem settings. No command shows them; the
+// decoder is held to the lab's recordings (TestGoldenLab).
+func (c *Client) system(ctx context.Context) (systemSettings, error) {
 	msgs, err := c.do(ctx, cmdSysGet, 0, nil)
 	if err != nil {
-		return System{}, wrap("get system settings", err)
+		return systemSettings{}, wrap("get system settings", err)
 	}
 	for _, m := range msgs {
 		if m.Header.Type == msgType(cmdSysGet) {
 			s, err := decodeSystem(m.Data)
 			if err != nil {
-				return System{}, wrap("get system settings", err)
+				return systemSettings{}, wrap("get system settings", err)
 			}
 			return s, nil
 		}
 	}
-	return System{}, wrap("get system settings", errors.New("no reply"))
-}
-
-// SetNetnsShared sets the netns mode: shared (true) or exclusive.
-func (c *Client) SetNetnsShared(ctx context.Context, shared bool) error {
-	var v uint8
-	if shared {
-		v = 1
-	}
-	attrs := encode(func(ae *netlink.AttributeEncoder) { ae.Uint8(attrSysNetnsMode, v) })
-	if _, err := c.do(ctx, cmdSysSet, netlink.Acknowledge, attrs); err != nil {
-		return wrap("set netns mode", err)
-	}
-	return nil
+	return systemSettings{}, wrap("get system settings", errors.New("no reply"))
 }
 
 // OpJoinMonitor is the Op of the Error Monitor yields when the kernel has

@@ -53,7 +53,7 @@ func collect[T any](t *testing.T, seq func(func(T, error) bool)) []T {
 type labSnapshot struct {
 	Devices   []Device
 	Ports     map[string][]Port
-	System    System
+	System    systemSettings
 	Summaries []Summary
 	QPs       map[string][]QP
 	SRQs      map[string][]SRQ
@@ -73,7 +73,7 @@ func decodeLab(t *testing.T, kernel string) labSnapshot {
 	if s.Devices, err = c.Devices(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s.System, err = c.System(ctx); err != nil {
+	if s.System, err = c.system(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if s.Summaries, err = c.Summaries(ctx); err != nil {

@@ -511,12 +511,12 @@ func decodeSockaddr(b []byte) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-func decodeSystem(b []byte) (System, error) {
+func decodeSystem(b []byte) (systemSettings, error) {
 	ad, err := netlink.NewAttributeDecoder(b)
 	if err != nil {
-		return System{}, err
+		return systemSettings{}, err
 	}
-	var s System
+	var s systemSettings
 	for ad.Next() {
 		switch ad.Type() {
 		case attrSysNetnsMode:

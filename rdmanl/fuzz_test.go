@@ -72,23 +72,3 @@ func FuzzResDump(f *testing.F) {
 		}
 	})
 }
-
-// FuzzParseQPStateType: what a user types as a state or type (filters,
-// --to) parses to a value whose name parses back to it, or to an error.
-func FuzzParseQPStateType(f *testing.F) {
-	for _, s := range []string{"RESET", "init", "RTR", "rts", "SQD", "SQE", "ERR", "RC", "uc", "UD", "XRC_INI", "XRC_TGT", "GSI", "SMI", "RAW_PACKET", "DRIVER", "unknown(9)", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if st, err := ParseQPState(s); err == nil {
-			if back, err := ParseQPState(st.String()); err != nil || back != st {
-				t.Errorf("state %q -> %v -> %q -> %v, %v", s, st, st.String(), back, err)
-			}
-		}
-		if ty, err := ParseQPType(s); err == nil {
-			if back, err := ParseQPType(ty.String()); err != nil || back != ty {
-				t.Errorf("type %q -> %v -> %q -> %v, %v", s, ty, ty.String(), back, err)
-			}
-		}
-	})
-}

@@ -66,16 +66,6 @@ func (s QPState) String() string { return enumName(qpStateNames, uint8(s)) }
 // MarshalText implements encoding.TextMarshaler.
 func (s QPState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
-// ParseQPState parses a state name as String prints it.
-func ParseQPState(s string) (QPState, error) {
-	for i, n := range qpStateNames {
-		if n == s {
-			return QPState(i), nil
-		}
-	}
-	return 0, fmt.Errorf("rdmanl: unknown QP state %q", s)
-}
-
 // QPType is a queue pair type (enum ib_qp_type).
 type QPType uint8
 
@@ -105,19 +95,6 @@ func (t QPType) String() string {
 
 // MarshalText implements encoding.TextMarshaler.
 func (t QPType) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
-
-// ParseQPType parses a type name as String prints it.
-func ParseQPType(s string) (QPType, error) {
-	if s == "DRIVER" {
-		return QPTypeDriver, nil
-	}
-	for i, n := range qpTypeNames {
-		if n != "" && n == s {
-			return QPType(i), nil
-		}
-	}
-	return 0, fmt.Errorf("rdmanl: unknown QP type %q", s)
-}
 
 // PathMigState is a QP's path migration state (enum ib_mig_state).
 type PathMigState uint8
@@ -423,8 +400,8 @@ type CMID struct {
 	Owner    Owner
 }
 
-// System is the RDMA subsystem's settings (RDMA_NLDEV_CMD_SYS_GET).
-type System struct {
+// systemSettings are the RDMA subsystem's settings (RDMA_NLDEV_CMD_SYS_GET).
+type systemSettings struct {
 	NetnsShared    bool // netns mode: shared (true) or exclusive
 	CopyOnFork     bool
 	HasCopyOnFork  bool

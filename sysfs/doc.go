@@ -6,7 +6,7 @@
 //     ports with state, physical state, rate and link layer), plus what
 //     procfs does not read: every counter and hw counter by file name, and
 //     each port's netdev (gid_attrs/ndevs/0, else the parent device's net/
-//     entry for the port) (ReadDevices, ReadDevice). One attribute or
+//     entry for the port) (ReadDevice). One attribute or
 //     counter that cannot be read or parsed never fails the device: procfs
 //     fails the whole device on one, so then the device is read attribute
 //     by attribute and what fails is listed in Device.Skipped with its error;
@@ -22,8 +22,7 @@
 //   - the PCI function behind an RDMA device or a netdev: its address,
 //     bound driver, vendor and device ids, and the resets the kernel offers
 //     for it (reset_method on Linux 5.15 and later, reset), and the netdevs
-//     on a function (ReadPCIFunction, ReadNetdevPCIFunction,
-//     ReadPCIFunctionAt, PCINetdevs).
+//     on a function (ReadPCIFunction, ReadNetdevPCIFunction, PCINetdevs).
 //
 // The limits only the verbs provider reports (max_qp, ...) are read from
 // the uverbs device ReadUverbs finds, by package uverbs.

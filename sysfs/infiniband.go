@@ -61,10 +61,10 @@ type Skipped struct {
 	Err  error
 }
 
-// ReadDevices reads every device in /sys/class/infiniband under sysRoot
+// readDevices reads every device in /sys/class/infiniband under sysRoot
 // (normally /sys), sorted by name. A device that vanishes while it is read
 // is left out; one bad attribute never fails a device (see Device.Skipped).
-func ReadDevices(sysRoot string) ([]Device, error) {
+func readDevices(sysRoot string) ([]Device, error) {
 	entries, err := os.ReadDir(filepath.Join(sysRoot, "class", "infiniband"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return []Device{}, nil // no RDMA devices (ib_core not loaded)

@@ -21,7 +21,7 @@ const testSys = "testdata/sys"
 
 func TestReadDevices(t *testing.T) {
 	t.Parallel()
-	devs, err := ReadDevices(testSys)
+	devs, err := readDevices(testSys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestReadDevices(t *testing.T) {
 		cmpopts.SortSlices(func(a, b Skipped) bool { return a.Path < b.Path }),
 	}
 	if diff := cmp.Diff(want, devs, opts); diff != "" {
-		t.Errorf("ReadDevices (-want +got):\n%s", diff)
+		t.Errorf("readDevices (-want +got):\n%s", diff)
 	}
 	for _, d := range devs {
 		for _, s := range d.Skipped {
@@ -104,9 +104,9 @@ func TestReadDeviceMissing(t *testing.T) {
 	if _, err := ReadDevice(testSys, "nope0"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadDevice(nope0) = %v, want fs.ErrNotExist", err)
 	}
-	devs, err := ReadDevices(t.TempDir()) // no class/infiniband: no devices
+	devs, err := readDevices(t.TempDir()) // no class/infiniband: no devices
 	if err != nil || len(devs) != 0 {
-		t.Errorf("ReadDevices(empty) = %v, %v; want none", devs, err)
+		t.Errorf("readDevices(empty) = %v, %v; want none", devs, err)
 	}
 }
 

@@ -67,11 +67,11 @@ func ReadNetdevPCIFunction(sysRoot, netdev string) (PCIFunction, error) {
 	return f, nil
 }
 
-// ReadPCIFunctionAt reads the PCI function at address addr
+// readPCIFunctionAt reads the PCI function at address addr
 // ("0000:3b:00.0"), which works while no RDMA device or netdev sits on it
 // (after an unbind). An address that is not on the PCI bus gets an error
 // matching fs.ErrNotExist.
-func ReadPCIFunctionAt(sysRoot, addr string) (PCIFunction, error) {
+func readPCIFunctionAt(sysRoot, addr string) (PCIFunction, error) {
 	if _, ok := parsePCIAddr(addr); !ok {
 		return PCIFunction{}, fmt.Errorf("sysfs: read PCI function %q: not a PCI address (want DDDD:BB:SS.F)", addr)
 	}

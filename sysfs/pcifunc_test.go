@@ -83,8 +83,8 @@ func TestReadPCIFunction(t *testing.T) {
 		{name: "no device", read: func() (PCIFunction, error) { return ReadPCIFunction(s.root, "nosuch0") }, notPCI: true},
 		{name: "netdev", read: func() (PCIFunction, error) { return ReadNetdevPCIFunction(s.root, "eth0") }, want: nicFn},
 		{name: "lo", read: func() (PCIFunction, error) { return ReadNetdevPCIFunction(s.root, "lo") }, notPCI: true},
-		{name: "by address", read: func() (PCIFunction, error) { return ReadPCIFunctionAt(s.root, "0000:00:03.0") }, want: nicFn},
-		{name: "unbound", read: func() (PCIFunction, error) { return ReadPCIFunctionAt(s.root, "0000:00:04.0") },
+		{name: "by address", read: func() (PCIFunction, error) { return readPCIFunctionAt(s.root, "0000:00:03.0") }, want: nicFn},
+		{name: "unbound", read: func() (PCIFunction, error) { return readPCIFunctionAt(s.root, "0000:00:04.0") },
 			want: PCIFunction{Addr: "0000:00:04.0", VendorID: 0x1af4, DeviceID: 0x1041}},
 	}
 	for _, tt := range tests {
@@ -108,15 +108,15 @@ func TestReadPCIFunction(t *testing.T) {
 		t.Errorf("OffersReset: flr %v pm %v, want true false", hcaFn.OffersReset("flr"), hcaFn.OffersReset("pm"))
 	}
 
-	if _, err := ReadPCIFunctionAt(s.root, "0000:99:00.0"); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("ReadPCIFunctionAt(absent) = %v, want fs.ErrNotExist", err)
+	if _, err := readPCIFunctionAt(s.root, "0000:99:00.0"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("readPCIFunctionAt(absent) = %v, want fs.ErrNotExist", err)
 	}
-	if _, err := ReadPCIFunctionAt(s.root, "../../etc"); err == nil || !strings.Contains(err.Error(), "not a PCI address") {
-		t.Errorf("ReadPCIFunctionAt(../../etc) = %v, want a refusal", err)
+	if _, err := readPCIFunctionAt(s.root, "../../etc"); err == nil || !strings.Contains(err.Error(), "not a PCI address") {
+		t.Errorf("readPCIFunctionAt(../../etc) = %v, want a refusal", err)
 	}
 	// A bad id is an error naming the file, not a zero id.
 	s.file(filepath.Join(bare, "device"), []byte("garbage\n"))
-	if _, err := ReadPCIFunctionAt(s.root, "0000:00:04.0"); err == nil || !strings.Contains(err.Error(), "device") {
+	if _, err := readPCIFunctionAt(s.root, "0000:00:04.0"); err == nil || !strings.Contains(err.Error(), "device") {
 		t.Errorf("bad device id: %v, want an error naming it", err)
 	}
 

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/docs"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rename"
+	"github.com/rdmatool/rdmatool/watch"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -86,7 +88,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", agent.DefaultConfig, "configuration file (YAML; flags override it; SIGHUP reloads it)")
-	f.StringVar(&o.Socket, "socket", agent.DefaultSocket, "unix socket to serve")
+	f.StringVar(&o.Socket, "socket", agentapi.DefaultSocket, "unix socket to serve")
 	f.DurationVar(&o.Interval, "interval", agent.DefaultInterval, "time between device listings, and between QP dumps without probes")
 	f.DurationVar(&o.Reconcile, "reconcile", agent.DefaultReconcile, "time between QP dumps of a device while the probes feed the history")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
@@ -134,7 +136,7 @@ func agentLogger(w io.Writer, format string, verbose bool) (*slog.Logger, error)
 //     PR_SET_THP_DISABLE): where THP is "always" (Debian's kernels), a
 //     2 MiB page holding a little of a sparse heap counts whole, and
 //     khugepaged fills in again what the runtime gave back.
-func tuneAgentMemory(d *agent.Deps) {
+func tuneAgentMemory(d *watch.Deps) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(25)
 	}
@@ -142,7 +144,7 @@ func tuneAgentMemory(d *agent.Deps) {
 	// leaves the agent with huge pages, as every process has them.
 	unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
 	if d.OpenProbes != nil {
-		d.OpenProbes = func(_ context.Context, log *slog.Logger) (agent.EventSource, error) {
+		d.OpenProbes = func(_ context.Context, log *slog.Logger) (watch.EventSource, error) {
 			t, err := bpf.Open(log, bpf.Options{BufferBytes: agentRingBytes})
 			debug.FreeOSMemory()
 			if err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/watch"
 )
 
 // The agent's process collects at GOGC 25 and has no transparent huge
@@ -31,7 +31,7 @@ func TestTuneAgentMemory(t *testing.T) {
 	if status() != "1" {
 		t.Skip("transparent huge pages are already off for this process")
 	}
-	tuneAgentMemory(&agent.Deps{})
+	tuneAgentMemory(&watch.Deps{})
 	gogc := debug.SetGCPercent(100)
 	if gogc != 25 {
 		t.Errorf("GOGC %d after tuneAgentMemory, want 25", gogc)

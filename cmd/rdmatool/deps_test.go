@@ -44,11 +44,12 @@ func goList(t *testing.T, args ...string) []goPackage {
 	return pkgs
 }
 
-// The rule engine, the udev rename helper's packages and the readers of
-// netlink, /sys and /proc link no eBPF library: cilium/ebpf's packages run
-// bpf() system calls and rlimit changes from their init functions.
+// The rule engine, the udev rename helper's packages, the readers of
+// netlink, /sys and /proc and the agent's socket API link no eBPF library:
+// cilium/ebpf's packages run bpf() system calls and rlimit changes from
+// their init functions.
 func TestNoEBPFBelowTheAgent(t *testing.T) {
-	for _, p := range goList(t, "-deps=false", "./leakwatch", "./rename", "./rdmanl", "./sysfs", "./owner", "./usage") {
+	for _, p := range goList(t, "-deps=false", "./leakwatch", "./rename", "./rdmanl", "./sysfs", "./owner", "./usage", "./agentapi/...") {
 		full := goList(t, "-deps", "./"+strings.TrimPrefix(p.ImportPath, module))
 		for _, d := range full {
 			if strings.HasPrefix(d.ImportPath, "github.com/cilium/") || d.ImportPath == module+"bpf" {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/docs"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/spf13/cobra"
@@ -120,8 +121,8 @@ func TestRulesPage(t *testing.T) {
 func TestPagesNameDefaults(t *testing.T) {
 	t.Parallel()
 	for page, want := range map[string][]string{
-		"agent": {agent.DefaultSocket, agent.DefaultConfig, agent.DefaultMetricsAddress},
-		"rules": {agent.DefaultSocket},
+		"agent": {agentapi.DefaultSocket, agent.DefaultConfig, agent.DefaultMetricsAddress},
+		"rules": {agentapi.DefaultSocket},
 	} {
 		for _, s := range want {
 			if !strings.Contains(docs.Page(page), s) {

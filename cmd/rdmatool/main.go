@@ -28,7 +28,7 @@ import (
 	"runtime/pprof"
 	"syscall"
 
-	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/spf13/cobra"
@@ -160,7 +160,7 @@ func userMessage(err error) string {
 func hint(err error) string {
 	var nlErr *rdmanl.Error
 	netlinkErr := errors.As(err, &nlErr)
-	var askErr *agent.AskError
+	var askErr *agentapi.AskError
 	agentErr := errors.As(err, &askErr)
 	switch {
 	case agentErr && errors.Is(err, os.ErrPermission):

@@ -4,13 +4,13 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/watch"
 )
 
 // openProbes attaches the eBPF probes for qp-leaks; without privileges or
 // BTF the error says what is missing and the check runs on netlink only.
-func openProbes(_ context.Context, log *slog.Logger) (agent.EventSource, error) {
+func openProbes(_ context.Context, log *slog.Logger) (watch.EventSource, error) {
 	t, err := bpf.Open(log, bpf.Options{})
 	if err != nil {
 		return nil, err

@@ -9,14 +9,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/docs"
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/watch"
 	"github.com/spf13/cobra"
 )
 
 func newQPLeaksCmd(g *globals) *cobra.Command {
-	var o agent.CheckOptions
+	var o watch.CheckOptions
 	var maxQP []string
 	var noAgent bool
 	cmd := &cobra.Command{
@@ -46,7 +47,7 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 				o.AgentSocket = ""
 			}
 			o.AgentTimeout = agentTimeout
-			rep, err := agent.Check(cmd.Context(), g.deps(), o)
+			rep, err := watch.Check(cmd.Context(), g.deps(), o)
 			if err != nil {
 				return err
 			}
@@ -65,7 +66,7 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 	f.StringVar(&o.Device, "dev", "", "only this device")
 	f.DurationVar(&o.Watch, "watch", 10*time.Second, "how long to observe (ignored when the agent answers)")
 	f.DurationVar(&o.Interval, "interval", 2*time.Second, "time between netlink scans (ignored when the agent answers)")
-	f.StringVar(&o.AgentSocket, "agent-socket", agent.DefaultSocket, "ask the agent on this socket first")
+	f.StringVar(&o.AgentSocket, "agent-socket", agentapi.DefaultSocket, "ask the agent on this socket first")
 	f.BoolVar(&noAgent, "no-agent", false, "observe locally even when the agent runs")
 	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held, and SRQ QP drains waiting (at least 1s), at least this long")
 	f.StringArrayVar(&o.Rules, "rule", nil, "evaluate only this rule (repeatable)")
@@ -76,7 +77,7 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 }
 
 // agentTimeout is how long qp-leaks waits for the agent's answer to begin;
-// an answer that has begun gets agent.AnswerWriteTimeout more to arrive.
+// an answer that has begun gets agentapi.AnswerWriteTimeout more to arrive.
 // Either running out is an error, not a reason to observe locally.
 const agentTimeout = 10 * time.Second
 
@@ -84,7 +85,7 @@ const agentTimeout = 10 * time.Second
 // their device and owner, then a line of totals from the report's summary.
 // When the report condenses many QPs (a group of several, or findings left
 // out by --limit) the summary's groups come first, one line each.
-func renderLeaks(w io.Writer, rep agent.CheckReport) error {
+func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
 	bw := bufio.NewWriter(w)
 	total := max(rep.FindingsTotal, len(rep.Findings))
 	condensed := rep.FindingsOmitted > 0 || slices.ContainsFunc(rep.Summary, func(g leakwatch.Group) bool { return g.Count > 1 })

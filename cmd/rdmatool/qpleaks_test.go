@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmatool/rdmatool/agent"
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/watch"
 )
 
 // serveAgent runs the agent's socket API over a history in which rxe0's
@@ -22,19 +23,27 @@ func serveAgent(t *testing.T) string {
 	t.Helper()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0
-	st := agent.NewState(leakwatch.Config{ProbesReason: "no BTF"}, func() time.Time { return now }, "test")
+	st := watch.NewState(leakwatch.Config{ProbesReason: "no BTF"}, func() time.Time { return now })
 	st.Scan(leakwatch.Scan{Started: t0, Time: t0, Devices: []leakwatch.DeviceScan{{
 		Device: rdmanl.Device{Index: 1, Name: "rxe0"},
 		QPs:    []rdmanl.QP{{LQPN: 17, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}}},
 		Owners: map[uint32]leakwatch.Owner{42: {Comm: "app", Cgroup: "/system.slice/app.service"}},
 	}}})
 	now = t0.Add(90 * time.Second)
+	return serveAPI(t, st)
+}
+
+// serveAPI answers the agent's socket API (agentapi.Handler, as the agent
+// does) from st on a unix socket in a temporary directory until the test
+// ends.
+func serveAPI(t *testing.T, st *watch.State) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "agent.sock")
-	ln, err := agent.Listen(sock)
+	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: agent.NewHandler(st)}
+	srv := &http.Server{Handler: agentapi.Handler(st, "test")}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -54,7 +63,7 @@ func TestQPLeaksFromAgent(t *testing.T) {
 	if code != 1 || stderr != "" {
 		t.Fatalf("qp-leaks -j from the agent: exit %d, stderr %q", code, stderr)
 	}
-	var rep agent.CheckReport
+	var rep agentapi.CheckReport
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("decode %q: %v", stdout, err)
 	}
@@ -186,7 +195,7 @@ func TestRenderLeaksThreads(t *testing.T) {
 	main, worker := f, f
 	main.QPN, main.PID = 17, 100
 	worker.QPN, worker.PID = 18, 101
-	var rep agent.CheckReport
+	var rep agentapi.CheckReport
 	rep.Findings = []leakwatch.Finding{main, worker}
 	var b strings.Builder
 	if err := renderLeaks(&b, rep); err != nil {
@@ -206,7 +215,7 @@ func TestRenderLeaksULPDrain(t *testing.T) {
 		Owner: leakwatch.Owner{Comm: "rdma_cm", KernName: "rdma_cm", ULP: "nvmet_rdma"}, SRQ: true, SRQN: 1, QPN: 20, AgeSeconds: 12, DrainSeconds: 12, Draining: true, Hint: "run it without an SRQ"}
 	done := f
 	done.QPN, done.Severity, done.State, done.Draining, done.DrainSeconds, done.AgeSeconds = 21, leakwatch.SeverityError, "destroyed", false, 60.3, 5
-	var rep agent.CheckReport
+	var rep agentapi.CheckReport
 	rep.Findings = []leakwatch.Finding{f, done}
 	var b strings.Builder
 	if err := renderLeaks(&b, rep); err != nil {
@@ -220,21 +229,23 @@ func TestRenderLeaksULPDrain(t *testing.T) {
 	}
 }
 
-// Kernel QPs of one module created by different threads are told apart
-// in the summary (its groups carry the command) but listed under one line,
-// which names the module only; the totals are the summary's.
+// Kernel QPs of one module created by different threads, told apart in
+// the summary (its groups carry the command: leakwatch's
+// TestSummarizeKernelThreads), are listed under one line, which names the
+// module only; the totals are the summary's.
 func TestRenderLeaksKernelThreads(t *testing.T) {
 	t.Parallel()
 	f := leakwatch.Finding{Rule: leakwatch.RuleStaleErrorQP, Severity: leakwatch.SeverityWarning, Device: "rxe0", Type: "RC", State: "ERR",
 		Owner: leakwatch.Owner{Comm: "kworker/0:1", KernName: "rdma_cm", ULP: "nvmet_rdma"}, QPN: 30, AgeSeconds: 9, Hint: "destroy it"}
 	other := f
 	other.QPN, other.Comm = 31, "kworker/1:2"
-	var rep agent.CheckReport
+	var rep agentapi.CheckReport
 	rep.Findings = []leakwatch.Finding{f, other}
-	rep.Summary, rep.FindingsTotal = leakwatch.Summarize(rep.Findings), 2
-	if len(rep.Summary) != 2 {
-		t.Fatalf("summary %+v, want a group per thread", rep.Summary)
+	rep.Summary = []leakwatch.Group{
+		{Device: "rxe0", Rule: f.Rule, Severity: f.Severity, Owner: f.Owner, Count: 1, QPNs: "30", MaxAgeSeconds: 9, Hint: f.Hint},
+		{Device: "rxe0", Rule: f.Rule, Severity: f.Severity, Owner: other.Owner, Count: 1, QPNs: "31", MaxAgeSeconds: 9, Hint: f.Hint},
 	}
+	rep.FindingsTotal = 2
 	var b strings.Builder
 	if err := renderLeaks(&b, rep); err != nil {
 		t.Fatal(err)
@@ -250,7 +261,7 @@ func TestRenderLeaksKernelThreads(t *testing.T) {
 // names the deleted node instead of a QP.
 func TestRenderLeaksZombie(t *testing.T) {
 	t.Parallel()
-	var rep agent.CheckReport
+	var rep agentapi.CheckReport
 	rep.Findings = []leakwatch.Finding{{Rule: leakwatch.RuleZombieUverbsContext, Severity: leakwatch.SeverityWarning,
 		Owner: leakwatch.Owner{PID: 300, TGID: 300, Comm: "stuck"}, AgeSeconds: 12, Hint: "reopen",
 		Evidence: []leakwatch.Evidence{{Source: "scan", What: "holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device"}}}}
@@ -267,7 +278,7 @@ func TestRenderLeaksZombie(t *testing.T) {
 // A report over no device says so in words, and a failed scan is named.
 func TestRenderLeaksNoDevices(t *testing.T) {
 	t.Parallel()
-	rep := agent.CheckReport{Report: leakwatch.Report{Findings: []leakwatch.Finding{}}, Probes: "off", Source: "agent",
+	rep := agentapi.CheckReport{Report: leakwatch.Report{Findings: []leakwatch.Finding{}}, Probes: "off", Source: "agent",
 		ScanError: "rdmanl: dump QPs of rxe0: interrupted"}
 	rep.ObservedSeconds = 15
 	var b strings.Builder
@@ -362,8 +373,11 @@ func TestRenderLeaksSummaryFirst(t *testing.T) {
 			QPN: qpn, Owner: leakwatch.Owner{PID: 42, TGID: 42, Comm: "app"}, Type: "RC", State: "ERR", AgeSeconds: 30})
 	}
 	fs = append(fs, leakwatch.Finding{Rule: leakwatch.RuleLastWQENotEmitted, Severity: leakwatch.SeverityError, Device: "siw0", QPN: 3, Owner: leakwatch.Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}})
-	rep := agent.CheckReport{Source: "agent", Probes: "on", Devices: []string{"rxe0", "siw0"}}
-	rep.Summary = leakwatch.Summarize(fs)
+	rep := agentapi.CheckReport{Source: "agent", Probes: "on", Devices: []string{"rxe0", "siw0"}}
+	rep.Summary = []leakwatch.Group{ // as leakwatch groups them: most severe first
+		{Device: "siw0", Rule: leakwatch.RuleLastWQENotEmitted, Severity: leakwatch.SeverityError, Owner: leakwatch.Owner{KernName: "nvmet_rdma", Comm: "nvmet_rdma"}, Count: 1, QPNs: "3"},
+		{Device: "rxe0", Rule: leakwatch.RuleStaleErrorQP, Severity: leakwatch.SeverityWarning, Owner: leakwatch.Owner{PID: 42, Comm: "app"}, Count: 1000, QPNs: "17-1016", MaxAgeSeconds: 30},
+	}
 	rep.FindingsTotal = len(fs)
 	rep.Findings, rep.FindingsOmitted = fs[:10], len(fs)-10
 	var b strings.Builder

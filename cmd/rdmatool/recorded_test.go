@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,10 +12,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
+	"github.com/rdmatool/rdmatool/watch"
 )
 
 // -update rewrites testdata/recorded/*: what the commands print for the
@@ -118,25 +117,10 @@ func serveRecorded(t *testing.T, kernel string) string {
 		scan.Devices = append(scan.Devices, ds)
 	}
 	now := recordedT0
-	st := agent.NewState(leakwatch.Config{ProbesReason: "no BTF"}, func() time.Time { return now }, "recorded")
+	st := watch.NewState(leakwatch.Config{ProbesReason: "no BTF"}, func() time.Time { return now })
 	st.Scan(scan)
 	now = recordedT0.Add(90 * time.Second)
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	ln, err := agent.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: agent.NewHandler(st)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
-	return sock
+	return serveAPI(t, st)
 }
 
 // TestRecordedOutputs holds what the listings, qp-leaks (observing locally

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/watch"
 
 	"github.com/spf13/cobra"
 )
@@ -57,9 +57,9 @@ func (g *globals) dial() (*rdmanl.Client, error) {
 
 // deps wires the check's dependencies: netlink, /proc and, when the probes
 // are available, the eBPF tracer.
-func (g *globals) deps() agent.Deps {
+func (g *globals) deps() watch.Deps {
 	if k := g.kernel; k != nil {
-		return agent.Deps{Log: g.logger(), Now: k.now, ProcRoot: k.proc, Dial: func() (agent.Netlink, error) {
+		return watch.Deps{Log: g.logger(), Now: k.now, ProcRoot: k.proc, Dial: func() (watch.Netlink, error) {
 			c, err := k.dial()
 			if err != nil {
 				return nil, err
@@ -67,8 +67,8 @@ func (g *globals) deps() agent.Deps {
 			return c, nil
 		}}
 	}
-	return agent.Deps{Log: g.logger(), Dial: agent.DialNetlink, ProcRoot: "/proc", OpenProbes: openProbes,
-		LearnDevice: func(d rdmanl.Device) agent.DeviceFacts { return agent.LearnDevice("/sys", "/dev", d) }}
+	return watch.Deps{Log: g.logger(), Dial: watch.DialNetlink, ProcRoot: "/proc", OpenProbes: openProbes,
+		LearnDevice: func(d rdmanl.Device) watch.DeviceFacts { return watch.LearnDevice("/sys", "/dev", d) }}
 }
 
 // logger returns the CLI's logger: text on stderr, Warn unless -v.

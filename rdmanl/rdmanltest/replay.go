@@ -1,9 +1,3 @@
-// Package rdmanltest serves RDMA netlink replies recorded from lab kernels
-// (rdmanl/testdata, recorded by rdmanl's TestLabRecord) to an rdmanl.Client,
-// so that tests of the packages above rdmanl see what a real kernel said.
-//
-// It is for tests only: Replay fails the test on a request that no
-// recording answers.
 package rdmanltest
 
 import (

@@ -1,4 +1,4 @@
-package agent
+package watch
 
 import (
 	"context"
@@ -13,30 +13,32 @@ import (
 	"github.com/rdmatool/rdmatool/usage"
 )
 
-// scanner dumps QPs and resolves their owners; one per netlink client.
-type scanner struct {
-	nl       Netlink
-	procRoot string
-	now      func() time.Time
+// Scanner dumps QPs and resolves their owners; one per netlink client.
+type Scanner struct {
+	NL Netlink
+	// ProcRoot is where owners are resolved (normally /proc; "": not).
+	ProcRoot string
+	Now      func() time.Time
+	// Facts are the devices' facts (max_qp, provider); nil: none.
+	Facts *FactsCache
 	// zombies makes every scan look at the host's processes for zombie
-	// contexts too (lookForZombies).
+	// contexts too (LookForZombies), as checkOnce's do; the agent looks
+	// once a minute, not per device.
 	zombies bool
-	// facts are the devices' facts (max_qp, provider); nil: none.
-	facts *factsCache
 }
 
-// scan dumps the QPs and counts the user contexts of each of devs (its
+// Scan dumps the QPs and counts the user contexts of each of devs (its
 // resource summary, one request per device), and resolves the QP owners
 // through /proc: process, command name, cgroup and container. A device
 // that goes away during its scan is left out (its QPs are not taken as
 // destroyed one by one); other errors end the scan. It returns the
 // resource summaries it read too.
-func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan, []rdmanl.Summary, error) {
-	procs, _ := owner.NewResolver(s.procRoot) // without /proc, owners have no comm
-	sc := leakwatch.Scan{Started: s.now()}
+func (s Scanner) Scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan, []rdmanl.Summary, error) {
+	procs, _ := owner.NewResolver(s.ProcRoot) // without /proc, owners have no comm
+	sc := leakwatch.Scan{Started: s.Now()}
 	var sums []rdmanl.Summary
 	for _, dev := range devs {
-		sum, err := s.nl.Summary(ctx, dev)
+		sum, err := s.NL.Summary(ctx, dev)
 		if errors.Is(err, rdmanl.ErrNoDevice) {
 			continue
 		}
@@ -54,24 +56,24 @@ func (s scanner) scan(ctx context.Context, devs []rdmanl.Device) (leakwatch.Scan
 		sc.Devices = append(sc.Devices, ds)
 	}
 	if s.zombies {
-		sc.Zombies = s.lookForZombies(ctx, nil)
+		sc.Zombies = s.LookForZombies(ctx, nil)
 	}
-	sc.Time = s.now()
+	sc.Time = s.Now()
 	return sc, sums, nil
 }
 
-// lookForZombies looks at the host's processes for zombie contexts
+// LookForZombies looks at the host's processes for zombie contexts
 // (zombie-uverbs-context, usage.Zombies); host is every device, as the
 // caller just listed them (nil: the look lists them when it needs to).
 // What fails is said in Zombies.Err, and the rule is skipped with it: the
 // QP scan goes on.
-func (s scanner) lookForZombies(ctx context.Context, host []rdmanl.Device) *leakwatch.Zombies {
+func (s Scanner) LookForZombies(ctx context.Context, host []rdmanl.Device) *leakwatch.Zombies {
 	z := &leakwatch.Zombies{Contexts: []leakwatch.ZombieContext{}}
-	if s.procRoot == "" {
+	if s.ProcRoot == "" {
 		z.Err = "no /proc to read"
 		return z
 	}
-	u, err := usage.Zombies(ctx, s.nl, host, s.procRoot)
+	u, err := usage.Zombies(ctx, s.NL, host, s.ProcRoot)
 	if err != nil {
 		z.Err = err.Error()
 		return z
@@ -87,9 +89,9 @@ func (s scanner) lookForZombies(ctx context.Context, host []rdmanl.Device) *leak
 	return z
 }
 
-func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.Summary, procs *owner.Resolver) (leakwatch.DeviceScan, error) {
+func (s Scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.Summary, procs *owner.Resolver) (leakwatch.DeviceScan, error) {
 	ds := leakwatch.DeviceScan{Device: dev, Owners: map[uint32]leakwatch.Owner{}}
-	f, _ := s.facts.of(dev)
+	f, _ := s.Facts.Of(dev)
 	ds.MaxQP, ds.LastWQE, ds.LastWQESource = f.MaxQP, f.LastWQE, f.LastWQESource
 	for _, cnt := range sum.Counts {
 		switch cnt.Name {
@@ -107,12 +109,13 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 	// The SRQs, dumped once, fill in the QPs' SRQ numbers and name the
 	// ULPs of the QPs rdma_cm created.
 	var srqs []rdmanl.SRQ
-	for srq, err := range s.nl.SRQs(ctx, dev, rdmanl.DumpOptions{}) {
+	for srq, err := range s.NL.SRQs(ctx, dev, rdmanl.DumpOptions{}) {
 		switch {
 		case err == nil:
 			srqs = append(srqs, srq)
 		case rdmanl.SRQJoinable(err):
 		case errors.Is(err, rdmanl.ErrNoDevice):
+			// "agent: ...": the reports' scan_error has always read so.
 			return ds, fmt.Errorf("agent: scan %s: %w", dev.Name, err)
 		default:
 			return ds, err
@@ -120,7 +123,7 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 	}
 	unfilled := false // a QP in RESET with a port: the provider reports no state
 	viaCM := false    // a kernel QP rdma_cm created for a ULP
-	for qp, err := range s.nl.QPs(ctx, dev, rdmanl.DumpOptions{SRQs: &srqs}) {
+	for qp, err := range s.NL.QPs(ctx, dev, rdmanl.DumpOptions{SRQs: &srqs}) {
 		if err != nil {
 			var pe *rdmanl.PartialError
 			if errors.As(err, &pe) {
@@ -145,7 +148,7 @@ func (s scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 	if !unfilled && !viaCM {
 		return ds, nil
 	}
-	ids, err := collect(s.nl.CMIDs(ctx, dev, rdmanl.DumpOptions{}))
+	ids, err := collect(s.NL.CMIDs(ctx, dev, rdmanl.DumpOptions{}))
 	if err != nil {
 		return ds, err
 	}

@@ -1,4 +1,4 @@
-package agent
+package watch
 
 import (
 	"os"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
 )
 
 // zombieProc is a proc tree where pids 300 ("stuck") and 400 ("reopened")
@@ -45,11 +46,11 @@ func zombieProc(t *testing.T) (procRoot, node string) {
 // on a current device (400), and not in a query for one device.
 func TestCheckOnceReportsZombieContexts(t *testing.T) {
 	procRoot, node := zombieProc(t)
-	host := newFakeHost(rxe, siw)
-	host.ctxs = map[uint32][]rdmanl.Context{siw.Index: {{CtxN: 0, Owner: rdmanl.Owner{PID: 400}}}}
-	d := Deps{Dial: host.dial, ProcRoot: procRoot}
+	host := rdmanltest.NewHost(rxe, siw)
+	host.SetContexts(siw.Index, rdmanl.Context{CtxN: 0, Owner: rdmanl.Owner{PID: 400}})
+	d := Deps{Dial: dialer(host), ProcRoot: procRoot}
 	o := CheckOptions{Watch: 30 * time.Millisecond, Interval: 10 * time.Millisecond, NoProbes: true, Rules: []string{leakwatch.RuleZombieUverbsContext}}
-	rep, err := CheckOnce(t.Context(), d, o)
+	rep, err := checkOnce(t.Context(), d, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,13 +63,13 @@ func TestCheckOnceReportsZombieContexts(t *testing.T) {
 		t.Errorf("finding %+v; want pid 300 (stuck): %s", f, want)
 	}
 	o.Device = "rxe0"
-	if rep, err := CheckOnce(t.Context(), d, o); err != nil || len(rep.Findings) != 0 {
+	if rep, err := checkOnce(t.Context(), d, o); err != nil || len(rep.Findings) != 0 {
 		t.Errorf("qp-leaks --dev rxe0: %+v, %v; want no zombie (it belongs to no device)", rep.Findings, err)
 	}
 	// Without /proc the rule says it was not evaluated, never "none".
 	d.ProcRoot = filepath.Join(t.TempDir(), "none")
 	o.Device = ""
-	rep, err = CheckOnce(t.Context(), d, o)
+	rep, err = checkOnce(t.Context(), d, o)
 	if err != nil || len(rep.Findings) != 0 || len(rep.SkippedRules) != 1 || rep.SkippedRules[0].Rule != leakwatch.RuleZombieUverbsContext {
 		t.Errorf("without /proc: %+v, skipped %+v, %v; want the rule skipped", rep.Findings, rep.SkippedRules, err)
 	}

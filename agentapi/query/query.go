@@ -12,13 +12,13 @@ import (
 // DefaultMinAge is min_age when a query leaves it out, as for the CLI.
 const DefaultMinAge = 5 * time.Second
 
-// MaxQuoted bounds what an error answer quotes of the request.
-const MaxQuoted = 64
+// maxQuoted bounds what an error answer quotes of the request.
+const maxQuoted = 64
 
-// Quote is s for an error message, cut at MaxQuoted bytes.
+// Quote is s for an error message, cut at 64 bytes (maxQuoted).
 func Quote(s string) string {
-	if len(s) > MaxQuoted {
-		return strconv.Quote(s[:MaxQuoted]) + fmt.Sprintf(" (%d bytes)", len(s))
+	if len(s) > maxQuoted {
+		return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf(" (%d bytes)", len(s))
 	}
 	return strconv.Quote(s)
 }

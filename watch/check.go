@@ -1,4 +1,4 @@
-package agent
+package watch
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
@@ -25,108 +26,102 @@ type CheckOptions struct {
 	// AgentSocket is where Check asks the agent first ("" never asks);
 	// AgentTimeout bounds the wait for its answer to begin (0: only ctx
 	// does). An answer that has begun may take up to the agent's own
-	// write timeout (AnswerWriteTimeout) more to arrive: one that lists
-	// every finding of 60,000 QPs is 46 MB of JSON.
+	// write timeout (agentapi.AnswerWriteTimeout) more to arrive: one that
+	// lists every finding of 60,000 QPs is 46 MB of JSON.
 	AgentSocket  string
 	AgentTimeout time.Duration
-}
-
-// CheckReport is what `rdmatool qp-leaks` prints.
-type CheckReport struct {
-	leakwatch.Report
-	// Probes is "on" or "off"; ProbesError says why they are off.
-	Probes      string `json:"probes"`
-	ProbesError string `json:"probes_error"`
-	LostEvents  uint64 `json:"lost_events"`
-	// Scans counts the netlink QP dumps the report rests on, one per
-	// device scanned.
-	Scans   int      `json:"scans"`
-	Devices []string `json:"devices"`
-	// ScanError says which netlink listings or scans failed at their last
-	// attempt ("" when none did): findings rest only on what was read.
-	ScanError string `json:"scan_error"`
-	// Source is "local" when this command observed the host itself for
-	// --watch, "agent" when the agent answered from its longer history.
-	Source string `json:"source"`
-	// ObservedSince is when the observation began: the start of --watch,
-	// or the agent's start (RFC 3339, UTC).
-	ObservedSince time.Time `json:"observed_since"`
 }
 
 // Check answers `rdmatool qp-leaks`. When an agent listens on
 // o.AgentSocket it answers from its history, which is longer than any
 // --watch (Watch and Interval do not apply then). Only when no agent is
 // there (the socket does not exist, or nobody accepts connections on it:
-// ErrNoAgent) does Check observe the host itself with CheckOnce. Any other
-// failure to get the agent's answer is an *AskError: the socket refused
-// (permission), an error answer (HTTP 400 or 404), no answer within
-// AgentTimeout, an answer that is not the agent's. An agent that cannot
-// read RDMA netlink at all is an error too, not an empty report.
-func Check(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error) {
-	d = d.withDefaults()
+// agentapi.ErrNoAgent) does Check observe the host itself with checkOnce.
+// Any other failure to get the agent's answer is an *agentapi.AskError: the
+// socket refused (permission), an error answer (HTTP 400 or 404), no
+// answer within AgentTimeout, an answer that is not the agent's. An agent
+// that cannot read RDMA netlink at all is an error too, not an empty
+// report. Its own errors name the agent ("agent: ..."), as qp-leaks prints
+// them.
+func Check(ctx context.Context, d Deps, o CheckOptions) (agentapi.CheckReport, error) {
+	d = d.WithDefaults()
 	if err := leakwatch.CheckRules(o.Rules); err != nil {
-		return CheckReport{}, err
+		return agentapi.CheckReport{}, err
 	}
 	if o.AgentSocket != "" {
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if o.AgentTimeout > 0 {
-			actx, cancel = context.WithTimeout(ctx, o.AgentTimeout+AnswerWriteTimeout)
+			actx, cancel = context.WithTimeout(ctx, o.AgentTimeout+agentapi.AnswerWriteTimeout)
 		}
-		rep, err := Ask(actx, o.AgentSocket, o)
+		rep, err := agentapi.Ask(actx, o.AgentSocket, o.query(), o.AgentTimeout)
 		cancel()
 		switch {
 		case err == nil && rep.ScanError != "" && len(rep.Devices) == 0:
-			return CheckReport{}, fmt.Errorf("agent: the agent on %s cannot read RDMA netlink: %s", o.AgentSocket, rep.ScanError)
+			return agentapi.CheckReport{}, fmt.Errorf("agent: the agent on %s cannot read RDMA netlink: %s", o.AgentSocket, rep.ScanError)
 		case err == nil:
 			d.Log.Debug("answered by the agent", "socket", o.AgentSocket, "duration_seconds", rep.ObservedSeconds)
 			return rep, nil
 		case ctx.Err() != nil:
-			return CheckReport{}, ctx.Err()
-		case errors.Is(err, ErrNoAgent):
+			return agentapi.CheckReport{}, ctx.Err()
+		case errors.Is(err, agentapi.ErrNoAgent):
 			d.Log.Debug("no agent, observing locally", "socket", o.AgentSocket, "err", err)
 		default:
-			return CheckReport{}, err
+			return agentapi.CheckReport{}, err
 		}
 	}
-	return CheckOnce(ctx, d, o)
+	return checkOnce(ctx, d, o)
 }
 
-// CheckOnce observes the host for o.Watch with the probes (when they load)
+// query is what the agent is asked: the options of a qp-leaks run but
+// Watch and Interval, which do not apply (the agent has been observing
+// since it started). NoProbes skips the rules that need probes.
+func (o CheckOptions) query() leakwatch.Query {
+	q := leakwatch.Query{Device: o.Device, MinAge: o.MinAge, Rules: o.Rules, MaxQP: o.MaxQP, Limit: o.Limit}
+	if o.NoProbes {
+		q.SkipProbeRules = noProbesReason
+	}
+	return q
+}
+
+// noProbesReason is why the probes are off with --no-probes.
+const noProbesReason = "disabled by --no-probes"
+
+// checkOnce observes the host for o.Watch with the probes (when they load)
 // and netlink scans every o.Interval, then evaluates the leak rules. The
 // probe events are applied as they arrive, on a goroutine of their own
-// that CheckOnce stops and waits for before it returns.
-func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error) {
-	d = d.withDefaults()
+// that checkOnce stops and waits for before it returns.
+func checkOnce(ctx context.Context, d Deps, o CheckOptions) (agentapi.CheckReport, error) {
+	d = d.WithDefaults()
 	if err := leakwatch.CheckRules(o.Rules); err != nil {
-		return CheckReport{}, err
+		return agentapi.CheckReport{}, err
 	}
 	if o.Interval <= 0 {
 		o.Interval = 2 * time.Second
 	}
 	nl, err := d.Dial()
 	if err != nil {
-		return CheckReport{}, err
+		return agentapi.CheckReport{}, err
 	}
 	defer nl.Close()
 	devs, err := nl.Devices(ctx)
 	if err != nil {
-		return CheckReport{}, err
+		return agentapi.CheckReport{}, err
 	}
 	if o.Device != "" {
 		dev, err := rdmanl.FindDevice(devs, o.Device)
 		if err != nil {
-			return CheckReport{}, err
+			return agentapi.CheckReport{}, err
 		}
 		devs = []rdmanl.Device{dev}
 	}
 	if len(devs) == 0 {
-		return CheckReport{}, fmt.Errorf("agent: check: %w", errNoDevices)
+		return agentapi.CheckReport{}, fmt.Errorf("agent: check: %w", errNoDevices)
 	}
-	cfg := leakwatch.Config{MinAge: o.MinAge, Rules: o.Rules, MaxQP: o.MaxQP}
+	cfg := leakwatch.Config{MaxQP: o.MaxQP}
 	var src EventSource
 	switch {
 	case o.NoProbes:
-		cfg.ProbesReason = "disabled by --no-probes"
+		cfg.ProbesReason = noProbesReason
 	case d.OpenProbes == nil:
 		cfg.ProbesReason = "this build has no probes"
 	default:
@@ -136,9 +131,9 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 			src = nil
 		}
 	}
-	st := NewState(cfg, d.Now, "")
+	st := NewState(cfg, d.Now)
 	st.SetProcRoot(d.ProcRoot)
-	st.setDevices(devs, nil, d.Now())
+	st.SetDevices(devs, nil, d.Now())
 
 	watchCtx, cancel := context.WithTimeout(ctx, o.Watch)
 	defer cancel()
@@ -149,14 +144,14 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 		st.SetProbes(true, "")
 		probeCtx, stopProbes := context.WithCancel(ctx)
 		defer stopProbes()
-		go func() { probesDone <- followProbes(probeCtx, src, st, o.Device, o.Interval) }()
+		go func() { probesDone <- FollowProbes(probeCtx, src, st, o.Device, o.Interval, nil) }()
 		// The probes stop at the end of the watch, once they applied
 		// everything they read until then.
 		context.AfterFunc(watchCtx, stopProbes)
 	}
-	sc := scanner{nl: nl, procRoot: d.ProcRoot, now: d.Now, zombies: true, facts: newFactsCache(d.LearnDevice)}
+	sc := Scanner{NL: nl, ProcRoot: d.ProcRoot, Now: d.Now, Facts: NewFactsCache(d.LearnDevice), zombies: true}
 	scan := func() error {
-		s, _, err := sc.scan(ctx, devs)
+		s, _, err := sc.Scan(ctx, devs)
 		if err != nil {
 			return err
 		}
@@ -164,7 +159,7 @@ func CheckOnce(ctx context.Context, d Deps, o CheckOptions) (CheckReport, error)
 		return nil
 	}
 	if err := scan(); err != nil {
-		return CheckReport{}, err
+		return agentapi.CheckReport{}, err
 	}
 	d.Log.Info("watching", "probes", onOff(src != nil), "duration_seconds", o.Watch.Seconds(), "devices", len(devs))
 	tick := time.NewTicker(o.Interval)
@@ -180,23 +175,24 @@ loop:
 			}
 		case <-tick.C:
 			if err := scan(); err != nil {
-				return CheckReport{}, err
+				return agentapi.CheckReport{}, err
 			}
 		case <-watchCtx.Done():
 			break loop
 		}
 	}
 	if ctx.Err() != nil {
-		return CheckReport{}, ctx.Err()
+		return agentapi.CheckReport{}, ctx.Err()
 	}
 	if probesDone != nil {
 		<-probesDone // every event read before the end is applied
 	}
 	// One more scan, so the report reflects the end of the watch.
 	if err := scan(); err != nil {
-		return CheckReport{}, err
+		return agentapi.CheckReport{}, err
 	}
-	rep, _ := st.report(leakwatch.Query{MinAge: o.MinAge, Rules: o.Rules, Device: o.Device, Limit: o.Limit}, "local")
+	rep, _ := st.Report(leakwatch.Query{MinAge: o.MinAge, Rules: o.Rules, Device: o.Device, Limit: o.Limit})
+	rep.Source = "local"
 	return rep, nil
 }
 

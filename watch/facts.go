@@ -1,10 +1,9 @@
-package agent
+package watch
 
 import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
@@ -14,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DeviceFacts are what the agent learns of a device once, when it appears:
+// DeviceFacts are what a watch learns of a device once, when it appears:
 // its provider, what the provider table says of its LAST_WQE_REACHED, and
 // its QP limit as the device reports it.
 type DeviceFacts struct {
@@ -88,9 +87,10 @@ func queryVerbs(sysRoot, devRoot, dev string) (uverbs.DeviceAttr, error) {
 	return uverbs.DeviceAttr{}, errors.New("no uverbs device (ib_uverbs not loaded?)")
 }
 
-// factsCache learns each device once, by index and node GUID (a device
-// re-registered under the same index is learned again).
-type factsCache struct {
+// FactsCache learns each device once, by index and node GUID (a device
+// re-registered under the same index is learned again). It is safe for
+// concurrent use: the agent's scanners share one.
+type FactsCache struct {
 	mu    sync.Mutex
 	learn func(rdmanl.Device) DeviceFacts
 	facts map[factsKey]DeviceFacts
@@ -101,13 +101,15 @@ type factsKey struct {
 	guid  rdmanl.GUID
 }
 
-func newFactsCache(learn func(rdmanl.Device) DeviceFacts) *factsCache {
-	return &factsCache{learn: learn, facts: map[factsKey]DeviceFacts{}}
+// NewFactsCache returns a cache that learns with learn (Deps.LearnDevice;
+// nil learns nothing).
+func NewFactsCache(learn func(rdmanl.Device) DeviceFacts) *FactsCache {
+	return &FactsCache{learn: learn, facts: map[factsKey]DeviceFacts{}}
 }
 
-// of returns dev's facts, learning them on first use; learned reports
-// that they were learned now.
-func (c *factsCache) of(dev rdmanl.Device) (f DeviceFacts, learned bool) {
+// Of returns dev's facts, learning them on first use; learned reports
+// that they were learned now. A nil cache knows none.
+func (c *FactsCache) Of(dev rdmanl.Device) (f DeviceFacts, learned bool) {
 	if c == nil || c.learn == nil {
 		return DeviceFacts{}, false
 	}
@@ -120,16 +122,4 @@ func (c *factsCache) of(dev rdmanl.Device) (f DeviceFacts, learned bool) {
 	f = c.learn(dev)
 	c.facts[k] = f
 	return f, true
-}
-
-// describe is a log value for facts.
-func (f DeviceFacts) describe() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "provider %q, LAST_WQE_REACHED %s", f.Provider, f.LastWQE)
-	if f.MaxQP > 0 {
-		fmt.Fprintf(&b, ", max_qp %d", f.MaxQP)
-	} else {
-		fmt.Fprintf(&b, ", max_qp unknown (%s)", f.MaxQPErr)
-	}
-	return b.String()
 }

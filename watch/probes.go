@@ -1,4 +1,4 @@
-package agent
+package watch
 
 import (
 	"context"
@@ -43,12 +43,14 @@ func leakEvent(ev bpf.Event) (le leakwatch.Event, ok bool) {
 	return le, true
 }
 
-// followProbes applies src's events of device ("" for every device) to st
+// FollowProbes applies src's events of device ("" for every device) to st
 // as they arrive, and keeps st's count of src's lost events current every
-// refresh, until ctx ends (it returns nil, having
+// refresh, until ctx ends or src's events end (it returns nil, having
 // applied every event read until then) or the stream fails (it returns
-// the stream's error). It does not close src.
-func followProbes(ctx context.Context, src EventSource, st *State, device string, refresh time.Duration) error {
+// the stream's error). An event that says a device came, went or was
+// renamed calls deviceChanged too, when it is not nil. It does not close
+// src.
+func FollowProbes(ctx context.Context, src EventSource, st *State, device string, refresh time.Duration, deviceChanged func()) error {
 	s, counts := src.(statser)
 	updateLost := func() {
 		if counts {
@@ -70,7 +72,9 @@ func followProbes(ctx context.Context, src EventSource, st *State, device string
 			}
 			switch ev.Kind {
 			case bpf.KindDeviceRegister, bpf.KindDeviceUnregister, bpf.KindDeviceRename:
-				st.deviceChanged()
+				if deviceChanged != nil {
+					deviceChanged()
+				}
 			}
 			if le, ok := leakEvent(ev); ok {
 				st.probeEvent(ev.Kind.String(), &le)

@@ -1,4 +1,4 @@
-package agent
+package watch
 
 import (
 	"context"
@@ -8,18 +8,18 @@ import (
 
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/rdmanl"
-	"github.com/rdmatool/rdmatool/reset"
 )
 
-// Netlink is what the agent reads over RDMA netlink; *rdmanl.Client is
-// one. A Netlink serves one caller at a time: each scanner dials its own.
+// Netlink is what a watch reads over RDMA netlink; *rdmanl.Client is one.
+// A Netlink serves one caller at a time: each of the agent's scanners
+// dials its own.
 type Netlink interface {
 	Devices(ctx context.Context) ([]rdmanl.Device, error)
 	Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary, error)
 	QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.QP, error]
 	CMIDs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.CMID, error]
 	SRQs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.SRQ, error]
-	// Rename renames a device (rename.Renamer), for RunOptions.Rename.
+	// Rename renames a device (rename.Renamer), for the agent's renames.
 	Rename(ctx context.Context, dev rdmanl.Device, name string) error
 	Contexts(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOptions) iter.Seq2[rdmanl.Context, error]
 	Close() error
@@ -52,9 +52,6 @@ type Deps struct {
 	LearnDevice func(rdmanl.Device) DeviceFacts
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
-	// Reset resets a device for the remediation policy; nil is
-	// ResetDevice.
-	Reset func(ctx context.Context, o reset.Options) (reset.Report, error)
 }
 
 // DialNetlink opens an rdmanl.Client as a Netlink.
@@ -66,25 +63,14 @@ func DialNetlink() (Netlink, error) {
 	return c, nil
 }
 
-func (d Deps) withDefaults() Deps {
+// WithDefaults returns d with what it leaves nil filled in: time.Now for
+// Now, a logger that discards for Log.
+func (d Deps) WithDefaults() Deps {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
-	if d.Reset == nil {
-		d.Reset = ResetDevice
-	}
 	return d
-}
-
-// ResetDevice runs reset.Run on a netlink client of its own.
-func ResetDevice(ctx context.Context, o reset.Options) (reset.Report, error) {
-	c, err := rdmanl.Dial()
-	if err != nil {
-		return reset.Report{Device: o.Device, Method: o.Method, Result: reset.ResultFailed, Error: err.Error()}, err
-	}
-	defer c.Close()
-	return reset.Run(ctx, c, o)
 }

@@ -1,4 +1,4 @@
-package agent
+package agentapi
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/rdmatool/rdmatool/leakwatch"
 )
 
 // ErrNoAgent is returned, wrapped, when no agent listens on the socket: the
@@ -27,6 +29,7 @@ type AskError struct {
 	Err    error
 }
 
+// Error reads "agent: ask SOCKET: cause", as qp-leaks has always printed it.
 func (e *AskError) Error() string { return "agent: ask " + e.Socket + ": " + e.Err.Error() }
 
 // Unwrap returns the cause.
@@ -99,47 +102,35 @@ func get(ctx context.Context, socket, path string, query url.Values, v any, head
 // errorPrefix begins an error answer (apiError as encoding/json writes it).
 var errorPrefix = []byte(`{"error":`)
 
-// Ask asks the agent listening on socket for its qp-leaks report, with the
-// options of a qp-leaks run: Device, MinAge, Rules, MaxQP, NoProbes (the
-// rules that need probes are skipped) and Limit. Watch and Interval do not
-// apply: the agent has been observing since it started. The caller's ctx
-// bounds the wait, and o.AgentTimeout (above 0) the wait for the answer to
-// begin. A missing socket, or one nobody accepts on, gives an
-// error wrapping ErrNoAgent.
-func Ask(ctx context.Context, socket string, o CheckOptions) (CheckReport, error) {
-	q := url.Values{}
-	if o.Device != "" {
-		q.Set("dev", o.Device)
+// Ask asks the agent listening on socket for its qp-leaks report on q:
+// Device, MinAge, Rules, MaxQP, Limit, and SkipProbeRules, which asks the
+// agent to skip the rules that need probes (no_probes=1; the agent gives
+// its own reason). Each is not sent. The caller's ctx bounds the wait, and
+// timeout (above 0) the wait for the answer to begin. A missing socket, or
+// one nobody accepts on, gives an error wrapping ErrNoAgent; every failure
+// is an *AskError.
+func Ask(ctx context.Context, socket string, q leakwatch.Query, timeout time.Duration) (CheckReport, error) {
+	v := url.Values{}
+	if q.Device != "" {
+		v.Set("dev", q.Device)
 	}
-	q.Set("min_age", o.MinAge.String())
-	for _, r := range o.Rules {
-		q.Add("rule", r)
+	v.Set("min_age", q.MinAge.String())
+	for _, r := range q.Rules {
+		v.Add("rule", r)
 	}
-	for dev, n := range o.MaxQP {
-		q.Add("max_qp", dev+"="+strconv.FormatUint(n, 10))
+	for dev, n := range q.MaxQP {
+		v.Add("max_qp", dev+"="+strconv.FormatUint(n, 10))
 	}
-	if o.NoProbes {
-		q.Set("no_probes", "1")
+	if q.SkipProbeRules != "" {
+		v.Set("no_probes", "1")
 	}
-	q.Set("limit", strconv.Itoa(o.Limit))
+	v.Set("limit", strconv.Itoa(q.Limit))
 	var rep CheckReport
-	if err := get(ctx, socket, "/v1/qp-leaks", q, &rep, o.AgentTimeout); err != nil {
+	if err := get(ctx, socket, "/v1/qp-leaks", v, &rep, timeout); err != nil {
 		return CheckReport{}, err
 	}
 	if rep.Source != "agent" || rep.Findings == nil || rep.ObservedSince.IsZero() {
 		return CheckReport{}, &AskError{socket, errors.New("the answer is not an agent report")}
 	}
 	return rep, nil
-}
-
-// AskStatus asks the agent listening on socket for its status.
-func AskStatus(ctx context.Context, socket string) (Status, error) {
-	var st Status
-	if err := get(ctx, socket, "/v1/status", nil, &st, 0); err != nil {
-		return Status{}, err
-	}
-	if st.Started.IsZero() {
-		return Status{}, &AskError{socket, errors.New("the answer is not an agent status")}
-	}
-	return st, nil
 }

@@ -1,0 +1,73 @@
+package agentapi
+
+import (
+	"time"
+
+	"github.com/rdmatool/rdmatool/leakwatch"
+)
+
+// The socket speaks HTTP/1.1:
+//
+//	GET /v1/qp-leaks?dev=D&min_age=5s&rule=R&rule=R2&max_qp=D=N&no_probes=1&limit=N
+//	GET /v1/status
+//
+// Both answer a JSON object. /v1/qp-leaks returns the CheckReport that
+// `rdmatool qp-leaks -j` prints, with "source":"agent"; every parameter is
+// optional (min_age defaults to 5s, like the CLI). Errors are one JSON
+// object, {"error":"..."}: 400 for a bad or malformed query, 404 for a
+// device the agent does not see or a path it does not serve (paths are
+// taken as they come, never cleaned or redirected), 405 with Allow: GET,
+// HEAD for another method. Values quoted back in an error are cut at
+// 64 bytes (query.Quote); package query reads the parameters.
+
+// DefaultSocket is where the agent listens and the CLI asks.
+const DefaultSocket = "/run/rdmatool/agent.sock"
+
+// AnswerWriteTimeout is how long the agent takes at most to write an
+// answer, from reading the request: a report about tens of thousands of
+// QPs, every finding listed, takes seconds.
+const AnswerWriteTimeout = time.Minute
+
+// CheckReport is what `rdmatool qp-leaks` prints, and what /v1/qp-leaks
+// answers.
+type CheckReport struct {
+	leakwatch.Report
+	// Probes is "on" or "off"; ProbesError says why they are off.
+	Probes      string `json:"probes"`
+	ProbesError string `json:"probes_error"`
+	LostEvents  uint64 `json:"lost_events"`
+	// Scans counts the netlink QP dumps the report rests on, one per
+	// device scanned.
+	Scans   int      `json:"scans"`
+	Devices []string `json:"devices"`
+	// ScanError says which netlink listings or scans failed at their last
+	// attempt ("" when none did): findings rest only on what was read.
+	ScanError string `json:"scan_error"`
+	// Source is "local" when this command observed the host itself for
+	// --watch, "agent" when the agent answered from its longer history.
+	Source string `json:"source"`
+	// ObservedSince is when the observation began: the start of --watch,
+	// or the agent's start (RFC 3339, UTC).
+	ObservedSince time.Time `json:"observed_since"`
+}
+
+// Status is what GET /v1/status returns.
+type Status struct {
+	Version string    `json:"version"`
+	Started time.Time `json:"started"`
+	// Probes is "on" or "off"; ProbesError says why they are off.
+	Probes      string `json:"probes"`
+	ProbesError string `json:"probes_error"`
+	// Scans counts the netlink QP dumps so far, one per device scanned.
+	// ScanError says what failed at the last attempt, per device ("" when
+	// every device's last scan and the last device listing succeeded).
+	Scans     int    `json:"scans"`
+	ScanError string `json:"scan_error"`
+	// LastScanSeconds is how long ago the last successful scan ended (-1
+	// before the first).
+	LastScanSeconds float64  `json:"last_scan_seconds"`
+	Devices         []string `json:"devices"`
+	// QPs is the number of live QPs the agent tracks.
+	QPs        int    `json:"qps"`
+	LostEvents uint64 `json:"lost_events"`
+}

@@ -1,0 +1,17 @@
+// Package agentapi is the agent's socket API, both halves: the answers'
+// types (CheckReport, the qp-leaks report; Status), Handler, which answers
+// the requests from a Source (the agent's history, a watch.State), and
+// Ask, the client `rdmatool qp-leaks` asks a running agent with. Package
+// query reads the qp-leaks question's parameters. What the socket serves,
+// as an operator sees it, is docs/agent.md.
+//
+// The package serves and dials what it is given: making the socket file
+// (its mode, a stale socket left by an agent that died) and the server's
+// timeouts are the daemon's (package agent). It imports no eBPF,
+// Prometheus or systemd library, so a client links none of them.
+//
+// # Privileges
+//
+// None of its own: the agent's socket is root's (0600), so asking it needs
+// what opening it needs.
+package agentapi

@@ -1,0 +1,28 @@
+// Package watch observes the host's RDMA QPs into a history that leakwatch
+// evaluates: the one-shot check `rdmatool qp-leaks` runs, and the engine
+// the agent's daemon (package agent) runs for as long as it lives.
+//
+// A State holds the history (one leakwatch.Watcher) and what the watch
+// knows of its sources and devices, behind a mutex; it reports as
+// agentapi.CheckReport and agentapi.Status, and is the agentapi.Source the
+// agent's socket answers from. A Scanner dumps a device's QPs (with their
+// SRQs, rdma_cm IDs and ULPs) over RDMA netlink and names their owners
+// from /proc; LookForZombies looks for zombie verbs contexts;
+// FollowProbes applies the eBPF probes' events as they come. LearnDevice
+// learns a device's provider and max_qp once (FactsCache). Check answers
+// qp-leaks: from a running agent (agentapi.Ask) when one listens, else by
+// observing the host for --watch itself. Deps says what it all talks to.
+//
+// The package decides no leak (package leakwatch does) and speaks no kernel
+// interface itself: netlink, the probes, sysfs, the verbs query and /proc
+// are packages rdmanl, bpf, sysfs, uverbs, owner and usage, which name
+// their uapi sources. The daemon's loop, socket, metrics and policy are
+// package agent's.
+//
+// # Privileges
+//
+// Netlink scans need none; the probes need what package bpf says, and
+// without them a watch runs on netlink only. Owners are read through
+// /proc; other users' zombie contexts need root or CAP_SYS_PTRACE. The
+// verbs query for max_qp opens /dev/infiniband/uverbsN.
+package watch
