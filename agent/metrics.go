@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rdmatool/rdmatool/agentapi/query"
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rename"
+	"github.com/rdmatool/rdmatool/reset"
 	"github.com/rdmatool/rdmatool/watch"
 )
 
@@ -51,9 +53,9 @@ type metricsSnapshot struct {
 	maxQP        map[string]uint64
 	skippedRules []leakwatch.Skipped
 	policy       Policy
-	decisions    map[[3]string]uint64
-	resets       map[[4]string]uint64
-	renames      map[[3]string]uint64
+	decisions    map[decisionKey]uint64
+	resets       map[resetKey]uint64
+	renames      map[renameKey]uint64
 }
 
 // deviceMaxQP is the configured limit of a device, else what it reported.
@@ -120,11 +122,58 @@ func (s *state) snapshot() metricsSnapshot {
 		tally: s.Tally(topOwners), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
 		policy: s.pol, decisions: maps.Clone(s.decisions), resets: maps.Clone(s.resets), renames: maps.Clone(s.renames),
 	}
+	s.zeroCounters(&snap)
 	snap.learned = make(map[string]uint64, len(s.facts))
 	for k, f := range s.facts {
 		snap.learned[k] = f.MaxQP
 	}
 	return snap
+}
+
+// Every label set a counter of the policy or the renames can take for a
+// listed device is exported from the start, at 0 until it counts: a counter
+// that first appeared at 1 would be no increase() to an alert, so the first
+// reset, failure or hourly limit would pass unseen.
+var (
+	decisionsCounted = []string{DecisionReset, DecisionDryRun, DecisionCooldown, DecisionHourlyLimit, DecisionInProgress, DecisionNoMaxQP}
+	resetResults     = []string{reset.ResultDone, reset.ResultWaiting, reset.ResultFailed}
+	renameResults    = []string{string(rename.StatusRenamed), string(rename.StatusUnchanged), string(rename.StatusSkipped), string(rename.StatusFailed)}
+)
+
+// zeroCounters adds to snap, at 0, the decisions and resets the policy can
+// count for each listed device (under a reset policy: by every method it
+// may use, which for auto is any, and auto itself for a reset that fails
+// before it chose one), and the renames the agent can count (when it names
+// devices), under the names the devices have now. The caller holds s.mu.
+func (s *state) zeroCounters(snap *metricsSnapshot) {
+	var methods []string
+	if s.pol.Mode == PolicyReset {
+		methods = []string{string(s.pol.Method)}
+		if s.pol.Method == reset.MethodAuto || s.pol.Method == "" {
+			methods = []string{string(reset.MethodAuto)}
+			for _, m := range reset.Methods() {
+				methods = append(methods, string(m))
+			}
+		}
+	}
+	for _, name := range snap.devices {
+		guid := snap.guids[name]
+		if len(methods) > 0 {
+			for _, d := range decisionsCounted {
+				snap.decisions[decisionKey{name, guid, d}] += 0
+			}
+		}
+		for _, m := range methods {
+			for _, r := range resetResults {
+				snap.resets[resetKey{name, guid, m, r}] += 0
+			}
+		}
+		if s.renaming {
+			for _, r := range renameResults {
+				snap.renames[renameKey{name, guid, r}] += 0
+			}
+		}
+	}
 }
 
 // collector exports the agent's state to Prometheus. A scrape reads the
@@ -205,13 +254,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.netlinkUp, b2f(s.listedOK))
 	gauge(c.policyInfo, 1, s.policy.Mode, strconv.FormatBool(s.policy.DryRun))
 	for l, n := range s.decisions {
-		counter(c.decisions, float64(n), l[0], l[1], l[2])
+		counter(c.decisions, float64(n), l.device, l.nodeGUID, l.decision)
 	}
 	for l, n := range s.resets {
-		counter(c.resets, float64(n), l[0], l[1], l[2], l[3])
+		counter(c.resets, float64(n), l.device, l.nodeGUID, l.method, l.result)
 	}
 	for l, n := range s.renames {
-		counter(c.renames, float64(n), l[0], l[1], l[2])
+		counter(c.renames, float64(n), l.device, l.nodeGUID, l.result)
 	}
 	counter(c.lost, float64(s.lost))
 	for kind, n := range s.events {

@@ -416,7 +416,7 @@ func (s *state) policyEvidence(rules []string) []policyEvidence {
 func (s *state) policyDecided(d policyDecision) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.decisions[[3]string{d.Device, d.NodeGUID, d.Decision}]++
+	s.decisions[decisionKey{d.Device, d.NodeGUID, d.Decision}]++
 }
 
 // resetDone counts a reset the policy started, by its result: "done",
@@ -433,7 +433,7 @@ func (s *state) resetDone(e policyEvidence, rep reset.Report, err error) {
 	if method == "" {
 		method = string(reset.MethodAuto)
 	}
-	s.resets[[4]string{e.Device, e.NodeGUID, method, result}]++
+	s.resets[resetKey{e.Device, e.NodeGUID, method, result}]++
 	s.findingsAt = time.Time{} // the QPs it ended leave the findings at once
 }
 
@@ -446,7 +446,7 @@ func (s *state) renamed(r rename.Result) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.renames[[3]string{name, r.NodeGUID.String(), string(r.Status)}]++
+	s.renames[renameKey{name, r.NodeGUID.String(), string(r.Status)}]++
 }
 
 // checkPolicy checks p, and that a reset policy can run the reset.

@@ -147,6 +147,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		cfg.ProbesReason = "disabled by --no-probes"
 	}
 	st := newState(cfg, d.Now, o.Version)
+	st.renaming = o.Rename != nil
 	st.setReconcile(o.Reconcile)
 	st.SetProcRoot(d.ProcRoot)
 	st.setPolicy(o.Policy)

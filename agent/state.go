@@ -38,17 +38,31 @@ type state struct {
 	findingsAt time.Time
 	// The remediation policy, and what it and the renames did.
 	pol       Policy
-	decisions map[[3]string]uint64 // device, node GUID, decision
-	resets    map[[4]string]uint64 // device, node GUID, method, result
-	renames   map[[3]string]uint64 // device, node GUID, result
+	decisions map[decisionKey]uint64
+	resets    map[resetKey]uint64
+	renames   map[renameKey]uint64
+	// renaming says that the agent names devices as they appear
+	// (RunOptions.Rename), so that their renames are counted.
+	renaming bool
 }
+
+// decisionKey is the labels of a policy decision's counter.
+type decisionKey struct{ device, nodeGUID, decision string }
+
+// resetKey is the labels of a reset's counter: the device before the
+// reset, the method it used, and its result.
+type resetKey struct{ device, nodeGUID, method, result string }
+
+// renameKey is the labels of a rename's counter: the device's name after
+// it, and the result.
+type renameKey struct{ device, nodeGUID, result string }
 
 // newState returns the agent's state over a new history whose watcher has
 // cfg and reads the time from now; version is what the metrics report.
 func newState(cfg leakwatch.Config, now func() time.Time, version string) *state {
 	return &state{State: watch.NewState(cfg, now), now: now, version: version,
 		devicesChanged: make(chan struct{}, 1), maxQP: cfg.MaxQP, facts: map[string]watch.DeviceFacts{}, pol: DefaultPolicy(),
-		decisions: map[[3]string]uint64{}, resets: map[[4]string]uint64{}, renames: map[[3]string]uint64{}}
+		decisions: map[decisionKey]uint64{}, resets: map[resetKey]uint64{}, renames: map[renameKey]uint64{}}
 }
 
 // deviceChanged asks the device lister for a listing now.

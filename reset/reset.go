@@ -49,6 +49,10 @@ const (
 // methods are the methods by name, in the order auto tries them.
 var methods = []Method{MethodRelink, MethodDevlinkReload, MethodPCIReset, MethodUnbind, MethodNetdevBounce}
 
+// Methods returns the methods a reset may use, in the order auto tries
+// them (MethodAuto is not one of them: it chooses one).
+func Methods() []Method { return slices.Clone(methods) }
+
 // ParseMethod parses a method name. An unknown one is a *MethodError.
 func ParseMethod(s string) (Method, error) {
 	m := Method(s)
