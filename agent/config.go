@@ -477,15 +477,15 @@ func (d *delay) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// parseDuration reads a duration of at least min.
-func parseDuration(n *yaml.Node, min time.Duration) (time.Duration, error) {
+// parseDuration reads a duration of at least the given least.
+func parseDuration(n *yaml.Node, least time.Duration) (time.Duration, error) {
 	if err := scalar(n, "a duration such as 30s or 5m"); err != nil {
 		return 0, err
 	}
 	d, err := time.ParseDuration(n.Value)
-	if err != nil || d < min {
-		if min > 0 {
-			return 0, refuse(n, "%q: want a duration of at least %s, such as 30s or 5m", n.Value, min)
+	if err != nil || d < least {
+		if least > 0 {
+			return 0, refuse(n, "%q: want a duration of at least %s, such as 30s or 5m", n.Value, least)
 		}
 		return 0, refuse(n, "%q: want a duration, 0s or more, such as 30s or 5m", n.Value)
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/leakwatch"
-	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/watch"
@@ -358,7 +357,7 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 		if err != nil {
 			return -1
 		}
-		v, _ := value(fams, "rdmatool_device_max_qps", map[string]string{"device": "rxe0", "node_guid": rdmanl.GUID(rxe.NodeGUID).String()})
+		v, _ := value(fams, "rdmatool_device_max_qps", map[string]string{"device": "rxe0", "node_guid": rxe.NodeGUID.String()})
 		return v
 	}
 	waitFor(t, "max_qp 100 in /metrics", func() bool { return maxQP() == 100 })

@@ -16,7 +16,7 @@ import (
 func TestCountersStartAtZero(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	dev := rdmanl.Device{Index: 1, Name: "rxe0", NodeGUID: 0x0200_00ff_fe00_0101}
-	guid := rdmanl.GUID(dev.NodeGUID).String()
+	guid := dev.NodeGUID.String()
 	for _, tt := range []struct {
 		name     string
 		mode     string
@@ -65,7 +65,7 @@ func TestCountersStartAtZero(t *testing.T) {
 			// A reset and a decision count on the series that were at 0.
 			st.resetDone(policyEvidence{Device: "rxe0", NodeGUID: guid}, reset.Report{Method: reset.MethodRelink, Result: reset.ResultFailed}, nil)
 			st.policyDecided(policyDecision{policyEvidence: policyEvidence{Device: "rxe0", NodeGUID: guid}, Decision: DecisionHourlyLimit})
-			st.renamed(rename.Result{From: "rxe0", To: "fab0", NodeGUID: rdmanl.GUID(dev.NodeGUID), Status: rename.StatusFailed})
+			st.renamed(rename.Result{From: "rxe0", To: "fab0", NodeGUID: dev.NodeGUID, Status: rename.StatusFailed})
 			snap = st.snapshot()
 			if n := snap.resets[resetKey{"rxe0", guid, "relink", reset.ResultFailed}]; n != 1 {
 				t.Errorf("failed relink resets: %d, want 1", n)

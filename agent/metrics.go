@@ -281,10 +281,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, r := range m.Resources {
 			gauge(c.resources, float64(r.Current), name, guid, r.Name)
 		}
-		if max := s.deviceMaxQP(name); max > 0 {
-			gauge(c.maxQP, float64(max), name, guid)
+		if limit := s.deviceMaxQP(name); limit > 0 {
+			gauge(c.maxQP, float64(limit), name, guid)
 			if n, ok := m.QPsInUse(); ok {
-				gauge(c.useRatio, float64(n)/float64(max), name, guid)
+				gauge(c.useRatio, float64(n)/float64(limit), name, guid)
 			}
 		}
 	}

@@ -52,7 +52,7 @@ func scrapeErr(url string) (map[string]*dto.MetricFamily, string, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
 	if err != nil {
-		return nil, "", fmt.Errorf("parse %s: %v\n%s", url, err, body)
+		return nil, "", fmt.Errorf("parse %s: %w\n%s", url, err, body)
 	}
 	return fams, string(body), nil
 }
@@ -274,8 +274,8 @@ func TestRunServesMetrics(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		rts, ok1 := value(fams, "rdmatool_qps", map[string]string{"device": "rxe0", "node_guid": rdmanl.GUID(rxe.NodeGUID).String(), "type": "RC", "state": "RTS"})
-		n, ok2 := value(fams, "rdmatool_device_resources", map[string]string{"device": "rxe0", "node_guid": rdmanl.GUID(rxe.NodeGUID).String(), "resource": "qp"})
+		rts, ok1 := value(fams, "rdmatool_qps", map[string]string{"device": "rxe0", "node_guid": rxe.NodeGUID.String(), "type": "RC", "state": "RTS"})
+		n, ok2 := value(fams, "rdmatool_device_resources", map[string]string{"device": "rxe0", "node_guid": rxe.NodeGUID.String(), "resource": "qp"})
 		return ok1 && ok2 && rts == 1 && n == 2
 	})
 }

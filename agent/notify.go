@@ -17,7 +17,10 @@ func notifyReady(log *slog.Logger) {
 }
 
 // notifyStopping tells systemd the agent is shutting down.
-func notifyStopping() { daemon.SdNotify(false, daemon.SdNotifyStopping) }
+func notifyStopping() {
+	// Nothing to do when systemd does not hear it: the agent stops anyway.
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+}
 
 // watchdog pets systemd's watchdog (WatchdogSec=) at half its period until
 // ctx ends, for as long as the history answers: a deadlocked agent stops

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -49,7 +50,8 @@ func TestPolicyCheck(t *testing.T) {
 		p.StaleRules = slices.Clone(on.StaleRules)
 		tt.mod(&p)
 		err := p.Check()
-		pe, ok := err.(*PolicyError)
+		var pe *PolicyError
+		ok := errors.As(err, &pe)
 		if !ok || pe.Key != tt.key {
 			t.Errorf("%s: Check() = %v, want a PolicyError at %s", tt.name, err, tt.key)
 		}
@@ -75,7 +77,7 @@ func TestPolicyEngine(t *testing.T) {
 		return policyEvidence{Device: name, NodeGUID: "0211:22ff:fe33:4455", QPs: qps, MaxQP: 100, Stale: stale}
 	}
 	g := newPolicyEngine()
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	at := t0.Add
 	decided := func(ds []policyDecision) []string {
 		var out []string
 		for _, d := range ds {
@@ -195,7 +197,7 @@ func TestRunPolicy(t *testing.T) {
 			Policy: pol, ResetHelper: []string{"/usr/sbin/rdmatool", "reset-helper"}, reset: fakeReset})
 	}()
 	defer stopRun(t, cancel, done)
-	guid := rdmanl.GUID(rxe.NodeGUID).String()
+	guid := rxe.NodeGUID.String()
 	metric := func(name string, kv ...string) float64 {
 		return deviceValue("http://"+addr+"/metrics", "rxe0", guid, name, kv...)
 	}
@@ -233,7 +235,7 @@ func TestRunPolicyNeedsHelper(t *testing.T) {
 	pol := DefaultPolicy()
 	pol.Mode = PolicyReset
 	err := Run(context.Background(), watch.Deps{Dial: dialer(rdmanltest.NewHost())}, RunOptions{Socket: filepath.Join(t.TempDir(), "a.sock"), Policy: pol})
-	if err != errNoHelper {
+	if !errors.Is(err, errNoHelper) {
 		t.Errorf("Run = %v, want %v", err, errNoHelper)
 	}
 	pol.StaleQPs, pol.QPUse = 0, 0

@@ -30,7 +30,6 @@ type liveStream struct {
 	events chan bpf.Event
 	lost   atomic.Uint64
 	fail   chan struct{}
-	once   sync.Once
 }
 
 func newLiveStream() *liveStream {

@@ -205,9 +205,10 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		// there to answer them.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(sctx)
+		// Requests still open after 5s are cut: the agent stops anyway.
+		_ = srv.Shutdown(sctx)
 		if msrv != nil {
-			msrv.Shutdown(sctx)
+			_ = msrv.Shutdown(sctx)
 		}
 		return nil
 	})

@@ -67,16 +67,16 @@ func listen(path string) (net.Listener, error) {
 	}
 	ln.SetUnlinkOnClose(false) // the file moves; closeRemove removes it
 	if err := os.Chmod(staged, 0o600); err != nil {
-		ln.Close()
+		_ = ln.Close() // the error returned says what failed
 		return nil, fmt.Errorf("agent: listen on %s: %w", path, err)
 	}
 	if err := os.Rename(staged, path); err != nil {
-		ln.Close()
+		_ = ln.Close() // the error returned says what failed
 		return nil, fmt.Errorf("agent: listen on %s: %w", path, err)
 	}
 	fi, err := os.Lstat(path)
 	if err != nil {
-		ln.Close()
+		_ = ln.Close() // the error returned says what failed
 		return nil, fmt.Errorf("agent: listen on %s: %w", path, err)
 	}
 	return &socketListener{UnixListener: ln, path: path, file: fi}, nil

@@ -76,7 +76,7 @@ func Handler(src Source, version string) http.Handler {
 		// agent that does not answer at all.
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
-		http.NewResponseController(w).Flush() // a client gone away shows at the next write
+		_ = http.NewResponseController(w).Flush() // a client gone away shows at the next write
 		rep, ok := src.Report(q)
 		if !ok {
 			// Removed since HasDevice: the status has gone out, so the
@@ -111,7 +111,7 @@ func writeReport(w http.ResponseWriter, rep CheckReport) {
 	at := bytes.Index(head, []byte(`"findings":[]`))
 	if err != nil || at < 0 {
 		rep.Findings = findings
-		json.NewEncoder(w).Encode(rep) // the client went away: nothing to do
+		_ = json.NewEncoder(w).Encode(rep) // an error: the client went away, nothing to do
 		return
 	}
 	at += len(`"findings":[`)
@@ -129,7 +129,7 @@ func writeReport(w http.ResponseWriter, rep CheckReport) {
 	}
 	bw.Write(head[at:])
 	bw.WriteByte('\n')
-	bw.Flush() // the client went away: nothing to do
+	_ = bw.Flush() // an error: the client went away, nothing to do
 }
 
 // apiError is the body of every error answer.
@@ -159,11 +159,11 @@ func writeErrorBody(w http.ResponseWriter, err error) {
 		}
 		msg = msg[:cut] + fmt.Sprintf("... (%d bytes cut)", len(msg)-cut)
 	}
-	json.NewEncoder(w).Encode(apiError{Error: msg}) // the client went away: nothing to do
+	_ = json.NewEncoder(w).Encode(apiError{Error: msg}) // an error: the client went away, nothing to do
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v) // the client went away: nothing to do
+	_ = json.NewEncoder(w).Encode(v) // an error: the client went away, nothing to do
 }

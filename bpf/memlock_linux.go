@@ -47,7 +47,7 @@ func mapPermission(err, memlock error) error {
 		return err
 	}
 	if memlock != nil {
-		return fmt.Errorf("%w: %w (%v)", ErrNoPrivilege, err, memlock)
+		return fmt.Errorf("%w: %w (%v)", ErrNoPrivilege, err, memlock) //nolint:errorlint // the memlock failure is context, not a cause
 	}
 	return fmt.Errorf("%w: %w", ErrNoPrivilege, err)
 }

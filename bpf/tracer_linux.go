@@ -382,7 +382,7 @@ const (
 // matters.
 func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		stop := context.AfterFunc(ctx, func() { t.reader.Flush() })
+		stop := context.AfterFunc(ctx, func() { _ = t.reader.Flush() }) // fails only when closed
 		defer stop()
 		defer t.reportLost()
 		var rec ringbuf.Record
@@ -513,7 +513,7 @@ func checkPrivileges() error {
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read only
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if hex, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {

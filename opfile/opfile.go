@@ -55,7 +55,7 @@ func Read(path string, maxSize int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read only
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func notRegular(path string, m fs.FileMode) error {
 	return &Error{Path: path, Err: &reason{fmt.Sprintf("%s (%s)", ErrNotRegular, kind), ErrNotRegular}}
 }
 
-// tooLarge is Read's refusal of a file of more than max bytes.
-func tooLarge(path string, max int64) error {
-	return &Error{Path: path, Err: &reason{fmt.Sprintf("larger than %d bytes", max), ErrTooLarge}}
+// tooLarge is Read's refusal of a file of more than limit bytes.
+func tooLarge(path string, limit int64) error {
+	return &Error{Path: path, Err: &reason{fmt.Sprintf("larger than %d bytes", limit), ErrTooLarge}}
 }

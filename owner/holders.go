@@ -21,10 +21,10 @@ func (d DevNum) String() string { return fmt.Sprintf("%d:%d", d.Major, d.Minor) 
 // ParseDevNum parses a device number as sysfs writes it in a "dev"
 // attribute: "231:192", with or without the trailing newline.
 func ParseDevNum(s string) (DevNum, error) {
-	maj, min, ok := strings.Cut(strings.TrimSpace(s), ":")
+	major, minor, ok := strings.Cut(strings.TrimSpace(s), ":")
 	if ok {
-		a, err1 := strconv.ParseUint(maj, 10, 32)
-		b, err2 := strconv.ParseUint(min, 10, 32)
+		a, err1 := strconv.ParseUint(major, 10, 32)
+		b, err2 := strconv.ParseUint(minor, 10, 32)
 		if err1 == nil && err2 == nil {
 			return DevNum{uint32(a), uint32(b)}, nil
 		}

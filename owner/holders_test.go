@@ -162,7 +162,7 @@ func needRoot(t *testing.T) {
 }
 
 func TestParseDevNum(t *testing.T) {
-	for in, want := range map[string]DevNum{"231:192\n": {231, 192}, "10:58": {10, 58}, " 1:3 ": {1, 3}} {
+	for in, want := range map[string]DevNum{"231:192\n": {231, 192}, "10:58": {10, 58}, "\t1:3\n": {1, 3}} {
 		if got, err := ParseDevNum(in); err != nil || got != want {
 			t.Errorf("ParseDevNum(%q) = %v, %v; want %v", in, got, err, want)
 		}

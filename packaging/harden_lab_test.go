@@ -130,7 +130,7 @@ func hardenAndExec(spec string, argv []string) error {
 		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
 		ret   = unix.BPF_RET | unix.BPF_K
 	)
-	deny := uint32(unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM))
+	deny := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EPERM)
 	prog := []unix.SockFilter{
 		{Code: ldAbs, K: 4}, // seccomp_data.arch
 		{Code: jeq, Jt: 1, K: unix.AUDIT_ARCH_X86_64},

@@ -34,11 +34,11 @@ func deviceHandle(devLink string) (devlinkHandle, error) {
 	if err != nil {
 		return devlinkHandle{}, err
 	}
-	real, err := filepath.EvalSymlinks(devLink)
+	resolved, err := filepath.EvalSymlinks(devLink)
 	if err != nil {
 		return devlinkHandle{}, err
 	}
-	return devlinkHandle{bus: filepath.Base(sub), dev: filepath.Base(real)}, nil
+	return devlinkHandle{bus: filepath.Base(sub), dev: filepath.Base(resolved)}, nil
 }
 
 // devlinkConn is a devlink generic netlink connection.

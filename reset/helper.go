@@ -252,30 +252,30 @@ func startHelper(argv []string, s Step, logDir string) (*helperProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reset: helper log: %w", err)
 	}
-	defer logf.Close()
+	defer logf.Close() //nolint:errcheck // the helper writes it, not this process
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("reset: helper pipe: %w", err)
 	}
-	defer pw.Close()
+	defer pw.Close() //nolint:errcheck // the helper holds the write end
 	step, err := json.Marshal(s)
 	if err != nil {
-		pr.Close()
+		_ = pr.Close() // that error is returned
 		return nil, err
 	}
 	stdin, err := os.CreateTemp("", "rdmatool-reset-step-*")
 	if err != nil {
-		pr.Close()
+		_ = pr.Close() // that error is returned
 		return nil, fmt.Errorf("reset: helper step file: %w", err)
 	}
-	defer stdin.Close()
+	defer stdin.Close()     //nolint:errcheck // the step was written whole or its error returned
 	os.Remove(stdin.Name()) // the open file stays readable
 	if _, err := stdin.Write(step); err != nil {
-		pr.Close()
+		_ = pr.Close() // that error is returned
 		return nil, fmt.Errorf("reset: helper step file: %w", err)
 	}
 	if _, err := stdin.Seek(0, io.SeekStart); err != nil {
-		pr.Close()
+		_ = pr.Close() // that error is returned
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -283,13 +283,13 @@ func startHelper(argv []string, s Step, logDir string) (*helperProc, error) {
 	cmd.ExtraFiles = []*os.File{pw} // fd 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		pr.Close()
+		_ = pr.Close() // that error is returned
 		return nil, fmt.Errorf("reset: start helper %s: %w", argv[0], err)
 	}
 	h := &helperProc{pid: cmd.Process.Pid, logPath: logPath, progress: make(chan progress, 8), pipe: pr}
 	// Reap it if it ends while Run still waits; Run does not wait for it
 	// beyond the timeout: it is left to finish, and init reaps it.
-	go cmd.Wait()
+	go func() { _ = cmd.Wait() }() // its outcome comes over the pipe
 	go func() {
 		defer close(h.progress)
 		sc := bufio.NewScanner(pr)

@@ -648,11 +648,12 @@ func TestLabResetDevlink(t *testing.T) {
 	var nd string
 	for deadline := time.Now().Add(10 * time.Second); nd == ""; {
 		ents, _ := os.ReadDir(filepath.Join(dir, "net"))
-		if len(ents) > 0 {
+		switch {
+		case len(ents) > 0:
 			nd = ents[0].Name()
-		} else if time.Now().After(deadline) {
+		case time.Now().After(deadline):
 			t.Fatalf("no netdev under %s", dir)
-		} else {
+		default:
 			time.Sleep(50 * time.Millisecond) // sysfs has no event to await here
 		}
 	}

@@ -46,7 +46,7 @@ func bindPCI(sysRoot, addr, driver string) error {
 // resetPCI resets the (unbound) function. With flr, it asks for a function
 // level reset only, through reset_method, and restores the method list
 // afterwards.
-func resetPCI(sysRoot, addr string, flr bool) error {
+func resetPCI(sysRoot, addr string, flr bool) (err error) {
 	dir := filepath.Join(sysRoot, "bus", "pci", "devices", addr)
 	if flr {
 		old, err := os.ReadFile(filepath.Join(dir, "reset_method"))
@@ -56,7 +56,11 @@ func resetPCI(sysRoot, addr string, flr bool) error {
 		if err := writeSys(filepath.Join(dir, "reset_method"), "flr"); err != nil {
 			return fmt.Errorf("reset: choose FLR for %s: %w", addr, err)
 		}
-		defer writeSys(filepath.Join(dir, "reset_method"), strings.TrimSpace(string(old)))
+		defer func() {
+			if rerr := writeSys(filepath.Join(dir, "reset_method"), strings.TrimSpace(string(old))); rerr != nil && err == nil {
+				err = fmt.Errorf("reset: restore the reset methods of %s: %w", addr, rerr)
+			}
+		}()
 	}
 	if err := writeSys(filepath.Join(dir, "reset"), "1"); err != nil {
 		return fmt.Errorf("reset: reset PCI function %s: %w", addr, err)

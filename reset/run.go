@@ -155,8 +155,8 @@ func act(ctx context.Context, c *rdmanl.Client, o Options, t target, rep *Report
 	}
 	if t.devlink != nil {
 		step.DevlinkBus, step.DevlinkDev = t.devlink.bus, t.devlink.dev
-		if real, err := filepath.EvalSymlinks(t.devDir); err == nil {
-			step.DevDir = real // the netdev's link goes with the netdev
+		if resolved, err := filepath.EvalSymlinks(t.devDir); err == nil {
+			step.DevDir = resolved // the netdev's link goes with the netdev
 		}
 	}
 	logDir := o.LogDir
@@ -193,7 +193,7 @@ wait:
 			break wait
 		}
 	}
-	h.pipe.Close()
+	_ = h.pipe.Close() // read only
 	if helperErr != nil {
 		rep.Events = obs.stop()
 		if !removed && deletedMeanwhile(ctx, c, t.dev) {

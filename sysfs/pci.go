@@ -66,12 +66,12 @@ func readPCILocation(sysRoot, dev string) (PCILocation, error) {
 		if err != nil {
 			return loc, err
 		}
-		real, err := filepath.EvalSymlinks(devLink)
+		resolved, err := filepath.EvalSymlinks(devLink)
 		if err != nil {
 			return loc, err
 		}
 		loc.IsSF, loc.SFNum = true, n
-		pcidev = filepath.Join(sysRoot, "bus", "pci", "devices", filepath.Base(filepath.Dir(real)))
+		pcidev = filepath.Join(sysRoot, "bus", "pci", "devices", filepath.Base(filepath.Dir(resolved)))
 	default:
 		return loc, fmt.Errorf("%w (its device is on bus %s)", ErrNotPCI, filepath.Base(subsystem))
 	}
@@ -176,7 +176,7 @@ func isMultifunction(pcidev string) bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read only
 	var hdr [64]byte
 	if n, _ := f.Read(hdr[:]); n != len(hdr) {
 		return false

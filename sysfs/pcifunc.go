@@ -116,11 +116,11 @@ func readPCIFunctionOf(sysRoot, devLink string) (PCIFunction, error) {
 	case "auxiliary":
 		// A sub-function or an auxiliary RDMA device (irdma): the PCI
 		// function is the auxiliary device's parent.
-		real, err := filepath.EvalSymlinks(devLink)
+		resolved, err := filepath.EvalSymlinks(devLink)
 		if err != nil {
 			return PCIFunction{}, err
 		}
-		parent := filepath.Base(filepath.Dir(real))
+		parent := filepath.Base(filepath.Dir(resolved))
 		if _, ok := parsePCIAddr(parent); !ok {
 			return PCIFunction{}, fmt.Errorf("%w (an auxiliary device below %s)", ErrNotPCI, parent)
 		}
@@ -128,11 +128,11 @@ func readPCIFunctionOf(sysRoot, devLink string) (PCIFunction, error) {
 	default:
 		return PCIFunction{}, fmt.Errorf("%w (its device is on bus %s)", ErrNotPCI, filepath.Base(subsystem))
 	}
-	real, err := filepath.EvalSymlinks(pcidev)
+	resolved, err := filepath.EvalSymlinks(pcidev)
 	if err != nil {
 		return PCIFunction{}, err
 	}
-	addr := filepath.Base(real)
+	addr := filepath.Base(resolved)
 	if _, ok := parsePCIAddr(addr); !ok {
 		return PCIFunction{}, fmt.Errorf("cannot parse PCI address %q", addr)
 	}

@@ -94,7 +94,7 @@ func loadNVMetRDMA(useSRQ bool) error {
 	}
 	if err == nil {
 		if out, err := exec.Command("modprobe", "-r", "nvmet_rdma").CombinedOutput(); err != nil {
-			return fmt.Errorf("modprobe -r nvmet_rdma: %v: %s", err, out)
+			return fmt.Errorf("modprobe -r nvmet_rdma: %w: %s", err, out)
 		}
 	}
 	arg := "use_srq=0"
@@ -102,11 +102,11 @@ func loadNVMetRDMA(useSRQ bool) error {
 		arg = "use_srq=1"
 	}
 	if out, err := exec.Command("modprobe", "nvmet_rdma", arg).CombinedOutput(); err != nil {
-		return fmt.Errorf("modprobe nvmet_rdma %s: %v: %s", arg, err, out)
+		return fmt.Errorf("modprobe nvmet_rdma %s: %w: %s", arg, err, out)
 	}
 	got, err := os.ReadFile("/sys/module/nvmet_rdma/parameters/use_srq")
 	if err != nil || strings.TrimSpace(string(got)) != want {
-		return fmt.Errorf("nvmet_rdma use_srq is %q after loading it with %s (%v)", strings.TrimSpace(string(got)), arg, err)
+		return fmt.Errorf("nvmet_rdma use_srq is %q after loading it with %s (%w)", strings.TrimSpace(string(got)), arg, err)
 	}
 	return nil
 }
@@ -170,7 +170,7 @@ func (n *NVMeoF) connect() error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // written by one write, whose error is checked
 	opts := fmt.Sprintf("transport=rdma,traddr=%s,trsvcid=%s,nqn=%s,nr_io_queues=%d",
 		n.opts.Device.Addr(), n.TrSvcID, n.NQN, n.opts.IOQueues)
 	if _, err := f.Write([]byte(opts)); err != nil {

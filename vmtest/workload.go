@@ -162,7 +162,7 @@ func (w *Workload) QPs() []Event { return Filter(w.Events(), "qp") }
 // it to exit, failing t when it does not exit cleanly in time.
 func (w *Workload) Release(timeout time.Duration) []Event {
 	w.t.Helper()
-	w.stdin.Close()
+	_ = w.stdin.Close() // an error: qpwork is gone, which Wait reports
 	return w.Wait(timeout)
 }
 

@@ -185,7 +185,11 @@ loop:
 		return agentapi.CheckReport{}, ctx.Err()
 	}
 	if probesDone != nil {
-		<-probesDone // every event read before the end is applied
+		// Every event read before the end is applied. The stream ends
+		// with the watch: an error then changes nothing in the report.
+		if err := <-probesDone; err != nil {
+			d.Log.Debug("probe stream ended with an error", "err", err)
+		}
 	}
 	// One more scan, so the report reflects the end of the watch.
 	if err := scan(); err != nil {

@@ -101,10 +101,10 @@ func (s *State) SetProbes(on bool, reason string) {
 
 // SetMaxQP sets the QP limits per device name the rules use
 // (leakwatch.Config.MaxQP).
-func (s *State) SetMaxQP(max map[string]uint64) {
+func (s *State) SetMaxQP(maxQP map[string]uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.w.SetMaxQP(max)
+	s.w.SetMaxQP(maxQP)
 }
 
 // probeEvent counts a probe event of kind read from the probes, and folds

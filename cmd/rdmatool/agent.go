@@ -142,7 +142,7 @@ func tuneAgentMemory(d *watch.Deps) {
 	}
 	// Its error is not handled: a kernel that refuses (before 3.15) only
 	// leaves the agent with huge pages, as every process has them.
-	unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
+	_ = unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
 	if d.OpenProbes != nil {
 		d.OpenProbes = func(_ context.Context, log *slog.Logger) (watch.EventSource, error) {
 			t, err := bpf.Open(log, bpf.Options{BufferBytes: agentRingBytes})

@@ -165,7 +165,7 @@ func parseLog(path string) (KernelRun, error) {
 	if err != nil {
 		return KernelRun{}, err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read only
 	k := KernelRun{Rename: map[string]Timing{}}
 	size := func(n int) *Size {
 		for i := range k.Sizes {

@@ -116,7 +116,7 @@ func collectModules(ctx context.Context, root, modRoot, release string, extra []
 		return nil, err
 	}
 	deps, err := parseModulesDep(depFile)
-	depFile.Close()
+	_ = depFile.Close() // read only
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func collectModules(ctx context.Context, root, modRoot, release string, extra []
 		return nil, err
 	}
 	builtin, err := parseBuiltin(bFile)
-	bFile.Close()
+	_ = bFile.Close() // read only
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +204,7 @@ func decompressModule(ctx context.Context, src, dst string) error {
 	cmd := exec.CommandContext(ctx, tool, "-dc", src)
 	cmd.Stdout = out
 	if err := cmd.Run(); err != nil {
-		out.Close()
+		_ = out.Close() // the command failed: that error is returned
 		return fmt.Errorf("%s -dc %s: %w", tool, src, err)
 	}
 	return out.Close()

@@ -143,7 +143,7 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 				console, consoleTail(runDir, 20))
 		}
 		if res.started || attempt == bootAttempts {
-			return 0, fmt.Errorf("lab: guest ended without an exit status (qemu: %v %s); console: %s\n%s",
+			return 0, fmt.Errorf("lab: guest ended without an exit status (qemu: %w %s); console: %s\n%s",
 				res.runErr, res.qemuErr, console, consoleTail(runDir, 30))
 		}
 		// The guest never got to the command: its kernel died or stalled
@@ -152,7 +152,9 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 		// oopsing on code being patched by another vCPU), so boot it again
 		// and keep the failed boot's console for a look.
 		failed := filepath.Join(runDir, fmt.Sprintf("console-boot%d.log", attempt))
-		os.Rename(console, failed)
+		if err := os.Rename(console, failed); err != nil {
+			failed = console // the next boot writes over it
+		}
 		fmt.Fprintf(os.Stderr, "lab: %s guest did not reach its command (boot %d of %d: %s); booting again; console: %s\n%s\n",
 			spec.Image.Kernel, attempt, bootAttempts, res.why, failed, lastLinesRaw(readFile(failed), 8))
 	}
@@ -282,7 +284,7 @@ func accelArgs(icount int, kernel string) []string {
 		for _, m := range []string{"kvm_intel", "kvm_amd"} {
 			if _, err := os.Stat("/sys/module/" + m); err == nil {
 				if f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0); err == nil {
-					f.Close()
+					_ = f.Close() // only opened to see whether it can be
 					accel = "kvm"
 				}
 			}
@@ -358,13 +360,13 @@ func (m *markerFilter) line(l []byte) {
 		if n, err := strconv.Atoi(s[i+len(exitMarker):]); err == nil {
 			m.status, m.found = n, true
 			if i > 0 && m.w != nil {
-				m.w.Write([]byte(s[:i] + "\n"))
+				_, _ = m.w.Write([]byte(s[:i] + "\n")) // the log is a copy: the run goes on without it
 			}
 			return
 		}
 	}
 	if m.w != nil {
-		m.w.Write(l)
+		_, _ = m.w.Write(l) // the log is a copy: the run goes on without it
 	}
 }
 
@@ -390,15 +392,15 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+			return func() { _ = f.Close() }, nil // closing the file releases the lock
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
+			_ = f.Close() // the lock's error is returned
 			return nil, fmt.Errorf("lab: lock %s: %w", path, err)
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
+			_ = f.Close() // the wait's error is returned
 			return nil, fmt.Errorf("lab: waiting for another guest to finish: %w", ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}

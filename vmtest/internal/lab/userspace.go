@@ -135,7 +135,7 @@ func isELF(path string) bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read only
 	magic := make([]byte, 4)
 	_, err = f.Read(magic)
 	return err == nil && string(magic) == elf.ELFMAG
@@ -182,7 +182,7 @@ func resolveLibraries(tree string, hostDirs []string) error {
 				}
 			}
 		}
-		f.Close()
+		_ = f.Close() // read only
 		if interp != "" {
 			dst := filepath.Join(tree, usrPath(strings.TrimPrefix(interp, "/")))
 			if _, err := os.Stat(dst); err != nil {
