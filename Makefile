@@ -52,7 +52,8 @@ fuzz-smoke:
 	done
 
 # The Debian package (packaging/deb/build.sh: dpkg-deb, version from git
-# describe) in $(DEB_DIR), checked by lintian: errors and warnings fail.
+# describe, reproducible) in $(DEB_DIR), checked by lintian: errors and
+# warnings fail.
 DEB_DIR := $(LAB)/deb
 deb:
 	@rm -f $(DEB_DIR)/rdmatool_*.deb
@@ -63,9 +64,15 @@ deb:
 # files land, the unit with systemd-analyze verify, removal and purge
 # (packaging/deb/install-test.sh). The root (debootstrap, minutes) is cached
 # beside the lab images, so fresh clones on one machine make it once.
+# Then builds the package again, under another umask and time zone (the Go
+# build comes from the cache), and wants the same bytes.
 DEBROOT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdmatool-lab/debroot
 test-deb: deb
 	packaging/deb/install-test.sh $(DEBROOT) $(DEB_DIR)/rdmatool_*.deb
+	@rm -rf $(LAB)/deb-again
+	umask 002; TZ=Pacific/Kiritimati GO=$(GO) packaging/deb/build.sh $(LAB)/deb-again $(VERSION) >/dev/null
+	cmp $(DEB_DIR)/rdmatool_*.deb $(LAB)/deb-again/rdmatool_*.deb
+	@echo "test-deb: two builds of $(VERSION) are identical"
 
 # The alert rules: promtool's syntax check and its unit tests; the
 # packaging package's tests with promtool required (dashboard queries).
