@@ -52,6 +52,15 @@ func TestKustomization(t *testing.T) {
 	if ns.Name != k.Namespace {
 		t.Errorf("namespace %q, kustomization puts everything in %q", ns.Name, k.Namespace)
 	}
+	// The DaemonSet's image is the one make image builds, rdmatool:VERSION
+	// (packaging/cmd/image), by kustomize's images: entry.
+	var ds appsv1.DaemonSet
+	decodeK8s(t, "daemonset.yaml", &ds)
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if len(k.Images) != 1 || c.Image != k.Images[0].Name || k.Images[0].NewName != "rdmatool" {
+			t.Errorf("container %s: image %q, kustomization images %+v: want rdmatool, named rdmatool", c.Name, c.Image, k.Images)
+		}
+	}
 }
 
 // unitCapabilities reads the systemd unit's CapabilityBoundingSet without

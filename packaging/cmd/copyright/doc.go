@@ -6,10 +6,12 @@
 // github.com/google/licensecheck finds in the module's license files in
 // the module cache, with those files' copyright lines.
 //
-//	go run ./packaging/cmd/copyright -modcache DIR -goroot DIR BINARY >copyright
+//	go run ./packaging/cmd/copyright [-spdx] -modcache DIR -goroot DIR BINARY >copyright
 //
-// packaging/deb/build.sh runs it on the binary it packages, and
-// packaging/cmd/image puts its output in the image. Apache-2.0 and GPL-2
+// packaging/deb/build.sh runs it on the binary it packages; make image
+// puts its output in the image, and its -spdx output (the same licenses
+// as one SPDX expression) in the image's org.opencontainers.image.licenses
+// label. Apache-2.0 and GPL-2
 // texts are referred to in /usr/share/common-licenses (Debian policy
 // 12.5); any other license's text is copied from the module. A module
 // without a license file, or with one licensecheck does not recognize, is

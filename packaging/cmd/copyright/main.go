@@ -22,8 +22,9 @@ import (
 func main() {
 	modcache := flag.String("modcache", os.Getenv("GOMODCACHE"), "the Go module cache (go env GOMODCACHE)")
 	goroot := flag.String("goroot", os.Getenv("GOROOT"), "the Go toolchain that built the binary (go env GOROOT)")
+	spdx := flag.Bool("spdx", false, "print the binary's licenses as one SPDX expression instead")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: copyright -modcache DIR -goroot DIR BINARY >copyright")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: copyright [-spdx] -modcache DIR -goroot DIR BINARY >copyright")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -37,7 +38,11 @@ func main() {
 		os.Exit(1)
 	}
 	w := bufio.NewWriter(os.Stdout)
-	if err := write(w, bi, *modcache, *goroot); err != nil {
+	out := write
+	if *spdx {
+		out = writeSPDX
+	}
+	if err := out(w, bi, *modcache, *goroot); err != nil {
 		fmt.Fprintf(os.Stderr, "copyright: %v\n", err)
 		os.Exit(1)
 	}
@@ -103,6 +108,10 @@ License: Expat
 `
 )
 
+// ownSPDX are the licenses of rdmatool's own code, as SPDX expressions:
+// the Go code's and the eBPF program's.
+var ownSPDX = []string{"Apache-2.0", "(MIT OR GPL-2.0-only)"}
+
 // debianNames maps licensecheck's SPDX identifiers to the Debian short
 // names of the copyright format where they differ.
 var debianNames = map[string]string{
@@ -122,17 +131,18 @@ type component struct {
 	files    string // Files: pattern
 	comment  string
 	licenses []string // Debian short names, in the order found
+	spdx     []string // the same as SPDX identifiers
 	holders  []string // copyright lines
 	text     []byte   // the license files' text, when not referred to
 }
 
-// write writes the copyright file for bi: rdmatool, the standard library
-// from goroot, each dependency from modcache.
-func write(w io.Writer, bi *debug.BuildInfo, modcache, goroot string) error {
+// components scans the licenses of the standard library in goroot and of
+// each of bi's dependencies in modcache.
+func components(bi *debug.BuildInfo, modcache, goroot string) ([]component, error) {
 	var comps []component
 	std, err := scanDir(goroot, func(name string) bool { return name == "LICENSE" })
 	if err != nil {
-		return fmt.Errorf("the Go standard library: %w", err)
+		return nil, fmt.Errorf("the Go standard library: %w", err)
 	}
 	std.files = "go/src/*"
 	std.comment = fmt.Sprintf("The Go standard library and runtime, %s.", bi.GoVersion)
@@ -143,15 +153,42 @@ func write(w io.Writer, bi *debug.BuildInfo, modcache, goroot string) error {
 		}
 		dir, err := moduleDir(modcache, m.Path, m.Version)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		c, err := scanDir(dir, isLicenseFile)
 		if err != nil {
-			return fmt.Errorf("module %s %s: %w", m.Path, m.Version, err)
+			return nil, fmt.Errorf("module %s %s: %w", m.Path, m.Version, err)
 		}
 		c.files = "vendor/" + m.Path + "/*"
 		c.comment = fmt.Sprintf("Go module %s %s.", m.Path, m.Version)
 		comps = append(comps, c)
+	}
+	return comps, nil
+}
+
+// writeSPDX writes the licenses of everything in the binary as one SPDX
+// expression (an OCI image's org.opencontainers.image.licenses): each
+// license once, sorted, joined by AND.
+func writeSPDX(w io.Writer, bi *debug.BuildInfo, modcache, goroot string) error {
+	comps, err := components(bi, modcache, goroot)
+	if err != nil {
+		return err
+	}
+	ids := slices.Clone(ownSPDX)
+	for _, c := range comps {
+		ids = append(ids, c.spdx...)
+	}
+	slices.Sort(ids)
+	_, err = fmt.Fprintln(w, strings.Join(slices.Compact(ids), " AND "))
+	return err
+}
+
+// write writes the copyright file for bi: rdmatool, the standard library
+// from goroot, each dependency from modcache.
+func write(w io.Writer, bi *debug.BuildInfo, modcache, goroot string) error {
+	comps, err := components(bi, modcache, goroot)
+	if err != nil {
+		return err
 	}
 	var b bytes.Buffer
 	b.WriteString(header)
@@ -203,6 +240,9 @@ func scanDir(dir string, keep func(string) bool) (component, error) {
 		for _, m := range cov.Match {
 			if m.IsURL {
 				continue
+			}
+			if !slices.Contains(c.spdx, m.ID) {
+				c.spdx = append(c.spdx, m.ID)
 			}
 			name := m.ID
 			if n, ok := debianNames[name]; ok {

@@ -176,6 +176,13 @@ func TestWrite(t *testing.T) {
 	if !strings.Contains(b.String(), "/usr/share/common-licenses/Apache-2.0") {
 		t.Error("Apache-2.0 is not referred to in /usr/share/common-licenses")
 	}
+	b.Reset()
+	if err := writeSPDX(&b, bi, modcache, goroot); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.String(), "(MIT OR GPL-2.0-only) AND Apache-2.0 AND BSD-3-Clause AND MIT\n"; got != want {
+		t.Errorf("SPDX expression %q, want %q", got, want)
+	}
 }
 
 // A module without a recognized license file, or missing from the module
