@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-var update = flag.Bool("update", false, "rewrite "+syscallsFile)
+var update = flag.Bool("update", false, "rewrite the generated files: "+syscallsFile+" and "+prometheusRuleFile)
 
 // syscallsFile holds the system calls the unit's SystemCallFilter allows on
 // x86_64, by number: systemd-analyze expands the groups, the kernel's uapi
