@@ -25,19 +25,22 @@ func decodeK8s(t *testing.T, name string, v any) {
 	}
 }
 
+// kustomization is what the tests read of a kustomization.yaml.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace"`
+	Resources  []string `json:"resources"`
+	Images     []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName"`
+		NewTag  string `json:"newTag"`
+	} `json:"images"`
+}
+
 // The kustomization lists existing manifests, each decoding strictly.
 func TestKustomization(t *testing.T) {
-	var k struct {
-		APIVersion string   `json:"apiVersion"`
-		Kind       string   `json:"kind"`
-		Namespace  string   `json:"namespace"`
-		Resources  []string `json:"resources"`
-		Images     []struct {
-			Name    string `json:"name"`
-			NewName string `json:"newName"`
-			NewTag  string `json:"newTag"`
-		} `json:"images"`
-	}
+	var k kustomization
 	decodeK8s(t, "kustomization.yaml", &k)
 	if k.Kind != "Kustomization" || k.APIVersion != "kustomize.config.k8s.io/v1beta1" {
 		t.Errorf("kustomization.yaml: %s %s", k.APIVersion, k.Kind)

@@ -91,12 +91,7 @@ func TestPrometheusRule(t *testing.T) {
 // The ServiceMonitor scrapes the Service's metrics port, and the job it
 // gives the series (the Service's name) is one the alert rules match.
 func TestServiceMonitor(t *testing.T) {
-	var k struct {
-		APIVersion string   `json:"apiVersion"`
-		Kind       string   `json:"kind"`
-		Namespace  string   `json:"namespace"`
-		Resources  []string `json:"resources"`
-	}
+	var k kustomization
 	decodeK8s(t, "monitoring/kustomization.yaml", &k)
 	if want := []string{"prometheusrule.yaml", "servicemonitor.yaml"}; !slices.Equal(slices.Sorted(slices.Values(k.Resources)), want) {
 		t.Errorf("monitoring/kustomization.yaml resources %v, want %v", k.Resources, want)
