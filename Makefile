@@ -19,7 +19,7 @@ FUZZTIME ?= 10000x
 LAB_PKGS = $(shell grep -rl --include='*_test.go' 'vmtest\.Require' --exclude-dir=.lab . | xargs -r -n1 dirname | sort -u)
 
 .PHONY: all build deps test test-unit generate-check fuzz-smoke lab lab-bins test-lab demo lab-shell bench soak clean \
-	deb test-deb test-monitoring
+	deb test-deb test-monitoring image test-image
 
 all: build
 
@@ -29,7 +29,7 @@ build:
 deps:
 	@vmtest/install-deps.sh
 
-test: deps test-unit generate-check fuzz-smoke test-monitoring test-deb test-lab
+test: deps test-unit generate-check fuzz-smoke test-monitoring test-deb test-image test-lab
 
 # The committed bpf2go output must be exactly what `go generate` makes from
 # bpf/qp.c with Debian's clang-14.
@@ -52,7 +52,8 @@ fuzz-smoke:
 	done
 
 # The Debian package (packaging/deb/build.sh: dpkg-deb, version from git
-# describe) in $(DEB_DIR), checked by lintian: errors and warnings fail.
+# describe, reproducible) in $(DEB_DIR), checked by lintian: errors and
+# warnings fail.
 DEB_DIR := $(LAB)/deb
 deb:
 	@rm -f $(DEB_DIR)/rdmatool_*.deb
@@ -63,9 +64,41 @@ deb:
 # files land, the unit with systemd-analyze verify, removal and purge
 # (packaging/deb/install-test.sh). The root (debootstrap, minutes) is cached
 # beside the lab images, so fresh clones on one machine make it once.
+# Then builds the package again, under another umask and time zone (the Go
+# build comes from the cache), and wants the same bytes.
 DEBROOT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdmatool-lab/debroot
 test-deb: deb
 	packaging/deb/install-test.sh $(DEBROOT) $(DEB_DIR)/rdmatool_*.deb
+	@rm -rf $(LAB)/deb-again
+	umask 002; TZ=Pacific/Kiritimati GO=$(GO) packaging/deb/build.sh $(LAB)/deb-again $(VERSION) >/dev/null
+	cmp $(DEB_DIR)/rdmatool_*.deb $(LAB)/deb-again/rdmatool_*.deb
+	@echo "test-deb: two builds of $(VERSION) are identical"
+
+# The OCI image, rdmatool:$(VERSION), built by packaging/cmd/image without a
+# container daemon or a registry: the static binary as the .deb has it, its
+# copyright file and licenses, labels, every time the commit's. In
+# $(IMAGE_DIR): rdmatool_$(VERSION).tar (podman load -i), oci/ (an OCI
+# layout) and kustomization.yaml (kubectl apply -k: packaging/kubernetes
+# with this image).
+IMAGE_DIR := $(LAB)/image
+image:
+	@set -e; out=$${IMAGE_OUT:-$(IMAGE_DIR)}; rm -rf $$out; mkdir -p $$out/build; \
+	export SOURCE_DATE_EPOCH=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct)}; \
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '-s -w $(LDFLAGS)' -o $$out/build/rdmatool ./cmd/rdmatool; \
+	cr="$(GO) run ./packaging/cmd/copyright -modcache $$($(GO) env GOMODCACHE) -goroot $$($(GO) env GOROOT)"; \
+	$$cr $$out/build/rdmatool >$$out/build/copyright; \
+	$(GO) run ./packaging/cmd/image -binary $$out/build/rdmatool -copyright $$out/build/copyright -license LICENSE \
+		-version $(VERSION) -revision $$(git rev-parse HEAD) -licenses "$$($$cr -spdx $$out/build/rdmatool)" \
+		-arch $$($(GO) env GOARCH) -kubernetes packaging/kubernetes -out $$out; \
+	rm -r $$out/build; ls $$out
+
+# Two image builds of one commit (the second from the Go build cache, under
+# another umask) give the same bytes.
+test-image: image
+	@rm -rf $(LAB)/image-again
+	umask 002; $(MAKE) -s image IMAGE_OUT=$(LAB)/image-again VERSION=$(VERSION) >/dev/null
+	diff -r $(IMAGE_DIR) $(LAB)/image-again
+	@echo "test-image: two builds of rdmatool:$(VERSION) are identical"
 
 # The alert rules: promtool's syntax check and its unit tests; the
 # packaging package's tests with promtool required (dashboard queries).

@@ -1,6 +1,6 @@
 //go:build ignore
 
-/* SPDX-License-Identifier: MIT OR GPL-2.0 */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * Probes on the queue pair lifecycle in ib_core. Each traced kernel function
  * has an fentry/fexit variant and a kprobe/kretprobe variant; the loader

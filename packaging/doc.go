@@ -7,8 +7,16 @@
 //     against a lab scrape); every metric and label that the alert rules,
 //     their promtool tests and the Grafana dashboard use must be in it, and
 //     promtool parses every dashboard query.
-//   - The Kubernetes manifests decode strictly into the API's own types and
-//     hold the systemd unit's capabilities.
+//   - The Kubernetes manifests decode strictly into the API's own types
+//     (the Prometheus Operator's for kubernetes/monitoring) and hold the
+//     systemd unit's capabilities and devices; the PrometheusRule is
+//     generated from the alert rules, whose runbook_url sections are in
+//     docs/runbook.md.
+//   - The Debian versions of consecutive commits sort in commit order
+//     (deb/debversion.sh), and systemd-analyze security rates the unit
+//     as README.md says.
+//   - cmd/copyright writes the package's copyright file and cmd/image the
+//     OCI image; both are tested in their directories.
 //   - systemd/testdata/syscalls-x86_64.txt is the unit's SystemCallFilter
 //     expanded by systemd-analyze; TestLabHardenedAgent runs the agent in
 //     the lab guest (busybox init, no systemd) under the unit's

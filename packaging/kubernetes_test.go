@@ -25,19 +25,22 @@ func decodeK8s(t *testing.T, name string, v any) {
 	}
 }
 
+// kustomization is what the tests read of a kustomization.yaml.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace"`
+	Resources  []string `json:"resources"`
+	Images     []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName"`
+		NewTag  string `json:"newTag"`
+	} `json:"images"`
+}
+
 // The kustomization lists existing manifests, each decoding strictly.
 func TestKustomization(t *testing.T) {
-	var k struct {
-		APIVersion string   `json:"apiVersion"`
-		Kind       string   `json:"kind"`
-		Namespace  string   `json:"namespace"`
-		Resources  []string `json:"resources"`
-		Images     []struct {
-			Name    string `json:"name"`
-			NewName string `json:"newName"`
-			NewTag  string `json:"newTag"`
-		} `json:"images"`
-	}
+	var k kustomization
 	decodeK8s(t, "kustomization.yaml", &k)
 	if k.Kind != "Kustomization" || k.APIVersion != "kustomize.config.k8s.io/v1beta1" {
 		t.Errorf("kustomization.yaml: %s %s", k.APIVersion, k.Kind)
@@ -51,6 +54,15 @@ func TestKustomization(t *testing.T) {
 	decodeK8s(t, "namespace.yaml", &ns)
 	if ns.Name != k.Namespace {
 		t.Errorf("namespace %q, kustomization puts everything in %q", ns.Name, k.Namespace)
+	}
+	// The DaemonSet's image is the one make image builds, rdmatool:VERSION
+	// (packaging/cmd/image), by kustomize's images: entry.
+	var ds appsv1.DaemonSet
+	decodeK8s(t, "daemonset.yaml", &ds)
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if len(k.Images) != 1 || c.Image != k.Images[0].Name || k.Images[0].NewName != "rdmatool" {
+			t.Errorf("container %s: image %q, kustomization images %+v: want rdmatool, named rdmatool", c.Name, c.Image, k.Images)
+		}
 	}
 }
 
@@ -77,9 +89,11 @@ func unitCapabilities(t *testing.T) []string {
 }
 
 // The DaemonSet runs the agent as the unit does: the unit's capabilities
-// and no more, not privileged, read-only but for the socket dir, in the
-// host's PID and network namespaces, with every mount backed by a volume,
-// and the Service finds its metrics port.
+// and no more, not privileged, read-only but for the socket dir, the verbs
+// devices mounted, in the host's PID and network namespaces, with every
+// mount backed by a volume, on every node whatever its taints, without a
+// service-account token, ready once it serves metrics on the node's IP in
+// brackets (IPv6 nodes), and the Service finds its metrics port.
 func TestDaemonSet(t *testing.T) {
 	var ds appsv1.DaemonSet
 	decodeK8s(t, "daemonset.yaml", &ds)
@@ -102,8 +116,14 @@ func TestDaemonSet(t *testing.T) {
 	if !spec.HostPID || !spec.HostNetwork {
 		t.Errorf("hostPID %v hostNetwork %v, want both", spec.HostPID, spec.HostNetwork)
 	}
-	if len(spec.NodeSelector) == 0 || len(spec.Tolerations) == 0 {
-		t.Error("no nodeSelector or tolerations for RDMA nodes")
+	if len(spec.NodeSelector) == 0 {
+		t.Error("no nodeSelector for RDMA nodes")
+	}
+	if want := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}; !slices.Equal(spec.Tolerations, want) {
+		t.Errorf("tolerations %+v, want %+v (every taint)", spec.Tolerations, want)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("want automountServiceAccountToken: false (the agent talks to no API server)")
 	}
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%d containers", len(spec.Containers))
@@ -144,8 +164,21 @@ func TestDaemonSet(t *testing.T) {
 	if !slices.Equal(writable, []string{"/run/rdmatool"}) {
 		t.Errorf("writable mounts %v, want only the socket dir", writable)
 	}
+	// The unit's DeviceAllow: the verbs devices, from the host's /dev.
+	if !strings.Contains(unitKey(t, "DeviceAllow"), "char-infiniband_verbs") {
+		t.Errorf("the unit's DeviceAllow=%s does not allow the verbs devices", unitKey(t, "DeviceAllow"))
+	}
+	devMounted := false
+	for _, m := range c.VolumeMounts {
+		if v := volumes[m.Name]; m.MountPath == "/dev/infiniband" && v.HostPath != nil && v.HostPath.Path == "/dev/infiniband" {
+			devMounted = true
+		}
+	}
+	if !devMounted {
+		t.Error("the host's /dev/infiniband is not mounted at /dev/infiniband (the verbs query for max_qp)")
+	}
 	args := strings.Join(c.Args, " ")
-	if !strings.Contains(args, "--socket=/run/rdmatool/") || !strings.Contains(args, "--metrics-address=$(NODE_IP):10095") {
+	if !strings.Contains(args, "--socket=/run/rdmatool/") || !strings.Contains(args, "--metrics-address=[$(NODE_IP)]:10095") {
 		t.Errorf("args %q", args)
 	}
 	port := ""
@@ -156,5 +189,10 @@ func TestDaemonSet(t *testing.T) {
 	}
 	if port == "" || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != port {
 		t.Errorf("the Service's target port does not name the agent's metrics port %q", port)
+	}
+	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/metrics" || p.HTTPGet.Port.String() != port {
+			t.Errorf("no %s probe on /metrics at port %q", name, port)
+		}
 	}
 }

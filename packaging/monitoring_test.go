@@ -112,10 +112,33 @@ func decodeStrict(t *testing.T, path string, v any) {
 	}
 }
 
-// Every alert uses metrics and labels the agent exports, and says what to
-// do in a runbook annotation.
+// runbookURL is where the alerts' runbook_url annotations point: a
+// section of docs/runbook.md, by the anchor GitHub gives its heading.
+const runbookURL = "https://github.com/rdmatool/rdmatool/blob/main/docs/runbook.md#"
+
+// runbookSections reads docs/runbook.md's sections: "## Name" headings and
+// their text.
+func runbookSections(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("../docs/runbook.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]string{}
+	for _, part := range strings.Split(string(b), "\n## ")[1:] {
+		name, text, _ := strings.Cut(part, "\n")
+		sections[name] = text
+	}
+	return sections
+}
+
+// Every alert uses metrics and labels the agent exports, says what to do
+// in a runbook annotation, and points with runbook_url at its section of
+// docs/runbook.md, which says what it means, what to check and what to do;
+// the runbook has a section for no other alert.
 func TestAlertRules(t *testing.T) {
 	metrics := agentMetrics(t)
+	sections := runbookSections(t)
 	var rf ruleFile
 	decodeStrict(t, "prometheus/rdmatool-alerts.yaml", &rf)
 	n := 0
@@ -123,11 +146,24 @@ func TestAlertRules(t *testing.T) {
 		for _, r := range g.Rules {
 			n++
 			checkQuery(t, metrics, r.Alert, r.Expr)
-			for _, a := range []string{"summary", "description", "runbook"} {
+			for _, a := range []string{"summary", "description", "runbook", "runbook_url"} {
 				if strings.TrimSpace(r.Annotations[a]) == "" {
 					t.Errorf("%s has no %s annotation", r.Alert, a)
 				}
 			}
+			if want := runbookURL + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+				t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+			}
+			section, ok := sections[r.Alert]
+			if !ok {
+				t.Errorf("docs/runbook.md has no section ## %s", r.Alert)
+			}
+			for _, part := range []string{"**What it means.**", "**What to check.**", "**What to do.**"} {
+				if ok && !strings.Contains(section, part) {
+					t.Errorf("docs/runbook.md ## %s does not say %s", r.Alert, part)
+				}
+			}
+			delete(sections, r.Alert)
 			if !slices.Contains([]string{"info", "warning", "critical"}, r.Labels["severity"]) {
 				t.Errorf("%s: severity %q", r.Alert, r.Labels["severity"])
 			}
@@ -135,6 +171,9 @@ func TestAlertRules(t *testing.T) {
 	}
 	if n < 8 {
 		t.Errorf("%d alert rules, want the 8 or more of packaging/README.md", n)
+	}
+	for name := range sections {
+		t.Errorf("docs/runbook.md has a section for %s, which is no alert", name)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-var update = flag.Bool("update", false, "rewrite "+syscallsFile)
+var update = flag.Bool("update", false, "rewrite the generated files: "+syscallsFile+" and "+prometheusRuleFile)
 
 // syscallsFile holds the system calls the unit's SystemCallFilter allows on
 // x86_64, by number: systemd-analyze expands the groups, the kernel's uapi
@@ -21,20 +21,45 @@ var update = flag.Bool("update", false, "rewrite "+syscallsFile)
 // seccomp filter in the lab guest, which has no systemd.
 const syscallsFile = "systemd/testdata/syscalls-x86_64.txt"
 
-// unitKey returns the value of the unit's Key= line.
+// unitKey returns the value of the unit's first Key= line.
 func unitKey(t *testing.T, key string) string {
+	t.Helper()
+	return unitKeys(t, key)[0]
+}
+
+// unitKeys returns the values of the unit's Key= lines, in order.
+func unitKeys(t *testing.T, key string) []string {
 	t.Helper()
 	b, err := os.ReadFile("systemd/rdmatool-agent.service")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var values []string
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, key+"="); ok {
-			return v
+			values = append(values, v)
 		}
 	}
-	t.Fatalf("the unit has no %s=", key)
-	return ""
+	if len(values) == 0 {
+		t.Fatalf("the unit has no %s=", key)
+	}
+	return values
+}
+
+// unitSyscalls expands the unit's SystemCallFilter lines as systemd does:
+// the allow lists' calls less those of the lines that start with ~.
+func unitSyscalls(t *testing.T) []string {
+	t.Helper()
+	var allow, deny []string
+	for _, v := range unitKeys(t, "SystemCallFilter") {
+		if d, ok := strings.CutPrefix(v, "~"); ok {
+			deny = append(deny, strings.Fields(d)...)
+		} else {
+			allow = append(allow, strings.Fields(v)...)
+		}
+	}
+	denied := expandFilter(t, deny)
+	return slices.DeleteFunc(expandFilter(t, allow), func(c string) bool { return slices.Contains(denied, c) })
 }
 
 // expandFilter expands SystemCallFilter's names and @groups with
@@ -92,7 +117,7 @@ func TestUnitSyscallFilterFile(t *testing.T) {
 	}
 	nr := x86Numbers(t)
 	var lines []string
-	for _, name := range expandFilter(t, strings.Fields(unitKey(t, "SystemCallFilter"))) {
+	for _, name := range unitSyscalls(t) {
 		if n, ok := nr[name]; ok { // systemd skips names this architecture lacks too
 			lines = append(lines, strconv.Itoa(n)+" "+name)
 		}
@@ -120,6 +145,12 @@ func TestUnitSyscallFilterFile(t *testing.T) {
 	for _, name := range []string{"bpf", "perf_event_open", "execve", "socket", "read"} {
 		if !strings.Contains(want, " "+name+"\n") {
 			t.Errorf("the filter does not allow %s", name)
+		}
+	}
+	// CAP_SYS_PTRACE is there to read /proc/PID/fd, not to trace.
+	for _, name := range []string{"ptrace", "process_vm_readv", "process_vm_writev"} {
+		if strings.Contains(want, " "+name+"\n") {
+			t.Errorf("the filter allows %s", name)
 		}
 	}
 }

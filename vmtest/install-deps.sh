@@ -14,7 +14,7 @@ pkgs=(
 	libibverbs-dev librdmacm-dev # the C workloads
 	clang llvm libbpf-dev # eBPF programs (bpf2go)
 	strace # cmd/rdmatool's test that commands which do not trace make no bpf() call
-	fakeroot lintian # make deb, make test-deb
+	lintian # make deb, make test-deb
 	debootstrap # the Debian root test-deb installs the package into
 	prometheus # promtool: make test-monitoring checks the alert rules
 	git ca-certificates

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: MIT OR GPL-2.0 */
+/* SPDX-License-Identifier: MIT OR GPL-2.0-only */
 /*
  * Kernel types the ib_core probes read, declared by hand with only the
  * fields qp.c uses. preserve_access_index makes clang record every access as

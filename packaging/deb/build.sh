@@ -3,8 +3,18 @@
 # and what the static binary generates (man pages, shell completions).
 #   packaging/deb/build.sh OUTDIR [GIT_DESCRIBE]
 # The Debian version comes from `git describe --tags --always --dirty`
-# (see debversion below). Run as any user: fakeroot makes the files root's.
+# (debversion.sh). Run as any user: dpkg-deb --root-owner-group makes the
+# files root's.
+#
+# Two builds of one commit give the same bytes (make test-deb checks it):
+# SOURCE_DATE_EPOCH is the commit's time (or what the caller exports) and
+# dates the changelog, the man pages and every file's mtime, which
+# dpkg-deb also uses for the archive's own dates; files have fixed modes
+# whatever the umask; gzip -n stores no name or time; dpkg-deb sorts the
+# files and compresses on one thread; the Go binary is built with
+# -trimpath -buildvcs=false.
 set -euo pipefail
+umask 022
 
 out=${1:?usage: build.sh OUTDIR [GIT_DESCRIBE]}
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -12,24 +22,9 @@ describe=${2:-$(git -C "$top" describe --tags --always --dirty 2>/dev/null || ec
 go=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 arch=$(dpkg --print-architecture)
 
-# debversion turns a git description into a Debian version that sorts the
-# way the history does: v1.2.0 -> 1.2.0, v1.2.0-5-gabc -> 1.2.0+git5.abc,
-# a tree without tags (abc1234) -> 0~git.abc1234, -dirty -> +dirty.
-debversion() {
-	local d=$1 v suffix=
-	if [[ $d == *-dirty ]]; then d=${d%-dirty}; suffix=+dirty; fi
-	if [[ $d =~ ^[0-9a-f]{7,40}$ ]]; then
-		v="0~git.$d"
-	elif [[ $d =~ ^v?([0-9][0-9A-Za-z.~+]*)-([0-9]+)-g([0-9a-f]+)$ ]]; then
-		v="${BASH_REMATCH[1]}+git${BASH_REMATCH[2]}.${BASH_REMATCH[3]}"
-	elif [[ $d =~ ^v?([0-9][0-9A-Za-z.~+]*)$ ]]; then
-		v=${BASH_REMATCH[1]}
-	else
-		v="0~$(printf '%s' "$d" | tr -c 'A-Za-z0-9.+~\n' '.')"
-	fi
-	printf '%s%s\n' "$v" "$suffix"
-}
-version=$(debversion "$describe")
+version=$("$top/packaging/deb/debversion.sh" "$top" "$describe")
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$top" log -1 --format=%ct 2>/dev/null || date +%s)}
+export SOURCE_DATE_EPOCH
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -66,23 +61,32 @@ install -m 0644 "$top/packaging/README.md" "$root/usr/share/doc/rdmatool/README.
 install -m 0644 "$top/packaging/systemd/reset.conf.example" "$root/usr/share/doc/rdmatool/examples/reset.conf"
 install -m 0644 "$top/packaging/udev/README.md" "$root/usr/share/doc/rdmatool/README.udev.md"
 install -m 0644 "$top/packaging/deb/lintian-overrides" "$root/usr/share/lintian/overrides/rdmatool"
-install -m 0644 "$top/packaging/deb/copyright" "$root/usr/share/doc/rdmatool/copyright"
+# rdmatool's licenses and those of everything compiled into the binary,
+# from its build information (packaging/cmd/copyright).
+(cd "$top" && "$go" run ./packaging/cmd/copyright -modcache "$("$go" env GOMODCACHE)" \
+	-goroot "$("$go" env GOROOT)" "$bin") >"$root/usr/share/doc/rdmatool/copyright"
 {
 	printf 'rdmatool (%s) unstable; urgency=medium\n\n' "$version"
 	printf '  * Built from git %s.\n\n' "$describe"
 	printf ' -- rdmatool developers <rdmatool@users.noreply.github.com>  %s\n' \
-		"$(date -R -u -d "@$(git -C "$top" log -1 --format=%ct 2>/dev/null || date +%s)")"
+		"$(date -R -u -d "@$SOURCE_DATE_EPOCH")"
 } | gzip -9n >"$root/usr/share/doc/rdmatool/changelog.gz"
 
 install -m 0755 "$top/packaging/deb/postinst" "$top/packaging/deb/prerm" "$top/packaging/deb/postrm" "$root/DEBIAN/"
 printf '/etc/rdmatool/agent.yaml\n/etc/rdmatool/names.conf.example\n' >"$root/DEBIAN/conffiles"
-size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
+# Installed-Size as dpkg-gencontrol counts it: each file's size in KiB,
+# rounded up, and 1 for each directory (du would count the file system's
+# blocks, which differ between machines).
+size=$(cd "$root" && find . -path ./DEBIAN -prune -o \( -type f -printf '%s\n' -o -printf '1024\n' \) |
+	awk '{ n += int(($1 + 1023) / 1024) } END { print n }')
 sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@SIZE@/$size/" \
 	"$top/packaging/deb/control" >"$root/DEBIAN/control"
 (cd "$root" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z | xargs -0 md5sum) >"$root/DEBIAN/md5sums"
 chmod 0644 "$root/DEBIAN/conffiles" "$root/DEBIAN/control" "$root/DEBIAN/md5sums"
+# Every mtime is the commit's (the files are all made by this build).
+find "$root" -exec touch --no-dereference --date="@$SOURCE_DATE_EPOCH" {} +
 
 mkdir -p "$out"
 deb=$out/rdmatool_${version}_${arch}.deb
-fakeroot dpkg-deb --build -Zxz "$root" "$deb" >/dev/null
+dpkg-deb --root-owner-group --build -Zxz --threads-max=1 "$root" "$deb" >/dev/null
 echo "$deb"
