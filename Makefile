@@ -18,7 +18,7 @@ FUZZTIME ?= 10000x
 # Packages with tests that run in the lab guest (they call vmtest.Require).
 LAB_PKGS = $(shell grep -rl --include='*_test.go' 'vmtest\.Require' --exclude-dir=.lab . | xargs -r -n1 dirname | sort -u)
 
-.PHONY: all build deps test test-unit generate-check fuzz-smoke lab lab-bins test-lab demo lab-shell bench soak clean \
+.PHONY: all build deps test test-unit lint generate-check fuzz-smoke lab lab-bins test-lab demo lab-shell bench soak clean \
 	deb test-deb test-monitoring image test-image
 
 all: build
@@ -29,13 +29,23 @@ build:
 deps:
 	@vmtest/install-deps.sh
 
-test: deps test-unit generate-check fuzz-smoke test-monitoring test-deb test-image test-lab
+test: deps test-unit lint generate-check fuzz-smoke test-monitoring test-deb test-image test-lab
 
 # The committed bpf2go output must be exactly what `go generate` makes from
 # bpf/qp.c with Debian's clang-14.
 generate-check:
 	$(GO) generate ./bpf
 	git diff --exit-code -- 'bpf/*_bpfel.*'
+
+# golangci-lint v2, pinned by tools/go.mod (a module of its own, so that
+# its dependencies stay out of rdmatool's); .golangci.yaml says what it
+# checks and why.
+LINT := $(BIN)/golangci-lint
+$(LINT): tools/go.mod tools/go.sum
+	$(GO) build -C tools -o $(LINT) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+lint: $(LINT)
+	$(LINT) run --timeout 15m ./...
 
 test-unit:
 	$(GO) vet ./...
