@@ -28,7 +28,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 		Use:   "agent",
 		Short: "Run the daemon that keeps QP history and answers qp-leaks",
 		Long:  docs.Page("agent"),
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {

@@ -11,7 +11,7 @@ func newDocsCmd() *cobra.Command {
 	docs := &cobra.Command{
 		Use:   "docs",
 		Short: "Generate documentation",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 	}
 	docs.AddCommand(&cobra.Command{
 		Use:   "man DIR",

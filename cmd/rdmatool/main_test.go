@@ -102,7 +102,7 @@ func TestUserMessage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := userMessage(tt.err)
+			got := userMessage(tt.err, func() ibCoreState { return ibCoreModule })
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("userMessage() (-want +got):\n%s", diff)
 			}

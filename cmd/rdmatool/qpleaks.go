@@ -23,7 +23,7 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 		Use:   "qp-leaks",
 		Short: "Report queue pairs that look leaked",
 		Long:  docs.Page("rules"),
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("interval") && o.Interval > o.Watch {
 				o.Interval = o.Watch // a short --watch scans at least at its end

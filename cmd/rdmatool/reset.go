@@ -105,7 +105,7 @@ func newResetHelperCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    resetHelperCmd,
 		Hidden: true,
-		Args:   cobra.NoArgs,
+		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := os.NewFile(reset.HelperProgressFD, "progress")
 			if out == nil {

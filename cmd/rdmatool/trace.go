@@ -86,7 +86,7 @@ func newTraceCmd(g *globals) *cobra.Command {
 		Use:   "trace [--dev DEV] [--qpn N]... [--pid P]... [--duration D]",
 		Short: "Trace the QP lifecycle and device events on ib_core (eBPF)",
 		Long:  traceLong(),
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if duration != 0 { // 0: until interrupted
 				if err := checkDurations(durationFlag{name: "duration", value: duration, min: 100 * time.Millisecond}); err != nil {
