@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -387,5 +391,49 @@ func TestRenderLeaksSummaryFirst(t *testing.T) {
 	code, _, stderr := runCLI(t, "qp-leaks", "--limit", "-1", "--agent-socket", filepath.Join(t.TempDir(), "none"))
 	if code != 2 || stderr != "rdmatool: --limit -1: want 0 (all) or more\n" {
 		t.Errorf("--limit -1: exit %d, %q", code, stderr)
+	}
+}
+
+// TestQPLeaksDevAgentWithoutNetlink: asked about one device, an agent
+// that cannot read RDMA netlink knows no device and answers "no RDMA
+// device"; qp-leaks says what is wrong instead (issue 24), as it does for
+// the question about every device. An agent that reads netlink and has no
+// such device is still answered so.
+func TestQPLeaksDevAgentWithoutNetlink(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	d := agent.Deps{
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Dial: func() (agent.Netlink, error) {
+			return nil, &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT}
+		},
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx, d, agent.RunOptions{Socket: sock, NoProbes: true, Retry: time.Hour, Version: "test"}) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	for {
+		st, err := agent.AskStatus(t.Context(), sock)
+		if err == nil && st.ScanError != "" {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("agent.Run returned %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	code, stdout, stderr := runCLI(t, "qp-leaks", "--dev", "rxe0", "--agent-socket", sock)
+	want := "rdmatool: agent: the agent on " + sock + " cannot read RDMA netlink: rdmanl: open netlink socket: protocol not supported\n"
+	if code != 2 || stdout != "" || stderr != want {
+		t.Errorf("qp-leaks --dev rxe0, agent without netlink: exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout, stderr, want)
+	}
+
+	code, _, stderr = runCLI(t, "qp-leaks", "--dev", "rxe9", "--agent-socket", serveAgent(t))
+	if code != 2 || !strings.Contains(stderr, `agent: no RDMA device "rxe9"`) {
+		t.Errorf("qp-leaks --dev rxe9, agent with rxe0: exit %d, stderr %q; want 2 and no RDMA device", code, stderr)
 	}
 }

@@ -119,7 +119,10 @@ func parseRes(object string, args []string) (resRequest, error) {
 		return r, err
 	}
 	r.flt = flt
-	for _, sel := range extras { // one at most; "dev ''" is refused, not all devices
+	for name, sel := range extras { // one at most
+		if sel == "" { // not every device
+			return r, fmt.Errorf("%s \"\": no device name", name)
+		}
 		if r.dev, r.port, err = rowfilter.ParseLink(sel); err != nil {
 			return r, err
 		}
