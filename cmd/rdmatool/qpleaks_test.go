@@ -410,7 +410,9 @@ func TestQPLeaksDevAgentWithoutNetlink(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- agent.Run(ctx, d, agent.RunOptions{Socket: sock, NoProbes: true, Retry: time.Hour, Version: "test"}) }()
+	go func() {
+		done <- agent.Run(ctx, d, agent.RunOptions{Socket: sock, NoProbes: true, Retry: time.Hour, Version: "test"})
+	}()
 	t.Cleanup(func() {
 		cancel()
 		<-done
