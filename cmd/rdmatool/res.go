@@ -24,8 +24,11 @@ rdmatool res [show] pd    [dev DEV] [pdn N] [pid N] ...
 rdmatool res [show] ctx   [dev DEV] [ctxn N] [pid N] ...
 rdmatool res [show] srq   [dev DEV] [srqn N] [type T] [pid N] ...
 rdmatool res [show] cm_id [link DEV[/PORT]] [state S] [lqpn N] [pid N] ...
-Numbers take ranges and lists: lqpn 0-6, pid 10,20-30. --raw asks the
-kernel for the provider's raw QP/CQ/MR/SRQ context (needs CAP_NET_ADMIN).`
+Numbers take ranges and lists: lqpn 0-6, pid 10,20-30. Words take
+lists of the kernel's names, as the rows print them (state ERR,SQE); a
+name that is none of them is an error that lists them. link or dev
+selects one device, once. --raw asks the kernel for the provider's raw
+QP/CQ/MR/SRQ context (needs CAP_NET_ADMIN).`
 
 func newResCmd(g *globals) *cobra.Command {
 	var raw bool
