@@ -84,3 +84,17 @@ func TestFlagErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorLineEscaped: an error is one line whatever it quotes: a name
+// the kernel was asked about goes through rdmanl's error as it is, and the
+// line is escaped when it is printed.
+func TestErrorLineEscaped(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"dev", "a\x1b[2J\nb"}, {"link", "show", "a\rb/1"}, {"res", "qp", "dev", "x\ny"}} {
+		code, stdout, stderr := runRecorded(t, "6.12", args...)
+		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || strings.ContainsAny(strings.TrimSuffix(stderr, "\n"), "\x1b\r\n") ||
+			!strings.Contains(stderr, "no such RDMA device") {
+			t.Errorf("rdmatool %q: exit %d, stdout %q, stderr %q; want 2 and one escaped line", args, code, stdout, stderr)
+		}
+	}
+}
