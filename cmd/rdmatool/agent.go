@@ -42,6 +42,9 @@ func newAgentCmd(g *globals) *cobra.Command {
 			if !(o.ExhaustionThreshold > 0 && o.ExhaustionThreshold <= 1) {
 				return fmt.Errorf("--exhaustion-threshold %g: want a share of max_qp above 0 and at most 1", o.ExhaustionThreshold)
 			}
+			if m := o.Policy.Mode; m != agent.PolicyObserve && m != agent.PolicyReset {
+				return fmt.Errorf("--policy %s: want %s or %s", quote.String(m), agent.PolicyObserve, agent.PolicyReset)
+			}
 			if err := checkSocketPath("--socket", o.Socket, true); err != nil {
 				return err
 			}

@@ -67,6 +67,7 @@ func TestAgentFlagsRefused(t *testing.T) {
 		{[]string{"--names-map", ""}, `rdmatool: --names-map "": want a path`},
 		{[]string{"--max-qp", "rxe0=5", "--max-qp", "rxe0=6"}, `rdmatool: --max-qp: leakwatch: max_qp "rxe0=5" and "rxe0=6": one limit per device`},
 		{[]string{"--log-format", "xml"}, `rdmatool: --log-format "xml": want text or json`},
+		{[]string{"--policy", strings.Repeat("p", 1<<20)}, `rdmatool: --policy "` + strings.Repeat("p", 64) + `" (1048576 bytes): want observe or reset`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
