@@ -106,7 +106,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", agent.DefaultConfig, "configuration file (YAML; flags override it; SIGHUP reloads it)")
-	f.StringVar(&o.Socket, "socket", agent.DefaultSocket, "unix socket to serve: an absolute path of at most 107 bytes")
+	f.StringVar(&o.Socket, "socket", agent.DefaultSocket, `unix socket to serve: an absolute path of at most 107 bytes ("" is refused: the agent always serves one)`)
 	f.DurationVar(&o.Interval, "interval", agent.DefaultInterval, "time between device listings, and between QP dumps without probes")
 	f.DurationVar(&o.Reconcile, "reconcile", agent.DefaultReconcile, "time between QP dumps of a device while the probes feed the history")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")

@@ -117,13 +117,13 @@ func flagError(_ *cobra.Command, err error) error {
 		return fmt.Errorf("invalid argument %s for \"--%s\" flag: not a %s", quote.String(invalid.GetValue()), invalid.GetFlag().Name, invalid.GetFlag().Value.Type())
 	case errors.As(err, &unknown) && (!fits(unknown.GetSpecifiedName()) || !fits(unknown.GetSpecifiedShortnames())):
 		if s := unknown.GetSpecifiedShortnames(); s != "" {
-			return fmt.Errorf("unknown shorthand flag %s in %s", quote.String(unknown.GetSpecifiedName()[:1]), quote.String("-"+s))
+			return fmt.Errorf("unknown shorthand flag %s in %s", quote.String(unknown.GetSpecifiedName()), quote.String("-"+s))
 		}
 		return fmt.Errorf("unknown flag %s", quote.String("--"+unknown.GetSpecifiedName()))
 	case errors.As(err, &syntax) && !fits(syntax.GetSpecifiedFlag()):
 		return fmt.Errorf("bad flag syntax: %s", quote.String(syntax.GetSpecifiedFlag()))
 	case errors.As(err, &needs) && !fits(needs.GetSpecifiedShortnames()):
-		return fmt.Errorf("flag needs an argument: %s in %s", quote.String(needs.GetSpecifiedName()[:1]), quote.String("-"+needs.GetSpecifiedShortnames()))
+		return fmt.Errorf("flag needs an argument: %s in %s", quote.String(needs.GetSpecifiedName()), quote.String("-"+needs.GetSpecifiedShortnames()))
 	}
 	return err
 }
