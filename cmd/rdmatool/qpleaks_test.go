@@ -346,7 +346,7 @@ func TestAgentConfigRefused(t *testing.T) {
 		{[]string{"--config", bad}, "rdmatool: agent: config " + bad + ":3: max_qp.rxe0: \"many\": want a positive number\n"},
 		{[]string{"--config", filepath.Join(dir, "none.yaml")}, "rdmatool: agent: config " + filepath.Join(dir, "none.yaml") + ": no such file or directory\n"},
 		{[]string{"--config", pol, "--policy-dry-run"}, "rdmatool: agent: policy.dry_run: set with mode observe, which never resets: a dry run needs mode reset\n"},
-		{[]string{"--config", pol, "--policy", "fix"}, "rdmatool: agent: policy.mode: \"fix\": want observe or reset\n"},
+		{[]string{"--config", pol, "--policy", "fix"}, "rdmatool: --policy \"fix\": want observe or reset\n"},
 		{[]string{"--config", conflict}, "rdmatool: agent: config " + conflict + ":3: policy.method: netdev-bounce keeps every QP: it cannot free a device's QPs\n"},
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"agent", "--socket", filepath.Join(dir, "s")}, tt.args...)...)
