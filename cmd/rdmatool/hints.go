@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"compress/gzip"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,8 +65,9 @@ const (
 	// ibCoreModule: ib_core is loaded, built in, or a module of this
 	// kernel that modprobe can load.
 	ibCoreModule
-	// ibCoreNone: the kernel's modules are here, and ib_core is neither
-	// one of them nor built in: the kernel was built without RDMA.
+	// ibCoreNone: the kernel was built without RDMA: its configuration
+	// says so, or its modules are here and ib_core is neither one of them
+	// nor built in.
 	ibCoreNone
 )
 
@@ -88,16 +91,21 @@ func hostIBCore() ibCoreState {
 }
 
 // ibCoreOf says what kernel release has of ib_core, from what root holds:
-// /sys/module/ib_core (loaded, or built in), and in the kernel's modules
-// directory (/lib/modules/RELEASE) modules.builtin, modules.dep (every
-// module depmod found, in kernel/, updates/ or extra/) or, without it,
-// the module's place in the kernel's tree.
+// /sys/module/ib_core (loaded, or built in); the kernel's configuration
+// (/proc/config.gz, or /boot/config-RELEASE), which may say it was built
+// without InfiniBand; and in the kernel's modules directory
+// (/lib/modules/RELEASE) modules.builtin, modules.dep (every module depmod
+// found, in kernel/, updates/ or extra/) or, without it, the module's
+// place in the kernel's tree.
 func ibCoreOf(root, release string) ibCoreState {
 	if _, err := os.Stat(filepath.Join(root, "sys/module/ib_core")); err == nil {
 		return ibCoreModule
 	}
 	if release == "" || strings.ContainsRune(release, '/') {
 		return ibCoreUnknown
+	}
+	if withoutInfiniband(root, release) {
+		return ibCoreNone
 	}
 	dir := filepath.Join(root, "lib/modules", release)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
@@ -113,6 +121,30 @@ func ibCoreOf(root, release string) ibCoreState {
 		return ibCoreModule
 	}
 	return ibCoreNone
+}
+
+// withoutInfiniband reports whether the kernel's configuration, where it
+// is kept, says "# CONFIG_INFINIBAND is not set".
+func withoutInfiniband(root, release string) bool {
+	var r io.Reader
+	if f, err := os.Open(filepath.Join(root, "proc/config.gz")); err == nil {
+		defer f.Close()
+		if r, err = gzip.NewReader(f); err != nil {
+			return false
+		}
+	} else if f, err := os.Open(filepath.Join(root, "boot", "config-"+release)); err == nil {
+		defer f.Close()
+		r = f
+	} else {
+		return false
+	}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if sc.Text() == "# CONFIG_INFINIBAND is not set" {
+			return true
+		}
+	}
+	return false
 }
 
 // listsIBCore reports whether a depmod list (modules.builtin, modules.dep:

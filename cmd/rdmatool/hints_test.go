@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,6 +43,15 @@ func TestIBCoreOf(t *testing.T) {
 		{name: "no depmod lists, the module in its place", files: map[string]string{
 			"lib/modules/" + release + "/kernel/drivers/infiniband/core/ib_core.ko.zst": "",
 		}, want: ibCoreModule},
+		{name: "configured without InfiniBand, no modules (this host)", files: map[string]string{
+			"proc/config.gz": gzipped("CONFIG_NET=y\n# CONFIG_MODULES is not set\n# CONFIG_INFINIBAND is not set\n"),
+		}, want: ibCoreNone},
+		{name: "configured without InfiniBand, in /boot", files: map[string]string{
+			"boot/config-" + release: "# CONFIG_INFINIBAND is not set\n", "lib/modules/" + release + "/modules.dep": "",
+		}, want: ibCoreNone},
+		{name: "configured with InfiniBand as a module, no modules here", files: map[string]string{
+			"proc/config.gz": gzipped("CONFIG_INFINIBAND=m\n"),
+		}, want: ibCoreUnknown},
 		{name: "no depmod lists, no module", files: map[string]string{
 			"lib/modules/" + release + "/kernel/fs/ext4.ko": "",
 		}, want: ibCoreNone},
@@ -97,4 +108,13 @@ func TestNoRDMAHints(t *testing.T) {
 	if asked {
 		t.Error("the modules were looked at for an error that is not about ib_core")
 	}
+}
+
+// gzipped is s compressed, as /proc/config.gz is.
+func gzipped(s string) string {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	w.Write([]byte(s))
+	w.Close()
+	return b.String()
 }
