@@ -47,10 +47,13 @@ var fuzzSeeds = [][]string{
 // (/run/rdmatool, /etc/rdmatool).
 //
 // What does not run: the daemon (agent), the probes (trace) and a reset
-// (reset, reset-helper) block, or act on the host; their RunE is
-// replaced, so their checks (PreRunE) run and nothing else. docs man
-// runs only on a directory inside the temporary one: its pages are the
-// one thing rdmatool writes where the command line says.
+// (reset, reset-helper) block, or act on the host (the helper writes on,
+// and closes, fd 3: a fuzzing worker's pipe from its coordinator); their
+// RunE is replaced, so their checks (PreRunE) run and nothing else. docs
+// man runs only on a directory inside the temporary one: its pages are the
+// one thing rdmatool writes where the command line says (completion and
+// help write on stdout, rename and link add on a kernel that has no RDMA
+// netlink here).
 func FuzzCommandLine(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add(strings.Join(s, "\x00"))
