@@ -134,3 +134,16 @@ func Ask(ctx context.Context, socket string, q leakwatch.Query, timeout time.Dur
 	}
 	return rep, nil
 }
+
+// AskStatus asks the agent listening on socket for its status (the
+// devices it lists, and why it cannot list them). Its errors are Ask's.
+func AskStatus(ctx context.Context, socket string) (Status, error) {
+	var st Status
+	if err := get(ctx, socket, "/v1/status", nil, &st, 0); err != nil {
+		return Status{}, err
+	}
+	if st.Started.IsZero() {
+		return Status{}, &AskError{socket, errors.New("the answer is not an agent status")}
+	}
+	return st, nil
+}

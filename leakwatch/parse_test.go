@@ -2,6 +2,7 @@ package leakwatch
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,7 +16,10 @@ func TestParseMaxQP(t *testing.T) {
 		wantErr string
 	}{
 		{"none", nil, map[string]uint64{}, ""},
-		{"two devices, the later wins", []string{"rxe0=100", "siw0=7", "rxe0=200"}, map[string]uint64{"rxe0": 200, "siw0": 7}, ""},
+		{"two devices", []string{"rxe0=100", "siw0=7"}, map[string]uint64{"rxe0": 100, "siw0": 7}, ""},
+		{"a device twice", []string{"rxe0=100", "siw0=7", "rxe0=200"}, nil, `leakwatch: max_qp "rxe0=100" and "rxe0=200": one limit per device`},
+		{"a device twice, the same limit", []string{"rxe0=5", "rxe0=5"}, nil, `leakwatch: max_qp "rxe0=5" and "rxe0=5": one limit per device`},
+		{"a long spec is cut", []string{strings.Repeat("x", 1<<20)}, nil, `leakwatch: max_qp "` + strings.Repeat("x", 64) + `" (1048576 bytes): want DEV=N with N > 0`},
 		{"no device", []string{"=5"}, nil, `leakwatch: max_qp "=5": want DEV=N with N > 0`},
 		{"zero", []string{"rxe0=0"}, nil, `leakwatch: max_qp "rxe0=0": want DEV=N with N > 0`},
 		{"not a number", []string{"rxe0=x"}, nil, `leakwatch: max_qp "rxe0=x": want DEV=N with N > 0`},
@@ -27,7 +31,7 @@ func TestParseMaxQP(t *testing.T) {
 			got, err := ParseMaxQP(tt.specs)
 			if tt.wantErr != "" {
 				var me *MaxQPError
-				if err == nil || err.Error() != tt.wantErr || !errors.As(err, &me) || me.Spec != tt.specs[0] ||
+				if err == nil || err.Error() != tt.wantErr || !errors.As(err, &me) || me.Spec != tt.specs[len(tt.specs)-1] ||
 					"leakwatch: "+me.Err.Error() != tt.wantErr {
 					t.Fatalf("ParseMaxQP(%q) error %v, want a *MaxQPError %q", tt.specs, err, tt.wantErr)
 				}

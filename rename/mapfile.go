@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/opfile"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
@@ -127,12 +128,12 @@ func ParseMap(content []byte, file string) (*Map, error) {
 			continue
 		}
 		if prev, ok := m.Lookup(g); ok {
-			bad = append(bad, LineError{n, fmt.Errorf("GUID %s already named %q at line %d", g, prev.Name, prev.Line)})
+			bad = append(bad, LineError{n, fmt.Errorf("GUID %s already named %s at line %d", g, quote.String(prev.Name), prev.Line)})
 			continue
 		}
 		if j := indexName(m.Entries, name); j >= 0 {
 			prev := m.Entries[j]
-			bad = append(bad, LineError{n, fmt.Errorf("name %q already given to %s at line %d", name, prev.GUID, prev.Line)})
+			bad = append(bad, LineError{n, fmt.Errorf("name %s already given to %s at line %d", quote.String(name), prev.GUID, prev.Line)})
 			continue
 		}
 		m.Entries = append(m.Entries, MapEntry{GUID: g, Name: name, Line: n})
@@ -206,5 +207,5 @@ func isHex(s string) bool {
 }
 
 func guidError(s string) error {
-	return fmt.Errorf("invalid GUID %q: want 0002:c903:00a1:b2c3, 0x0002c90300a1b2c3 or 0002c90300a1b2c3", s)
+	return fmt.Errorf("invalid GUID %s: want 0002:c903:00a1:b2c3, 0x0002c90300a1b2c3 or 0002c90300a1b2c3", quote.String(s))
 }

@@ -163,6 +163,23 @@ func TestLoadMapErrors(t *testing.T) {
 	}
 }
 
+// TestParseMapLongValues: what an error quotes of a line is cut, so a
+// name or GUID of a megabyte gives a line of a few dozen bytes (issue 24:
+// the journal got the megabyte).
+func TestParseMapLongValues(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("n", 1<<20)
+	for _, line := range []string{"0002:c903:00a1:b2c3 " + long, long + " fab0", "0002:c903:00a1:b2c3 a\x1b[2J" + long} {
+		_, err := ParseMap([]byte(line+"\n"), "names.conf")
+		if err == nil {
+			t.Fatalf("ParseMap(%.40q...) succeeded", line)
+		}
+		if msg := err.Error(); len(msg) > 300 || !strings.Contains(msg, "(1048576 bytes)") && !strings.Contains(msg, "bytes)") {
+			t.Errorf("ParseMap(%.40q...): error of %d bytes, want it cut: %.300s", line, len(msg), msg)
+		}
+	}
+}
+
 func TestParseMap(t *testing.T) {
 	tests := []struct {
 		name    string

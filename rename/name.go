@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -23,7 +24,7 @@ type NameError struct {
 	Reason string // "contains '/'"
 }
 
-func (e *NameError) Error() string { return fmt.Sprintf("invalid name %q: %s", e.Name, e.Reason) }
+func (e *NameError) Error() string { return "invalid name " + quote.String(e.Name) + ": " + e.Reason }
 
 // Is makes errors.Is(err, ErrInvalidName) true.
 func (e *NameError) Is(target error) bool { return target == ErrInvalidName }

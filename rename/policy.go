@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/sysfs"
 )
@@ -38,13 +39,13 @@ func ParsePolicies(s string) ([]Policy, error) {
 		switch p {
 		case PolicyMap, PolicyGUID, PolicyPCI, PolicyKeep:
 		case "":
-			return nil, &PoliciesError{List: s, Err: fmt.Errorf("empty policy in %q", s)}
+			return nil, &PoliciesError{List: s, Err: fmt.Errorf("empty policy in %s", quote.String(s))}
 		default:
-			return nil, &PoliciesError{List: s, Err: fmt.Errorf("unknown policy %q (want map, guid, pci or keep)", p)}
+			return nil, &PoliciesError{List: s, Err: fmt.Errorf("unknown policy %s (want map, guid, pci or keep)", quote.String(string(p)))}
 		}
 		for _, q := range out {
 			if q == p {
-				return nil, &PoliciesError{List: s, Err: fmt.Errorf("policy %s listed twice in %q", p, s)}
+				return nil, &PoliciesError{List: s, Err: fmt.Errorf("policy %s listed twice in %s", p, quote.String(s))}
 			}
 		}
 		out = append(out, p)

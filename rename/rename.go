@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"slices"
 
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/sysfs"
 )
@@ -122,6 +123,11 @@ func prepare(o Options) (*Job, error) {
 	}
 	if slices.Contains(o.Devices, "") {
 		return j, errors.New("rename: empty device name")
+	}
+	for _, d := range o.Devices {
+		if len(d) > maxNameLen {
+			return j, fmt.Errorf("rename: device %s: no RDMA device has a name longer than %d bytes", quote.String(d), maxNameLen)
+		}
 	}
 	j.n = &namer{policies: j.policies, pci: func(dev string) (sysfs.PCILocation, error) {
 		root := o.SysRoot

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/rdmatool/rdmatool/internal/quote"
 )
 
 // CheckUdevDevice checks that name is the device of the udev event whose
@@ -11,7 +13,9 @@ import (
 // devpath is "" outside udev. udev substitutes %k into the RUN command
 // before it splits it, and has no escape for a ' inside '%k': a kernel
 // name with a ' in it would arrive as another name, perhaps another
-// device's.
+// device's. The error says which happened: the event's name less its
+// quotes, or another name than the rule's %k (a rule that passes
+// something else, or a command run by hand with DEVPATH set).
 func CheckUdevDevice(name, devpath string) error {
 	if devpath == "" {
 		return nil
@@ -22,5 +26,9 @@ func CheckUdevDevice(name, devpath string) error {
 	if event == name {
 		return nil
 	}
-	return fmt.Errorf("rename: the udev event is for device %q (DEVPATH=%s), not %q (udev drops the quotes of a name with ' in it)", event, devpath, name)
+	why := "the command names another device than the event's: the rule must pass '%k'"
+	if strings.ContainsRune(event, '\'') && strings.ReplaceAll(event, "'", "") == name {
+		why = "udev drops the quotes of a name with ' in it"
+	}
+	return fmt.Errorf("rename: the udev event is for device %s (DEVPATH=%s), not %s (%s)", quote.String(event), quote.Text(devpath), quote.String(name), why)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
@@ -63,7 +64,7 @@ func ParseMethod(s string) (Method, error) {
 	for _, m := range methods {
 		names = append(names, string(m))
 	}
-	return "", &MethodError{Method: s, Err: fmt.Errorf("unknown method %q (want one of %s)", s, strings.Join(names, ", "))}
+	return "", &MethodError{Method: s, Err: fmt.Errorf("unknown method %s (want one of %s)", quote.String(s), strings.Join(names, ", "))}
 }
 
 // MethodError is a method name ParseMethod does not know: Method as given,

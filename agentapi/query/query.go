@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 )
 
@@ -13,15 +14,11 @@ import (
 const DefaultMinAge = 5 * time.Second
 
 // maxQuoted bounds what an error answer quotes of the request.
-const maxQuoted = 64
+const maxQuoted = quote.Max
 
-// Quote is s for an error message, cut at 64 bytes (maxQuoted).
-func Quote(s string) string {
-	if len(s) > maxQuoted {
-		return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf(" (%d bytes)", len(s))
-	}
-	return strconv.Quote(s)
-}
+// Quote is s for an error message, cut at 64 bytes (maxQuoted): the quoting
+// of every rdmatool error, quote.String.
+func Quote(s string) string { return quote.String(s) }
 
 // Parse reads the parameters of /v1/qp-leaks. Every parameter is optional;
 // one that is unknown, malformed, or (but for rule and max_qp) given twice

@@ -14,6 +14,7 @@ import (
 	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/docs"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/watch"
@@ -30,14 +31,30 @@ func newAgentCmd(g *globals) *cobra.Command {
 		Use:   "agent",
 		Short: "Run the daemon that keeps QP history and answers qp-leaks",
 		Long:  docs.Page("agent"),
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args:  noArgs,
+		// The flags alone, checked before anything starts (a test runs
+		// the checks without the daemon).
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {
 				return fmt.Errorf("--max-qp: %w", err)
 			}
-			if o.ExhaustionThreshold <= 0 || o.ExhaustionThreshold > 1 {
+			// NaN fails both comparisons: the range is written so that it
+			// fails the check instead.
+			if !(o.ExhaustionThreshold > 0 && o.ExhaustionThreshold <= 1) {
 				return fmt.Errorf("--exhaustion-threshold %g: want a share of max_qp above 0 and at most 1", o.ExhaustionThreshold)
+			}
+			if m := o.Policy.Mode; m != agent.PolicyObserve && m != agent.PolicyReset {
+				return fmt.Errorf("--policy %s: want %s or %s", quote.String(m), agent.PolicyObserve, agent.PolicyReset)
+			}
+			if err := checkSocketPath("--socket", o.Socket, true); err != nil {
+				return err
+			}
+			if err := checkPath("--config", configPath); err != nil {
+				return err
+			}
+			if err := checkPath("--names-map", namesMap); err != nil {
+				return err
 			}
 			if renamePolicies != "" {
 				policies, err := rename.ParsePolicies(renamePolicies)
@@ -47,6 +64,9 @@ func newAgentCmd(g *globals) *cobra.Command {
 				o.Rename = &rename.Options{Policies: policies, MapFile: namesMap,
 					MapMustExist: cmd.Flags().Changed("names-map"), Force: renameForce}
 			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := agentLogger(g.stderr, logFormat, g.verbose)
 			if err != nil {
 				return err
@@ -88,7 +108,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", agent.DefaultConfig, "configuration file (YAML; flags override it; SIGHUP reloads it)")
-	f.StringVar(&o.Socket, "socket", agentapi.DefaultSocket, "unix socket to serve")
+	f.StringVar(&o.Socket, "socket", agentapi.DefaultSocket, `unix socket to serve: an absolute path of at most 107 bytes ("" is refused: the agent always serves one)`)
 	f.DurationVar(&o.Interval, "interval", agent.DefaultInterval, "time between device listings, and between QP dumps without probes")
 	f.DurationVar(&o.Reconcile, "reconcile", agent.DefaultReconcile, "time between QP dumps of a device while the probes feed the history")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
@@ -116,7 +136,7 @@ func agentLogger(w io.Writer, format string, verbose bool) (*slog.Logger, error)
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	return nil, fmt.Errorf("--log-format %s: want text or json", quote.String(format))
 }
 
 // tuneAgentMemory sets the Go runtime and the probes up for a daemon whose

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,7 +61,7 @@ func TestNoEBPFBelowTheAgent(t *testing.T) {
 }
 
 // README's import table says what each package of the module imports from
-// the module, as go list does.
+// the module, as go list does; -update rewrites it from go list.
 func TestREADMEImports(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
@@ -105,7 +106,29 @@ func TestREADMEImports(t *testing.T) {
 		}
 		actual[name] = imports
 	}
+	if *update {
+		// The rows that import something, most imports first, then one
+		// row of the packages that import nothing of the module.
+		names := slices.Sorted(maps.Keys(actual))
+		slices.SortStableFunc(names, func(a, b string) int { return len(actual[b]) - len(actual[a]) })
+		var rows, none []string
+		for _, n := range names {
+			if len(actual[n]) == 0 {
+				none = append(none, "`"+n+"`")
+				continue
+			}
+			rows = append(rows, "| `"+n+"` | "+strings.Join(actual[n], ", ")+" |")
+		}
+		rows = append(rows, "| "+strings.Join(none, ", ")+" | none |")
+		head, _, _ := strings.Cut(string(readme), "<!-- imports -->\n")
+		_, tail, _ := strings.Cut(string(readme), "<!-- /imports -->")
+		out := head + "<!-- imports -->\n| package | imports |\n|---|---|\n" + strings.Join(rows, "\n") + "\n<!-- /imports -->" + tail
+		if err := os.WriteFile(filepath.Join("..", "..", "README.md"), []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	if diff := cmp.Diff(actual, documented); diff != "" {
-		t.Errorf("README.md's import table is wrong (-go list +README):\n%s", diff)
+		t.Errorf("README.md's import table is wrong (-go list +README; go test -run TestREADMEImports -update rewrites it):\n%s", diff)
 	}
 }

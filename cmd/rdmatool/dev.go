@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 
+	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/spf13/cobra"
 )
@@ -28,14 +31,14 @@ counters are printed with --counters; -d -j always has them, and prints one
 object: {"devices":[...],"zombie_contexts":[...],"holders_unreadable":[...]}.
 Other users' processes are read only with root or CAP_SYS_PTRACE; the
 processes that could not be read are counted (holders_unreadable).`,
-		Args: cobra.MaximumNArgs(2),
+		Args: func(_ *cobra.Command, args []string) error {
+			_, err := devArg(args)
+			return err
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 && args[0] != "show" && args[0] != "list" {
-				args = append([]string{"show"}, args...)
-			}
-			name := ""
-			if len(args) == 2 {
-				name = args[1]
+			name, err := devArg(args)
+			if err != nil {
+				return err
 			}
 			c, err := g.dial()
 			if err != nil {
@@ -67,6 +70,22 @@ processes that could not be read are counted (holders_unreadable).`,
 	}
 	cmd.Flags().BoolVar(&counters, "counters", false, "with -d, print the port counters")
 	return cmd
+}
+
+// devArg reads dev's words, [show|list] [DEV]: the device named, "" for
+// all. A second device, or a word after the device, is refused: the
+// command shows one device or all.
+func devArg(args []string) (string, error) {
+	if len(args) > 0 && (args[0] == "show" || args[0] == "list") {
+		args = args[1:]
+	}
+	switch len(args) {
+	case 0:
+		return "", nil
+	case 1:
+		return args[0], rowfilter.CheckDevice(args[0])
+	}
+	return "", fmt.Errorf("dev: %s and %s: give one device, or none for all", quote.String(args[0]), quote.String(args[1]))
 }
 
 // selectDevices lists every device (host) and returns them all, or only

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/sysfs"
@@ -187,8 +188,10 @@ func fileRows(files []owner.OpenFile) []fileRow {
 // renderDevDetails writes the text of `dev show -d`: each device's line,
 // then indented what sysfs says, its ports (with counters when asked) and
 // its holders; then the zombie contexts, and a warning when processes could
-// not be read.
+// not be read. What sysfs and /proc hold (names, paths) is escaped
+// (quote.Text): a process names itself.
 func renderDevDetails(w io.Writer, rep devDetailsReport, counters bool) error {
+	t := quote.Text
 	bw := bufio.NewWriter(w)
 	for _, d := range rep.Devices {
 		rv := reflect.ValueOf(d.devRow)
@@ -226,12 +229,12 @@ func renderDevDetails(w io.Writer, rep devDetailsReport, counters bool) error {
 		} else {
 			facts = append(facts, "pci none")
 		}
-		fmt.Fprintf(bw, "    %s\n", strings.Join(facts, " "))
+		fmt.Fprintf(bw, "    %s\n", t(strings.Join(facts, " ")))
 		for _, p := range d.PortInfo {
-			fmt.Fprintf(bw, "    port %d state %s physical-state %s rate %s Gb/s link-layer %s", p.Port, p.State, p.PhysState,
-				strconv.FormatFloat(p.RateGbps, 'f', -1, 64), p.LinkLayer)
+			fmt.Fprintf(bw, "    port %d state %s physical-state %s rate %s Gb/s link-layer %s", p.Port, t(p.State), t(p.PhysState),
+				strconv.FormatFloat(p.RateGbps, 'f', -1, 64), t(p.LinkLayer))
 			if p.Netdev != "" {
-				fmt.Fprintf(bw, " netdev %s", p.Netdev)
+				fmt.Fprintf(bw, " netdev %s", t(p.Netdev))
 			}
 			bw.WriteByte('\n')
 			if counters {
@@ -244,7 +247,7 @@ func renderDevDetails(w io.Writer, rep devDetailsReport, counters bool) error {
 					}
 					fmt.Fprintf(bw, "        %s", c.name)
 					for _, k := range slices.Sorted(maps.Keys(c.m)) {
-						fmt.Fprintf(bw, " %s %d", k, c.m[k])
+						fmt.Fprintf(bw, " %s %d", t(k), c.m[k])
 					}
 					bw.WriteByte('\n')
 				}
@@ -254,28 +257,28 @@ func renderDevDetails(w io.Writer, rep devDetailsReport, counters bool) error {
 			bw.WriteString("    holders none\n")
 		}
 		for _, h := range d.Holders {
-			fmt.Fprintf(bw, "    holder pid %d comm %s qps %d cm-ids %d contexts %d", h.PID, h.Comm, h.QPs, h.CMIDs, h.Contexts)
+			fmt.Fprintf(bw, "    holder pid %d comm %s qps %d cm-ids %d contexts %d", h.PID, t(h.Comm), h.QPs, h.CMIDs, h.Contexts)
 			if h.Cgroup != "" {
-				fmt.Fprintf(bw, " cgroup %s", h.Cgroup)
+				fmt.Fprintf(bw, " cgroup %s", t(h.Cgroup))
 			}
 			if h.ContainerID != "" {
-				fmt.Fprintf(bw, " container %s", h.ContainerID[:min(12, len(h.ContainerID))])
+				fmt.Fprintf(bw, " container %s", t(h.ContainerID[:min(12, len(h.ContainerID))]))
 			}
 			for _, f := range h.Files {
-				fmt.Fprintf(bw, " fd %d %s", f.FD, f.Path)
+				fmt.Fprintf(bw, " fd %d %s", f.FD, t(f.Path))
 			}
 			bw.WriteByte('\n')
 		}
 		for _, s := range d.SysfsSkipped {
-			fmt.Fprintf(bw, "    sysfs skipped %s: %s\n", s.Path, s.Error)
+			fmt.Fprintf(bw, "    sysfs skipped %s: %s\n", t(s.Path), t(s.Error))
 		}
 	}
 	if len(rep.ZombieContexts) > 0 {
 		bw.WriteString("zombie contexts (uverbs files of unregistered devices, no context on any device):\n")
 		for _, z := range rep.ZombieContexts {
-			fmt.Fprintf(bw, "    pid %d comm %s", z.PID, z.Comm)
+			fmt.Fprintf(bw, "    pid %d comm %s", z.PID, t(z.Comm))
 			for _, f := range z.Files {
-				fmt.Fprintf(bw, " fd %d %s (deleted)", f.FD, f.Path)
+				fmt.Fprintf(bw, " fd %d %s (deleted)", f.FD, t(f.Path))
 			}
 			bw.WriteByte('\n')
 		}

@@ -11,7 +11,7 @@ func newDocsCmd() *cobra.Command {
 	docs := &cobra.Command{
 		Use:   "docs",
 		Short: "Generate documentation",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 	}
 	docs.AddCommand(&cobra.Command{
 		Use:   "man DIR",
@@ -19,6 +19,9 @@ func newDocsCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := args[0]
+			if err := checkPath("docs man: directory", dir); err != nil {
+				return err
+			}
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return fmt.Errorf("docs: create %s: %w", dir, err)
 			}

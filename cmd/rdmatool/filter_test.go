@@ -68,7 +68,7 @@ func TestParseFilterMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			flt, extras, err := rowfilter.Parse(qpRow{}, tt.args, tt.extra...)
+			flt, extras, err := rowfilter.Parse(rowfilter.Spec{Row: qpRow{}, Selectors: tt.extra}, tt.args)
 			if err != nil {
 				t.Fatalf("rowfilter.Parse(%q): %v", tt.args, err)
 			}
@@ -109,7 +109,7 @@ func TestParseFilterOtherRows(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			flt, _, err := rowfilter.Parse(tt.row, tt.args)
+			flt, _, err := rowfilter.Parse(rowfilter.Spec{Row: tt.row}, tt.args)
 			if err != nil {
 				t.Fatalf("rowfilter.Parse(%q): %v", tt.args, err)
 			}
@@ -156,7 +156,7 @@ func TestParseFilterErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := rowfilter.Parse(tt.row, tt.args, tt.extra...)
+			_, _, err := rowfilter.Parse(rowfilter.Spec{Row: tt.row, Selectors: tt.extra}, tt.args)
 			if err == nil {
 				t.Fatalf("rowfilter.Parse(%q) succeeded, want an error", tt.args)
 			}

@@ -6,6 +6,7 @@ import (
 	"unicode"
 
 	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
 )
@@ -14,7 +15,7 @@ func newLinkCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "link",
 		Short: "Show RDMA ports; add and delete software RDMA devices",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return showLinks(cmd, g, "")
 		},
@@ -40,12 +41,12 @@ func newLinkCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("usage: rdmatool link add NAME type rxe|siw netdev IF")
 			}
 			if args[2] != "rxe" && args[2] != "siw" {
-				return fmt.Errorf("link type %q: only rxe and siw devices can be added", args[2])
+				return fmt.Errorf("link type %s: only rxe and siw devices can be added", quote.String(args[2]))
 			}
 			// The kernel numbers a name with one %d in it (rxe%d); it is
 			// checked as the name it becomes.
 			if err := rename.ValidateName(strings.Replace(args[0], "%d", "0", 1)); err != nil {
-				return fmt.Errorf("link add %q: %w", args[0], err)
+				return fmt.Errorf("link add %s: %w", quote.String(args[0]), err)
 			}
 			if err := checkNetdevName(args[4]); err != nil {
 				return err
@@ -63,6 +64,9 @@ func newLinkCmd(g *globals) *cobra.Command {
 		Short:   "Delete a software RDMA device",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := rowfilter.CheckDevice(args[0]); err != nil {
+				return err
+			}
 			c, err := g.dial()
 			if err != nil {
 				return err
@@ -85,7 +89,7 @@ func checkNetdevName(name string) error {
 	switch {
 	case name == "", len(name) >= 16, name == ".", name == "..",
 		strings.ContainsAny(name, "/:"), strings.IndexFunc(name, unicode.IsSpace) >= 0:
-		return fmt.Errorf("netdev %q: not a network interface name", name)
+		return fmt.Errorf("netdev %s: not a network interface name", quote.String(name))
 	}
 	return nil
 }

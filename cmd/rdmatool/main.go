@@ -10,11 +10,12 @@
 // os.ErrPermission, os.ErrNotExist and the packages' sentinels; an error
 // wrapped by another package gets that package's prefix in front of its
 // own. Library errors carry no CLI words (flag names, hints). The command
-// prints an error once, on stderr after "rdmatool: ", and adds the hint
-// that matches its cause: CAP_NET_ADMIN for a netlink request the kernel
-// refused, CAP_BPF and CAP_PERFMON for the probes, ib_core for a kernel
-// without RDMA netlink or with ib_core unloaded, --no-agent when the agent
-// refused a question.
+// prints an error once, on one line on stderr after "rdmatool: " (control
+// characters escaped), and adds the hint that matches its cause:
+// CAP_NET_ADMIN for a netlink request the kernel refused, CAP_BPF and
+// CAP_PERFMON for the probes, for a kernel without RDMA netlink or with
+// ib_core unloaded what the kernel has of ib_core (a module to load, none
+// at all), --no-agent when the agent refused a question.
 package main
 
 import (
@@ -28,9 +29,7 @@ import (
 	"runtime/pprof"
 	"syscall"
 
-	"github.com/rdmatool/rdmatool/agentapi"
-	"github.com/rdmatool/rdmatool/bpf"
-	"github.com/rdmatool/rdmatool/rdmanl"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/spf13/cobra"
 )
 
@@ -125,10 +124,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 func runRoot(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return runRootContext(ctx, root, args, stdout, stderr)
+}
+
+// runRootContext runs a command tree with args under ctx.
+func runRootContext(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	if args == nil {
+		args = []string{} // not cobra's "nil: os.Args"
+	}
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	strictDefaults(root, args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		err = strayArgs(cmd)
+	}
 	return exitCode(ctx, err, stderr)
 }
 
@@ -143,38 +154,8 @@ func exitCode(ctx context.Context, err error, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rdmatool: interrupted")
 		return exitInterrupted
 	}
-	fmt.Fprintln(stderr, "rdmatool:", userMessage(err))
+	// One line, whatever the error quotes: what was typed, a name from
+	// the kernel or a file.
+	fmt.Fprintln(stderr, "rdmatool:", quote.Text(userMessage(err, hostIBCore)))
 	return exitError
-}
-
-// userMessage adds the hint that matches the error's cause, if any.
-func userMessage(err error) string {
-	if h := hint(err); h != "" {
-		return err.Error() + " (" + h + ")"
-	}
-	return err.Error()
-}
-
-// hint says what the user can do about err's cause; "" when nothing
-// specific.
-func hint(err error) string {
-	var nlErr *rdmanl.Error
-	netlinkErr := errors.As(err, &nlErr)
-	var askErr *agentapi.AskError
-	agentErr := errors.As(err, &askErr)
-	switch {
-	case agentErr && errors.Is(err, os.ErrPermission):
-		return "the agent's socket is root's: run as root, or observe locally with --no-agent"
-	case agentErr:
-		return "observe locally with --no-agent"
-	case errors.Is(err, bpf.ErrNoPrivilege):
-		return "run as root, or grant CAP_BPF and CAP_PERFMON"
-	case errors.Is(err, bpf.ErrNoIBCore):
-		return "modprobe ib_core, or load an RDMA driver"
-	case netlinkErr && errors.Is(err, os.ErrPermission):
-		return "run as root or grant CAP_NET_ADMIN"
-	case netlinkErr && errors.Is(err, syscall.EPROTONOSUPPORT):
-		return "this kernel has no RDMA netlink: modprobe ib_core, or load an RDMA driver"
-	}
-	return ""
 }

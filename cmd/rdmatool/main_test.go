@@ -102,7 +102,7 @@ func TestUserMessage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := userMessage(tt.err)
+			got := userMessage(tt.err, func() ibCoreState { return ibCoreModule })
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("userMessage() (-want +got):\n%s", diff)
 			}
@@ -258,6 +258,47 @@ func TestArgsCheckedFirst(t *testing.T) {
 		{[]string{"link", "add", "rxe1", "type", "rxe", "netdev", "eth0/1"}, `rdmatool: netdev "eth0/1": not a network interface name`},
 		{[]string{"link", "add", "rxe1", "type", "rxe", "netdev", "averyveryverylongname"}, `rdmatool: netdev "averyveryverylongname": not a network interface name`},
 		{[]string{"link", "show", "rxe0/0"}, `rdmatool: link "rxe0/0": port must be a number from 1`},
+		// Enumerated values are the kernel's names (issue 24: a typo was
+		// an empty listing, a false "nothing").
+		{[]string{"res", "qp", "state", "FOO"}, `rdmatool: filter state: unknown value "FOO" (valid: RESET INIT RTR RTS SQD SQE ERR)`},
+		{[]string{"res", "qp", "type", "rc"}, `rdmatool: filter type: unknown value "rc" (valid: SMI GSI RC UC UD RAW_IPV6 RAW_ETHERTYPE RAW_PACKET XRC_INI XRC_TGT DRIVER)`},
+		{[]string{"res", "qp", "path-mig-state", "ARMED,X"}, `rdmatool: filter path-mig-state: unknown value "X" (valid: MIGRATED REARM ARMED)`},
+		{[]string{"res", "qp", "state", ""}, `rdmatool: filter state: unknown value "" (valid: `},
+		{[]string{"res", "qp", "srq", "yes"}, `rdmatool: filter srq: unknown value "yes" (valid: true false)`},
+		{[]string{"res", "cq", "poll-ctx", "softirq"}, `rdmatool: filter poll-ctx: unknown value "softirq" (valid: DIRECT SOFTIRQ WORKQUEUE UNBOUND_WORKQUEUE)`},
+		{[]string{"res", "cq", "adaptive-moderation", "on"}, `rdmatool: filter adaptive-moderation: unknown value "on" (valid: true false)`},
+		{[]string{"res", "srq", "type", "SRQ"}, `rdmatool: filter type: unknown value "SRQ" (valid: BASIC XRC TM)`},
+		{[]string{"res", "cm_id", "state", "CONNECTED"}, `rdmatool: filter state: unknown value "CONNECTED" (valid: IDLE ADDR_QUERY`},
+		{[]string{"res", "cm_id", "qp-type", "RCX"}, `rdmatool: filter qp-type: unknown value "RCX" (valid: SMI GSI RC`},
+		{[]string{"res", "cm_id", "ps", "SDP"}, `rdmatool: filter ps: unknown value "SDP" (valid: IPOIB TCP UDP IB)`},
+		{[]string{"res", "qp", "state", "unknown(x)"}, `rdmatool: filter state: unknown value "unknown(x)"`},
+		// Selectors: one, once (issue 24: the last one won).
+		{[]string{"res", "qp", "dev", "rxe0", "link", "rxe1"}, `rdmatool: dev "rxe0" and link "rxe1": give one of link and dev, once`},
+		{[]string{"res", "cq", "dev", "a", "dev", "b"}, `rdmatool: dev "a" and dev "b": give one of dev and link, once`},
+		{[]string{"res", "qp", "link", "rxe0/1", "link", "rxe0/2"}, `rdmatool: link "rxe0/1" and link "rxe0/2": give one of link and dev, once`},
+		{[]string{"res", "mr", "dev", ""}, `rdmatool: dev "": no device name`},
+		{[]string{"dev", "rxe0", "rxe1"}, `rdmatool: dev: "rxe0" and "rxe1": give one device, or none for all`},
+		{[]string{"dev", "show", "rxe0", "show"}, `rdmatool: dev: "rxe0" and "show": give one device, or none for all`},
+		{[]string{"dev", strings.Repeat("d", 64)}, `rdmatool: device "` + strings.Repeat("d", 64) + `": no RDMA device has a name longer than 63 bytes`},
+		{[]string{"link", "show", strings.Repeat("d", 100) + "/1"}, `rdmatool: device "`},
+		{[]string{"link", "delete", strings.Repeat("d", 100)}, `rdmatool: device "`},
+		{[]string{"qp-leaks", "--max-qp", "rxe0=5", "--max-qp", "rxe0=6"}, `rdmatool: --max-qp: leakwatch: max_qp "rxe0=5" and "rxe0=6": one limit per device`},
+		{[]string{"qp-leaks", "--dev", "a", "--dev", "b"}, `rdmatool: --dev "a" and --dev "b": give one`},
+		{[]string{"qp-leaks", "--dev="}, `rdmatool: --dev: no RDMA device has an empty name`},
+		{[]string{"trace", "--dev", "a", "--dev", "b"}, `rdmatool: --dev "a" and --dev "b": give one`},
+		// Paths: what the kernel takes; "" is no path (issue 24: --map ''
+		// was the default map, --socket '' the default socket).
+		{[]string{"rename", "--all", "--map", ""}, `rdmatool: --map "": want a path`},
+		{[]string{"rename", "udev", "--map", "", "--", "rxe0"}, `rdmatool: --map "": want a path`},
+		{[]string{"reset", "rxe0", "--map", ""}, `rdmatool: --map "": want a path`},
+		{[]string{"reset", strings.Repeat("r", 64)}, `rdmatool: device "`},
+		{[]string{"rename", strings.Repeat("r", 64)}, `rdmatool: rename: device "`},
+		{[]string{"docs", "man", ""}, `rdmatool: docs man: directory "": want a path`},
+		{[]string{"docs", "man", strings.Repeat("m", 300)}, `rdmatool: docs man: directory "mmmm`},
+		{[]string{"qp-leaks", "--agent-socket", "/" + strings.Repeat("a", 107)}, `rdmatool: --agent-socket "/aaa`},
+		{[]string{"qp-leaks", "--agent-socket", "a\x00b"}, `rdmatool: --agent-socket "a\x00b": a path has no NUL byte`},
+		// --agent-socket "" asks no agent: the local observation's error.
+		{[]string{"qp-leaks", "--agent-socket", ""}, `rdmatool: rdmanl: open netlink socket`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -10,7 +12,9 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/agentapi"
+	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
 	"github.com/rdmatool/rdmatool/docs"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/watch"
 	"github.com/spf13/cobra"
@@ -24,7 +28,7 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 		Use:   "qp-leaks",
 		Short: "Report queue pairs that look leaked",
 		Long:  docs.Page("rules"),
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("interval") && o.Interval > o.Watch {
 				o.Interval = o.Watch // a short --watch scans at least at its end
@@ -43,13 +47,23 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 			if o.MaxQP, err = leakwatch.ParseMaxQP(maxQP); err != nil {
 				return fmt.Errorf("--max-qp: %w", err)
 			}
+			if cmd.Flags().Changed("dev") {
+				if err := rowfilter.CheckDevice(o.Device); err != nil {
+					return fmt.Errorf("--dev: %w", err)
+				}
+			}
 			if noAgent {
 				o.AgentSocket = ""
+			}
+			if o.AgentSocket != "" {
+				if err := checkSocketPath("--agent-socket", o.AgentSocket, false); err != nil {
+					return err
+				}
 			}
 			o.AgentTimeout = agentTimeout
 			rep, err := watch.Check(cmd.Context(), g.deps(), o)
 			if err != nil {
-				return err
+				return agentCause(cmd.Context(), o, err)
 			}
 			if g.json {
 				err = g.renderJSON(cmd.OutOrStdout(), rep)
@@ -63,10 +77,10 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Device, "dev", "", "only this device")
+	newOnceFlag(f, &o.Device, "dev", "", "only this device")
 	f.DurationVar(&o.Watch, "watch", 10*time.Second, "how long to observe (ignored when the agent answers)")
 	f.DurationVar(&o.Interval, "interval", 2*time.Second, "time between netlink scans (ignored when the agent answers)")
-	f.StringVar(&o.AgentSocket, "agent-socket", agentapi.DefaultSocket, "ask the agent on this socket first")
+	f.StringVar(&o.AgentSocket, "agent-socket", agentapi.DefaultSocket, `ask the agent on this socket first ("": observe locally, as --no-agent)`)
 	f.BoolVar(&noAgent, "no-agent", false, "observe locally even when the agent runs")
 	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held, and SRQ QP drains waiting (at least 1s), at least this long")
 	f.StringArrayVar(&o.Rules, "rule", nil, "evaluate only this rule (repeatable)")
@@ -74,6 +88,26 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion, over what the device reports (repeatable)")
 	f.IntVar(&o.Limit, "limit", 1000, "list at most this many findings QP by QP, the most severe first (0: all); the summary counts every one")
 	return cmd
+}
+
+// agentCause is err, the agent's refusal of a question about o.Device,
+// unless the agent cannot read RDMA netlink at all: it then knows no
+// device, and answers "no RDMA device" about any, which is not what is
+// wrong. Its status says what is, and that is the error, in the words
+// watch.Check has for the question about every device.
+func agentCause(ctx context.Context, o watch.CheckOptions, err error) error {
+	var ask *agentapi.AskError
+	if o.Device == "" || !errors.As(err, &ask) || errors.Is(err, agentapi.ErrNoAgent) ||
+		errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
+	st, serr := agentapi.AskStatus(ctx, o.AgentSocket)
+	if serr != nil || len(st.Devices) > 0 || st.ScanError == "" {
+		return err
+	}
+	return fmt.Errorf("agent: the agent on %s cannot read RDMA netlink: %s", o.AgentSocket, st.ScanError)
 }
 
 // agentTimeout is how long qp-leaks waits for the agent's answer to begin;
@@ -84,17 +118,21 @@ const agentTimeout = 10 * time.Second
 // renderLeaks prints the findings listed QP by QP under a line naming
 // their device and owner, then a line of totals from the report's summary.
 // When the report condenses many QPs (a group of several, or findings left
-// out by --limit) the summary's groups come first, one line each.
+// out by --limit) the summary's groups come first, one line each. Every
+// string of the report, which comes from the agent, the kernel and the
+// processes' own names, is printed through quote.Text: a command name
+// with ESC, CR or LF in it reaches the terminal escaped.
 func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
+	t := quote.Text
 	bw := bufio.NewWriter(w)
 	total := max(rep.FindingsTotal, len(rep.Findings))
 	condensed := rep.FindingsOmitted > 0 || slices.ContainsFunc(rep.Summary, func(g leakwatch.Group) bool { return g.Count > 1 })
 	if condensed {
 		fmt.Fprintf(bw, "%d findings in %d groups:\n", total, len(rep.Summary))
 		for _, g := range rep.Summary {
-			fmt.Fprintf(bw, "  %s  %-8s %-29s %d QPs  %s", g.Device, g.Severity, g.Rule, g.Count, groupOwner(g))
+			fmt.Fprintf(bw, "  %s  %-8s %-29s %d QPs  %s", t(g.Device), t(string(g.Severity)), t(g.Rule), g.Count, groupOwner(g))
 			if g.QPNs != "" {
-				fmt.Fprintf(bw, "  qpn %s", g.QPNs)
+				fmt.Fprintf(bw, "  qpn %s", t(g.QPNs))
 			}
 			fmt.Fprintf(bw, "  oldest %.1fs\n", g.MaxAgeSeconds)
 		}
@@ -116,7 +154,7 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
 		}
 		owner := ownerText(f.Rule, o)
 		if o.Cgroup != "" {
-			owner += " cgroup " + o.Cgroup
+			owner += " cgroup " + t(o.Cgroup)
 		}
 		owner += containerText(o)
 		k := heading{f.Device, owner}
@@ -131,12 +169,13 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
 		if dev == "" {
 			dev = "(unregistered device)" // zombie-uverbs-context
 		}
-		fmt.Fprintf(bw, "%s  %s\n", dev, k.owner)
+		fmt.Fprintf(bw, "%s  %s\n", t(dev), k.owner)
 		for _, f := range listed[k] {
+			severity, rule := t(string(f.Severity)), t(f.Rule)
 			if f.Rule == leakwatch.RuleQPExhaustion {
-				fmt.Fprintf(bw, "  %-8s %-29s %d of %d QPs\n", f.Severity, f.Rule, f.Count, f.Limit)
+				fmt.Fprintf(bw, "  %-8s %-29s %d of %d QPs\n", severity, rule, f.Count, f.Limit)
 			} else if f.Rule == leakwatch.RuleZombieUverbsContext && len(f.Evidence) > 0 {
-				fmt.Fprintf(bw, "  %-8s %-29s %s for %.1fs\n", f.Severity, f.Rule, f.Evidence[0].What, f.AgeSeconds)
+				fmt.Fprintf(bw, "  %-8s %-29s %s for %.1fs\n", severity, rule, t(f.Evidence[0].What), f.AgeSeconds)
 			} else {
 				srq := ""
 				if f.SRQ {
@@ -150,9 +189,9 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
 				} else if f.DrainSeconds > 0 {
 					srq += fmt.Sprintf(" drain took %.1fs", f.DrainSeconds)
 				}
-				fmt.Fprintf(bw, "  %-8s %-29s qpn %d %s %s%s for %.1fs\n", f.Severity, f.Rule, f.QPN, f.Type, f.State, srq, f.AgeSeconds)
+				fmt.Fprintf(bw, "  %-8s %-29s qpn %d %s %s%s for %.1fs\n", severity, rule, f.QPN, t(f.Type), t(f.State), srq, f.AgeSeconds)
 			}
-			fmt.Fprintf(bw, "           %s\n", f.Hint)
+			fmt.Fprintf(bw, "           %s\n", t(f.Hint))
 		}
 	}
 	if rep.FindingsOmitted > 0 {
@@ -176,21 +215,21 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
 	if rep.Source == "agent" {
 		observed = fmt.Sprintf("observed by the agent for %.0fs", rep.ObservedSeconds)
 	}
-	devices := strings.Join(rep.Devices, ", ")
+	devices := t(strings.Join(rep.Devices, ", "))
 	if devices == "" {
 		devices = "no devices"
 	}
-	summary += fmt.Sprintf(" over %d QPs on %s, %s, probes %s", rep.QPs, devices, observed, rep.Probes)
+	summary += fmt.Sprintf(" over %d QPs on %s, %s, probes %s", rep.QPs, devices, observed, t(rep.Probes))
 	if rep.LostEvents > 0 {
 		summary += fmt.Sprintf(", %d probe events lost", rep.LostEvents)
 	}
 	if rep.ScanError != "" {
-		summary += "; scans failed: " + rep.ScanError
+		summary += "; scans failed: " + t(rep.ScanError)
 	}
 	if len(rep.SkippedRules) > 0 {
 		var skipped []string
 		for _, s := range rep.SkippedRules {
-			skipped = append(skipped, s.Rule+" ("+s.Reason+")")
+			skipped = append(skipped, t(s.Rule)+" ("+t(s.Reason)+")")
 		}
 		summary += "; not evaluated: " + strings.Join(skipped, "; ")
 	}
@@ -200,15 +239,15 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
 
 // ownerText names who owns a finding's QP: the kernel module (and the ULP
 // that made it through rdma_cm), the process o.PID with its command, or the
-// device itself for qp-exhaustion.
+// device itself for qp-exhaustion; the names escaped (quote.Text).
 func ownerText(rule string, o leakwatch.Owner) string {
 	switch {
 	case o.KernName != "" && o.ULP != "":
-		return "kernel [" + o.KernName + "] ulp " + o.ULP
+		return "kernel [" + quote.Text(o.KernName) + "] ulp " + quote.Text(o.ULP)
 	case o.KernName != "":
-		return "kernel [" + o.KernName + "]"
+		return "kernel [" + quote.Text(o.KernName) + "]"
 	case o.PID != 0 && o.Comm != "":
-		return fmt.Sprintf("pid %d (%s)", o.PID, o.Comm)
+		return fmt.Sprintf("pid %d (%s)", o.PID, quote.Text(o.Comm))
 	case o.PID != 0:
 		return fmt.Sprintf("pid %d (exited)", o.PID)
 	case rule == leakwatch.RuleQPExhaustion:
@@ -223,7 +262,7 @@ func containerText(o leakwatch.Owner) string {
 	if o.ContainerID == "" {
 		return ""
 	}
-	return " container " + o.ContainerID[:min(12, len(o.ContainerID))]
+	return " container " + quote.Text(o.ContainerID[:min(12, len(o.ContainerID))])
 }
 
 // groupOwner names a summary group's owner as the detailed report does.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -353,7 +354,7 @@ func TestAgentConfigRefused(t *testing.T) {
 		{[]string{"--config", bad}, "rdmatool: agent: config " + bad + ":3: max_qp.rxe0: \"many\": want a positive number\n"},
 		{[]string{"--config", filepath.Join(dir, "none.yaml")}, "rdmatool: agent: config " + filepath.Join(dir, "none.yaml") + ": no such file or directory\n"},
 		{[]string{"--config", pol, "--policy-dry-run"}, "rdmatool: agent: policy.dry_run: set with mode observe, which never resets: a dry run needs mode reset\n"},
-		{[]string{"--config", pol, "--policy", "fix"}, "rdmatool: agent: policy.mode: \"fix\": want observe or reset\n"},
+		{[]string{"--config", pol, "--policy", "fix"}, "rdmatool: --policy \"fix\": want observe or reset\n"},
 		{[]string{"--config", conflict}, "rdmatool: agent: config " + conflict + ":3: policy.method: netdev-bounce keeps every QP: it cannot free a device's QPs\n"},
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"agent", "--socket", filepath.Join(dir, "s")}, tt.args...)...)
@@ -401,5 +402,29 @@ func TestRenderLeaksSummaryFirst(t *testing.T) {
 	code, _, stderr := runCLI(t, "qp-leaks", "--limit", "-1", "--agent-socket", filepath.Join(t.TempDir(), "none"))
 	if code != 2 || stderr != "rdmatool: --limit -1: want 0 (all) or more\n" {
 		t.Errorf("--limit -1: exit %d, %q", code, stderr)
+	}
+}
+
+// TestQPLeaksDevAgentWithoutNetlink: asked about one device, an agent
+// that cannot read RDMA netlink knows no device and answers "no RDMA
+// device"; qp-leaks says what is wrong instead (issue 24), as it does for
+// the question about every device. An agent that reads netlink and has no
+// such device is still answered so.
+func TestQPLeaksDevAgentWithoutNetlink(t *testing.T) {
+	t.Parallel()
+	// The agent's history after its device listing failed as it fails on
+	// a kernel without RDMA netlink.
+	st := watch.NewState(leakwatch.Config{ProbesReason: "no BTF"}, time.Now)
+	st.ScanFailed("", &rdmanl.Error{Op: "open netlink socket", Err: syscall.EPROTONOSUPPORT})
+	sock := serveAPI(t, st)
+	code, stdout, stderr := runCLI(t, "qp-leaks", "--dev", "rxe0", "--agent-socket", sock)
+	want := "rdmatool: agent: the agent on " + sock + " cannot read RDMA netlink: rdmanl: open netlink socket: protocol not supported\n"
+	if code != 2 || stdout != "" || stderr != want {
+		t.Errorf("qp-leaks --dev rxe0, agent without netlink: exit %d, stdout %q, stderr %q; want 2 and %q", code, stdout, stderr, want)
+	}
+
+	code, _, stderr = runCLI(t, "qp-leaks", "--dev", "rxe9", "--agent-socket", serveAgent(t))
+	if code != 2 || !strings.Contains(stderr, `agent: no RDMA device "rxe9"`) {
+		t.Errorf("qp-leaks --dev rxe9, agent with rxe0: exit %d, stderr %q; want 2 and no RDMA device", code, stderr)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/rdmatool/rdmatool/docs"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
@@ -39,6 +40,9 @@ type renameFlags struct {
 }
 
 func (f *renameFlags) options(cmd *cobra.Command) (rename.Options, error) {
+	if err := checkPath("--map", f.mapFile); err != nil {
+		return rename.Options{}, err
+	}
 	policies, err := rename.ParsePolicies(f.policies)
 	if err != nil {
 		return rename.Options{}, err
@@ -144,24 +148,26 @@ nothing to do; on failure it prints one line and exits 2. Run by udev
 }
 
 // renderRenames prints a rename report: one JSON object, or a line per
-// device: "rxe1 -> rocex000000fffe000a01 (guid 0000:00ff:fe00:0a01)".
+// device: "rxe1 -> rocex000000fffe000a01 (guid 0000:00ff:fe00:0a01)", the
+// names escaped (quote.Text: the kernel takes any byte in a name).
 func renderRenames(w io.Writer, g *globals, rep rename.Report) error {
 	if g.json {
 		return g.renderJSON(w, rep)
 	}
+	t := quote.Text
 	var b strings.Builder
 	for _, r := range rep.Renames {
 		switch r.Status {
 		case rename.StatusRenamed:
-			fmt.Fprintf(&b, "%s -> %s (%s)\n", r.From, r.To, r.Reason)
+			fmt.Fprintf(&b, "%s -> %s (%s)\n", t(r.From), t(r.To), t(r.Reason))
 		case rename.StatusPlanned:
-			fmt.Fprintf(&b, "%s -> %s (%s; dry run)\n", r.From, r.To, r.Reason)
+			fmt.Fprintf(&b, "%s -> %s (%s; dry run)\n", t(r.From), t(r.To), t(r.Reason))
 		case rename.StatusUnchanged:
-			fmt.Fprintf(&b, "%s unchanged (%s)\n", r.From, r.Reason)
+			fmt.Fprintf(&b, "%s unchanged (%s)\n", t(r.From), t(r.Reason))
 		case rename.StatusSkipped:
-			fmt.Fprintf(&b, "%s skipped (%s)\n", r.From, r.Reason)
+			fmt.Fprintf(&b, "%s skipped (%s)\n", t(r.From), t(r.Reason))
 		case rename.StatusFailed:
-			fmt.Fprintf(&b, "%s -> %s failed (%s): %s\n", r.From, r.To, r.Reason, r.Error)
+			fmt.Fprintf(&b, "%s -> %s failed (%s): %s\n", t(r.From), t(r.To), t(r.Reason), t(r.Error))
 		}
 	}
 	if g.details {
@@ -170,7 +176,7 @@ func renderRenames(w io.Writer, g *globals, rep rename.Report) error {
 			if s.Temporary {
 				tmp = " (temporary)"
 			}
-			fmt.Fprintf(&b, "step: index %d %s -> %s%s\n", s.Index, s.From, s.To, tmp)
+			fmt.Fprintf(&b, "step: index %d %s -> %s%s\n", s.Index, t(s.From), t(s.To), tmp)
 		}
 	}
 	_, err := io.WriteString(w, b.String())

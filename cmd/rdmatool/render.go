@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/rdmatool/rdmatool/internal/quote"
 )
 
 // listWriter prints a listing row by row: one JSON array for the whole
@@ -176,7 +178,9 @@ func textLineFields(rv reflect.Value, fields []textField, details bool) string {
 			b.WriteString(f.name)
 			b.WriteByte(' ')
 		}
-		b.WriteString(textValue(fv))
+		// What the kernel and /proc name (devices, commands, modules)
+		// can hold any byte: escaped, so a row stays one line.
+		b.WriteString(quote.Text(textValue(fv)))
 	}
 	return b.String()
 }

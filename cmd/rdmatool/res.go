@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/spf13/cobra"
@@ -23,8 +24,11 @@ rdmatool res [show] pd    [dev DEV] [pdn N] [pid N] ...
 rdmatool res [show] ctx   [dev DEV] [ctxn N] [pid N] ...
 rdmatool res [show] srq   [dev DEV] [srqn N] [type T] [pid N] ...
 rdmatool res [show] cm_id [link DEV[/PORT]] [state S] [lqpn N] [pid N] ...
-Numbers take ranges and lists: lqpn 0-6, pid 10,20-30. --raw asks the
-kernel for the provider's raw QP/CQ/MR/SRQ context (needs CAP_NET_ADMIN).`
+Numbers take ranges and lists: lqpn 0-6, pid 10,20-30. Words take
+lists of the kernel's names, as the rows print them (state ERR,SQE); a
+name that is none of them is an error that lists them. link or dev
+selects one device, once. --raw asks the kernel for the provider's raw
+QP/CQ/MR/SRQ context (needs CAP_NET_ADMIN).`
 
 func newResCmd(g *globals) *cobra.Command {
 	var raw bool
@@ -57,19 +61,47 @@ type resRequest struct {
 	port uint32 // 0 for every port
 }
 
-// resObjects are the resource types with the row their filters name and
-// the selectors each takes (qp and cm_id rows have a port: link first).
-var resObjects = map[string]struct {
-	row       any
-	selectors []string
-}{
-	"qp":    {qpRow{}, []string{"link", "dev"}},
-	"cq":    {cqRow{}, []string{"dev", "link"}},
-	"mr":    {mrRow{}, []string{"dev", "link"}},
-	"pd":    {pdRow{}, []string{"dev", "link"}},
-	"ctx":   {ctxRow{}, []string{"dev", "link"}},
-	"srq":   {srqRow{}, []string{"dev", "link"}},
-	"cm_id": {cmIDRow{}, []string{"link", "dev"}},
+// resObjects are the resource types with the row their filters name, the
+// kernel's names for their enumerated fields, and the selectors each
+// takes (qp and cm_id rows have a port: link first).
+var resObjects = map[string]rowfilter.Spec{
+	"qp": {Row: qpRow{}, Selectors: []string{"link", "dev"}, Enums: map[string]func() []string{
+		"type": byteEnum[rdmanl.QPType], "state": byteEnum[rdmanl.QPState], "path_mig_state": byteEnum[rdmanl.PathMigState]}},
+	"cq":  {Row: cqRow{}, Selectors: []string{"dev", "link"}, Enums: map[string]func() []string{"poll_ctx": byteEnum[rdmanl.PollCtx]}},
+	"mr":  {Row: mrRow{}, Selectors: []string{"dev", "link"}},
+	"pd":  {Row: pdRow{}, Selectors: []string{"dev", "link"}},
+	"ctx": {Row: ctxRow{}, Selectors: []string{"dev", "link"}},
+	"srq": {Row: srqRow{}, Selectors: []string{"dev", "link"}, Enums: map[string]func() []string{"type": byteEnum[rdmanl.SRQType]}},
+	"cm_id": {Row: cmIDRow{}, Selectors: []string{"link", "dev"}, Enums: map[string]func() []string{
+		"qp_type": byteEnum[rdmanl.QPType], "state": byteEnum[rdmanl.CMState], "ps": portSpaces}},
+}
+
+// byteEnum lists the names of an enum the kernel sends in a byte, in the
+// order of their values, as rdmanl prints them (the rows' words): every
+// value's String but those it prints as "unknown(N)".
+func byteEnum[E interface {
+	~uint8
+	String() string
+}]() []string {
+	var names []string
+	for v := range 256 {
+		if s := E(v).String(); !strings.HasPrefix(s, "unknown(") {
+			names = append(names, s)
+		}
+	}
+	return names
+}
+
+// portSpaces lists the rdma_cm port spaces rdmanl names. The kernel's are
+// 16-bit (enum rdma_ucm_port_space, include/uapi/rdma/rdma_user_cm.h).
+func portSpaces() []string {
+	var names []string
+	for v := range 1 << 16 {
+		if s := rdmanl.PortSpace(v).String(); !strings.HasPrefix(s, "unknown(") {
+			names = append(names, s)
+		}
+	}
+	return names
 }
 
 // parseRes checks everything the user typed, before netlink is opened.
@@ -83,18 +115,17 @@ func parseRes(object string, args []string) (resRequest, error) {
 	}
 	o, ok := resObjects[object]
 	if !ok {
-		return r, fmt.Errorf("unknown resource %q (want summary, qp, cq, mr, pd, ctx, srq or cm_id)", object)
+		return r, fmt.Errorf("unknown resource %s (want summary, qp, cq, mr, pd, ctx, srq or cm_id)", quote.String(object))
 	}
-	flt, extras, err := rowfilter.Parse(o.row, args, o.selectors...)
+	flt, extras, err := rowfilter.Parse(o, args)
 	if err != nil {
 		return r, err
 	}
 	r.flt = flt
-	sel := extras["link"]
-	if sel == "" {
-		sel = extras["dev"]
-	}
-	if sel != "" {
+	for name, sel := range extras { // one at most
+		if sel == "" { // not every device
+			return r, fmt.Errorf("%s \"\": no device name", name)
+		}
 		if r.dev, r.port, err = rowfilter.ParseLink(sel); err != nil {
 			return r, err
 		}

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
 	"github.com/rdmatool/rdmatool/docs"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/reset"
 	"github.com/spf13/cobra"
@@ -29,12 +31,21 @@ func newResetCmd(g *globals) *cobra.Command {
 		probes          bool
 		policies, mapFl string
 	)
+	var o reset.Options
 	cmd := &cobra.Command{
 		Use:   "reset DEV",
 		Short: "Reset an RDMA device in bounded time and bring it back under its name",
 		Long:  docs.Page("reset"),
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		// The arguments, checked before anything touches the device (a
+		// test runs the checks without the reset).
+		PreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := rowfilter.CheckDevice(args[0]); err != nil {
+				return err
+			}
+			if err := checkPath("--map", mapFl); err != nil {
+				return err
+			}
 			m, err := reset.ParseMethod(method)
 			if err != nil {
 				return err
@@ -51,16 +62,16 @@ func newResetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("reset: find the rdmatool binary: %w", err)
 			}
-			o := reset.Options{
+			o = reset.Options{
 				Device: args[0], Method: m, Grace: grace, Timeout: timeout, DryRun: dryRun, Yes: yes,
 				Rename: rename.Options{Policies: pols, MapFile: mapFl, MapMustExist: cmd.Flags().Changed("map")},
 				Helper: []string{exe, resetHelperCmd},
 				Who:    operator(),
 				Log:    slog.New(slog.NewJSONHandler(g.stderr, nil)),
 			}
-			if err := reset.Check(o); err != nil {
-				return err
-			}
+			return reset.Check(o)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.dial()
 			if err != nil {
 				return err
@@ -105,7 +116,7 @@ func newResetHelperCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    resetHelperCmd,
 		Hidden: true,
-		Args:   cobra.NoArgs,
+		Args:   noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := os.NewFile(reset.HelperProgressFD, "progress")
 			if out == nil {
@@ -160,28 +171,30 @@ func (p probeObserver) Events(ctx context.Context) func(yield func(reset.Event, 
 }
 
 // renderReset prints the reset's report: one JSON object with -j, else
-// what the reset destroys, what it did and where the device is.
+// what the reset destroys, what it did and where the device is, the names
+// (devices, processes, files) escaped (quote.Text).
 func renderReset(w io.Writer, g *globals, rep reset.Report) error {
 	if g.json {
 		return g.renderJSON(w, rep)
 	}
+	t := quote.Text
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s", rep.Device, rep.Kind)
+	fmt.Fprintf(&b, "%s: %s", t(rep.Device), rep.Kind)
 	if len(rep.Netdevs) > 0 {
-		fmt.Fprintf(&b, " on %s", strings.Join(rep.Netdevs, ","))
+		fmt.Fprintf(&b, " on %s", t(strings.Join(rep.Netdevs, ",")))
 	}
 	if rep.PCI != "" {
-		fmt.Fprintf(&b, ", PCI %s (%s)", rep.PCI, rep.Driver)
+		fmt.Fprintf(&b, ", PCI %s (%s)", t(rep.PCI), t(rep.Driver))
 	}
 	fmt.Fprintf(&b, ", node_guid %s, method %s\n", rep.NodeGUID, rep.Method)
 	fmt.Fprintf(&b, "destroys: %d QPs, %d MRs of %d processes (%d kernel QPs are re-created)\n", rep.QPs, rep.MRs, len(rep.Holders), rep.KernelQPs)
 	for _, h := range rep.Holders {
-		fmt.Fprintf(&b, "  pid %d (%s) qps %d mrs %d", h.PID, h.Comm, h.QPs, h.MRs)
+		fmt.Fprintf(&b, "  pid %d (%s) qps %d mrs %d", h.PID, t(h.Comm), h.QPs, h.MRs)
 		if len(h.Files) > 0 {
-			fmt.Fprintf(&b, " holds %s", strings.Join(h.Files, ","))
+			fmt.Fprintf(&b, " holds %s", t(strings.Join(h.Files, ",")))
 		}
 		if h.ContainerID != "" {
-			fmt.Fprintf(&b, " container %.12s", h.ContainerID)
+			fmt.Fprintf(&b, " container %s", t(fmt.Sprintf("%.12s", h.ContainerID)))
 		}
 		b.WriteString("\n")
 	}
@@ -192,7 +205,7 @@ func renderReset(w io.Writer, g *globals, rep reset.Report) error {
 		fmt.Fprintf(&b, "%s cannot cut its users off: the removal waits until every holder has closed the device\n", rep.Kind)
 	}
 	if rep.PersistentName != "" {
-		fmt.Fprintf(&b, "name: %s (%s policy), applied again after the reset\n", rep.PersistentName, rep.NamePolicy)
+		fmt.Fprintf(&b, "name: %s (%s policy), applied again after the reset\n", t(rep.PersistentName), rep.NamePolicy)
 	}
 	switch rep.Result {
 	case reset.ResultPlanned:
@@ -207,33 +220,33 @@ func renderReset(w io.Writer, g *globals, rep reset.Report) error {
 		fmt.Fprintf(&b, "%s after %.2fs\n", rep.Result, rep.DurationSeconds)
 	}
 	for _, h := range rep.WaitingOn {
-		fmt.Fprintf(&b, "still held by pid %d (%s)\n", h.PID, h.Comm)
+		fmt.Fprintf(&b, "still held by pid %d (%s)\n", h.PID, t(h.Comm))
 	}
 	for _, e := range rep.Events {
-		fmt.Fprintf(&b, "event: %s %s %s (%s)\n", e.Time.Format("15:04:05.000"), e.Kind, e.Device, e.Source)
+		fmt.Fprintf(&b, "event: %s %s %s (%s)\n", e.Time.Format("15:04:05.000"), e.Kind, t(e.Device), e.Source)
 	}
 	if a := rep.After; a != nil {
 		same := "same node_guid"
 		if !a.SameGUID {
 			same = "node_guid changed to " + a.NodeGUID.String()
 		}
-		fmt.Fprintf(&b, "back: %s, %s", a.Device, same)
+		fmt.Fprintf(&b, "back: %s, %s", t(a.Device), same)
 		for _, p := range a.Ports {
 			fmt.Fprintf(&b, ", port %d %s", p.Port, p.State)
 			if p.Why != "" {
-				fmt.Fprintf(&b, " (%s)", p.Why)
+				fmt.Fprintf(&b, " (%s)", t(p.Why))
 			}
 		}
 		if a.Name != nil {
-			fmt.Fprintf(&b, ", name %s (%s)", a.Name.To, a.Name.Reason)
+			fmt.Fprintf(&b, ", name %s (%s)", t(a.Name.To), t(a.Name.Reason))
 		}
 		b.WriteString("\n")
 	}
 	if rep.State != "" {
-		fmt.Fprintf(&b, "state: %s\n", rep.State)
+		fmt.Fprintf(&b, "state: %s\n", t(rep.State))
 	}
 	if rep.Next != "" {
-		fmt.Fprintf(&b, "next: %s\n", rep.Next)
+		fmt.Fprintf(&b, "next: %s\n", t(rep.Next))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

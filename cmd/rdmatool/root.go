@@ -109,11 +109,17 @@ only), 2 error, 130 interrupted.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
+		// Words that name no command are refused by strayArgs once cobra
+		// has found none, on one line: cobra's own check (legacyArgs)
+		// writes its suggestions on lines of their own.
+		Args: cobra.ArbitraryArgs,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			g.stderr = cmd.ErrOrStderr()
 		},
 	}
 	root.SetVersionTemplate("rdmatool {{.Version}}\n")
+	root.SetHelpFunc(strictHelp(root.HelpFunc()))
+	root.SetFlagErrorFunc(flagError)
 	pf := root.PersistentFlags()
 	pf.BoolVarP(&g.json, "json", "j", false, "print JSON")
 	pf.BoolVarP(&g.pretty, "pretty", "p", false, "indent JSON output")

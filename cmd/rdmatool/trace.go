@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/spf13/cobra"
 )
 
@@ -86,8 +88,15 @@ func newTraceCmd(g *globals) *cobra.Command {
 		Use:   "trace [--dev DEV] [--qpn N]... [--pid P]... [--duration D]",
 		Short: "Trace the QP lifecycle and device events on ib_core (eBPF)",
 		Long:  traceLong(),
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args:  noArgs,
+		// The flags, checked before the probes load (a test runs the
+		// checks without them).
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("dev") {
+				if err := rowfilter.CheckDevice(o.Device); err != nil {
+					return fmt.Errorf("--dev: %w", err)
+				}
+			}
 			if duration != 0 { // 0: until interrupted
 				if err := checkDurations(durationFlag{name: "duration", value: duration, min: 100 * time.Millisecond}); err != nil {
 					return err
@@ -104,11 +113,14 @@ func newTraceCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("--buffer-mib %d: want a power of two from 1 to 1024", bufMiB)
 			}
 			o.BufferBytes = bufMiB << 20
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runTrace(cmd.Context(), g, cmd.OutOrStdout(), o, duration)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Device, "dev", "", "only events of this device")
+	newOnceFlag(f, &o.Device, "dev", "", "only events of this device")
 	f.UintSliceVar(&qpns, "qpn", nil, "only QP events of these QP numbers")
 	f.UintSliceVar(&pids, "pid", nil, "only events of these processes")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
@@ -215,18 +227,20 @@ func attachedLine(probes []bpf.Probe, mode bpf.Mode) string {
 }
 
 // appendTraceText appends ev as one text line: the JSON words with hyphens,
-// leaving out what does not apply to the event's kind.
+// leaving out what does not apply to the event's kind. Names (devices,
+// comm, modules) are escaped (quote.AppendText): a task may call itself
+// anything, ESC and LF included.
 func appendTraceText(b []byte, ev bpf.Event, details bool) []byte {
 	b = ev.AppendTime(b)
 	b = append(b, ' ')
 	b = append(b, ev.Kind.String()...)
 	b = append(b, ' ')
-	b = append(b, ev.DevName...)
+	b = quote.AppendText(b, ev.DevName)
 	word := func(name, value string) {
 		b = append(b, ' ')
 		b = append(b, name...)
 		b = append(b, ' ')
-		b = append(b, value...)
+		b = quote.AppendText(b, value)
 	}
 	num := func(name string, v int64) {
 		b = append(b, ' ')

@@ -128,7 +128,7 @@ func TestTraceOpenErrorHints(t *testing.T) {
 		{fmt.Errorf("bpf: open probes: %w: kernel: no such file", bpf.ErrNoBTF), "bpf: open probes: no BTF: kernel: no such file"},
 	}
 	for _, tt := range tests {
-		if got := userMessage(tt.err); got != tt.want {
+		if got := userMessage(tt.err, func() ibCoreState { return ibCoreModule }); got != tt.want {
 			t.Errorf("userMessage = %q, want %q", got, tt.want)
 		}
 	}

@@ -24,13 +24,15 @@ type fuzzRow struct {
 
 func FuzzParseFilter(f *testing.F) {
 	for _, s := range []string{"lqpn 0-6", "state ERR srq true", "count 10,20-30", "link rxe0/1 lqpn 17", "bytes 0x10 sq-psn 1",
-		"lqpn", "x y", "text a", "lqpn 4294967295-0", "lqpn 1,,2", "dev a/b/c", "lqpn 0x-1"} {
+		"lqpn", "x y", "text a", "lqpn 4294967295-0", "lqpn 1,,2", "dev a/b/c", "lqpn 0x-1", "state FOO", "state unknown(9)", "srq yes",
+		"dev a dev b", "dev a link b/1"} {
 		f.Add(s)
 	}
 	row := fuzzRow{LQPN: 17, SQPSN: 3, Bytes: 1 << 40, Count: 2, State: "ERR", SRQ: true}
 	f.Fuzz(func(t *testing.T, line string) {
 		args := strings.Fields(line)
-		flt, extras, err := Parse(fuzzRow{}, args, "link", "dev")
+		flt, extras, err := Parse(Spec{Row: fuzzRow{}, Enums: map[string]func() []string{"state": func() []string { return []string{"ERR", "RTS"} }},
+			Selectors: []string{"link", "dev"}}, args)
 		if err != nil {
 			if strings.Contains(err.Error(), "\n") {
 				t.Errorf("Parse(%q): error %q is not one line", line, err)
@@ -38,6 +40,9 @@ func FuzzParseFilter(f *testing.F) {
 			return
 		}
 		flt.Match(row)
+		if len(extras) > 1 {
+			t.Errorf("Parse(%q): selectors %v, want one at most", line, extras)
+		}
 		for name, sel := range extras {
 			if name != "link" && name != "dev" {
 				t.Errorf("Parse(%q): extra %q was not asked for", line, name)

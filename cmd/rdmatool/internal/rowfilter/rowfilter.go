@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/rdmatool/rdmatool/internal/quote"
 )
 
 // Filter selects listing rows by iproute2-style "name value" pairs: numeric
@@ -22,11 +24,29 @@ type term struct {
 	words  []string    // other fields
 }
 
-// Parse checks every name against the fields of row (a struct: its JSON
-// field names, less those tagged filter:"-") and parses the values. Extra
-// names (like "link") are returned by name for the caller, not matched.
-func Parse(row any, args []string, extra ...string) (Filter, map[string]string, error) {
-	rt := reflect.TypeOf(row)
+// Spec says what a listing's filters are.
+type Spec struct {
+	// Row is a value of the row type: its JSON field names, less those
+	// tagged filter:"-", name the filters.
+	Row any
+	// Enums gives, by JSON field name, the values an enumerated string
+	// field takes (the kernel's names, as the rows print them): any other
+	// value is refused, so that a mistyped state is an error rather than
+	// an empty listing. A value a newer kernel added prints as
+	// "unknown(N)", which is accepted too. Boolean fields take true and
+	// false without being listed here.
+	Enums map[string]func() []string
+	// Selectors are names the caller selects by rather than matches
+	// (dev, link): Parse returns their values by name. They are
+	// alternatives: at most one of them is given, once.
+	Selectors []string
+}
+
+// Parse checks every name against the fields of spec.Row and parses the
+// values. The values of selectors are returned by name, not matched.
+// Errors are one line and quote what was typed cut at quote.Max bytes.
+func Parse(spec Spec, args []string) (Filter, map[string]string, error) {
+	rt := reflect.TypeOf(spec.Row)
 	fields := map[string]reflect.StructField{}
 	for i := range rt.NumField() {
 		f := rt.Field(i)
@@ -36,14 +56,20 @@ func Parse(row any, args []string, extra ...string) (Filter, map[string]string, 
 		}
 	}
 	if len(args)%2 != 0 {
-		return Filter{}, nil, fmt.Errorf("filter %q has no value", args[len(args)-1])
+		return Filter{}, nil, fmt.Errorf("filter %s has no value", quote.String(args[len(args)-1]))
 	}
 	var flt Filter
 	extras := map[string]string{}
+	selected := "" // the selector given, as typed: "dev rxe0"
 	for i := 0; i < len(args); i += 2 {
 		name := strings.ReplaceAll(args[i], "-", "_")
 		value := args[i+1]
-		if slices.Contains(extra, name) {
+		if slices.Contains(spec.Selectors, name) {
+			this := name + " " + quote.String(value)
+			if selected != "" {
+				return Filter{}, nil, fmt.Errorf("%s and %s: give one of %s, once", selected, this, strings.Join(spec.Selectors, " and "))
+			}
+			selected = this
 			extras[name] = value
 			continue
 		}
@@ -56,7 +82,7 @@ func Parse(row any, args []string, extra ...string) (Filter, map[string]string, 
 					}
 				}
 			})
-			return Filter{}, nil, fmt.Errorf("unknown filter %q (valid: %s)", args[i], strings.Join(append(names, extra...), " "))
+			return Filter{}, nil, fmt.Errorf("unknown filter %s (valid: %s)", quote.String(args[i]), strings.Join(append(names, spec.Selectors...), " "))
 		}
 		t := term{field: f.Name}
 		switch f.Type.Kind() {
@@ -65,22 +91,52 @@ func Parse(row any, args []string, extra ...string) (Filter, map[string]string, 
 				lo, hi, isRange := strings.Cut(part, "-")
 				a, err := ParseNumber(lo)
 				if err != nil {
-					return Filter{}, nil, fmt.Errorf("filter %s: %q is not a number or range", args[i], value)
+					return Filter{}, nil, fmt.Errorf("filter %s: %s is not a number or range", args[i], quote.String(value))
 				}
 				b := a
 				if isRange {
 					if b, err = ParseNumber(hi); err != nil || b < a {
-						return Filter{}, nil, fmt.Errorf("filter %s: bad range %q", args[i], part)
+						return Filter{}, nil, fmt.Errorf("filter %s: bad range %s", args[i], quote.String(part))
 					}
 				}
 				t.ranges = append(t.ranges, [2]uint64{a, b})
 			}
 		default:
 			t.words = strings.Split(value, ",")
+			valid := spec.Enums[name]
+			if f.Type.Kind() == reflect.Bool {
+				valid = boolWords
+			}
+			if valid != nil {
+				if err := checkWords(args[i], t.words, valid()); err != nil {
+					return Filter{}, nil, err
+				}
+			}
 		}
 		flt.terms = append(flt.terms, t)
 	}
 	return flt, extras, nil
+}
+
+// boolWords are the values of a boolean field, as the rows print them.
+func boolWords() []string { return []string{"true", "false"} }
+
+// checkWords refuses a word of an enumerated filter that is not one of
+// valid, nor "unknown(N)": what a row prints for a value a newer kernel
+// added.
+func checkWords(filter string, words, valid []string) error {
+	for _, w := range words {
+		if slices.Contains(valid, w) {
+			continue
+		}
+		if n, ok := strings.CutPrefix(w, "unknown("); ok && strings.HasSuffix(n, ")") {
+			if _, err := strconv.ParseUint(n[:len(n)-1], 10, 32); err == nil {
+				continue
+			}
+		}
+		return fmt.Errorf("filter %s: unknown value %s (valid: %s)", filter, quote.String(w), strings.Join(valid, " "))
+	}
+	return nil
 }
 
 // Empty reports whether f has no terms: every row passes.
@@ -125,18 +181,40 @@ func ParseNumber(s string) (uint64, error) {
 }
 
 // ParseLink splits "DEV[/PORT]": a device name and a port from 1, or 0 when
-// none is given ("rxe0", "rxe0/", "rxe0/-").
+// none is given ("rxe0", "rxe0/", "rxe0/-"). The device name is checked
+// by CheckDevice.
 func ParseLink(s string) (dev string, port uint32, err error) {
 	dev, p, hasPort := strings.Cut(s, "/")
 	if dev == "" {
-		return "", 0, fmt.Errorf("link %q: no device name", s)
+		return "", 0, fmt.Errorf("link %s: no device name", quote.String(s))
+	}
+	if err := CheckDevice(dev); err != nil {
+		return "", 0, err
 	}
 	if hasPort && p != "" && p != "-" {
 		n, err := strconv.ParseUint(p, 10, 32)
 		if err != nil || n == 0 {
-			return "", 0, fmt.Errorf("link %q: port must be a number from 1", s)
+			return "", 0, fmt.Errorf("link %s: port must be a number from 1", quote.String(s))
 		}
 		port = uint32(n)
 	}
 	return dev, port, nil
+}
+
+// maxDeviceName is the longest name an RDMA device can have:
+// IB_DEVICE_NAME_MAX (64, include/rdma/ib_verbs.h) counts the NUL.
+const maxDeviceName = 63
+
+// CheckDevice refuses a device name no RDMA device can have, before
+// anything asks the kernel: an empty one, or one longer than the kernel
+// keeps. Any other name may exist (the kernel accepts spaces and control
+// characters in a rename).
+func CheckDevice(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("no RDMA device has an empty name")
+	case len(name) > maxDeviceName:
+		return fmt.Errorf("device %s: no RDMA device has a name longer than %d bytes", quote.String(name), maxDeviceName)
+	}
+	return nil
 }

@@ -1,0 +1,96 @@
+package quote
+
+import (
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Max is how many bytes of a value String keeps.
+const Max = 64
+
+// String is s quoted for an error message, as strconv.Quote quotes it. A
+// value longer than Max bytes is cut at the last rune boundary within Max
+// and followed by its length: "aaaa…" (1048576 bytes), without the
+// ellipsis.
+func String(s string) string {
+	if len(s) <= Max {
+		return strconv.Quote(s)
+	}
+	n := Max
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	if n == 0 { // no rune starts in the first Max bytes: invalid UTF-8
+		n = Max
+	}
+	return strconv.Quote(s[:n]) + " (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// Text is s with what a terminal would act on escaped (see the package
+// comment); s itself when there is nothing to escape.
+func Text(s string) string {
+	if printable(s) {
+		return s
+	}
+	return string(escape(make([]byte, 0, len(s)+8), s))
+}
+
+// AppendText appends Text(s) to b.
+func AppendText(b []byte, s string) []byte {
+	if printable(s) {
+		return append(b, s...)
+	}
+	return escape(b, s)
+}
+
+// printable reports whether s has nothing Text escapes.
+func printable(s string) bool {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c < 0x7f {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			return false
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 || !unicode.IsPrint(r) {
+			return false
+		}
+		i += n
+	}
+	return true
+}
+
+const hex = "0123456789abcdef"
+
+// escape appends s to b with every non-printable rune and invalid byte
+// escaped.
+func escape(b []byte, s string) []byte {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c < 0x7f {
+			b = append(b, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			b = append(b, '\\', 'x', hex[c>>4], hex[c&0xf])
+		case c >= utf8.RuneSelf && unicode.IsPrint(r):
+			b = append(b, s[i:i+n]...)
+		default:
+			// strconv writes the rune quoted, '\x1b': keep what is
+			// between the quotes.
+			start := len(b)
+			b = strconv.AppendQuoteRune(b, r)
+			copy(b[start:], b[start+1:len(b)-1])
+			b = b[:len(b)-2]
+		}
+		i += n
+	}
+	return b
+}
