@@ -9,6 +9,7 @@ import (
 // IB_EVENT_QP_LAST_WQE_REACHED when an SRQ QP enters the Error state.
 type LastWQE int
 
+// What is known of a provider's LAST_WQE_REACHED.
 const (
 	LastWQEUnknown   LastWQE = iota // no table entry for this provider and kernel, and none seen
 	LastWQEDelivered                // the provider delivers it

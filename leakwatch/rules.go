@@ -236,20 +236,20 @@ func xrcTgtOrphan(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (
 
 // qpExhaustion: a device's QPs in use reach the threshold of its max, or
 // at the observed growth rate reach the max within the horizon.
-func qpExhaustion(dev *deviceState, max uint64, now time.Time, cfg ruleConfig) (Finding, bool) {
-	if len(dev.samples) == 0 || max == 0 {
+func qpExhaustion(dev *deviceState, limit uint64, now time.Time, cfg ruleConfig) (Finding, bool) {
+	if len(dev.samples) == 0 || limit == 0 {
 		return Finding{}, false
 	}
 	last := dev.samples[len(dev.samples)-1]
 	n := uint64(last.n)
 	f := Finding{
-		Rule: RuleQPExhaustion, Device: dev.name, Type: "", State: "", Count: n, Limit: max,
-		Evidence: []Evidence{{Time: last.t.UTC(), Source: "scan", What: fmt.Sprintf("%d of %d QPs in use", n, max)}},
+		Rule: RuleQPExhaustion, Device: dev.name, Type: "", State: "", Count: n, Limit: limit,
+		Evidence: []Evidence{{Time: last.t.UTC(), Source: "scan", What: fmt.Sprintf("%d of %d QPs in use", n, limit)}},
 		Spec:     "a device refuses new QPs at max_qp: no new connection can be built",
 	}
-	if float64(n) >= cfg.ExhaustionThreshold*float64(max) {
+	if float64(n) >= cfg.ExhaustionThreshold*float64(limit) {
 		f.Severity = SeverityCritical
-		f.Hint = fmt.Sprintf("%d of %d QPs in use (%.0f%%); new connections fail at max_qp: find the owners with rdmatool res qp and the other findings", n, max, 100*float64(n)/float64(max))
+		f.Hint = fmt.Sprintf("%d of %d QPs in use (%.0f%%); new connections fail at max_qp: find the owners with rdmatool res qp and the other findings", n, limit, 100*float64(n)/float64(limit))
 		return f, true
 	}
 	first := dev.samples[0]
@@ -258,13 +258,13 @@ func qpExhaustion(dev *deviceState, max uint64, now time.Time, cfg ruleConfig) (
 		return Finding{}, false
 	}
 	rate := float64(last.n-first.n) / span.Seconds() // QPs per second
-	eta := time.Duration(float64(max-n) / rate * float64(time.Second))
+	eta := time.Duration(float64(limit-n) / rate * float64(time.Second))
 	if eta > cfg.ExhaustionHorizon {
 		return Finding{}, false
 	}
 	f.Severity = SeverityError
 	f.AgeSeconds = math.Round(span.Seconds()*1000) / 1000
-	f.Hint = fmt.Sprintf("QPs in use grow by %.2f/s (%d to %d in %s); at that rate max_qp (%d) is reached in %s", rate, first.n, last.n, span.Round(time.Second), max, eta.Round(time.Second))
+	f.Hint = fmt.Sprintf("QPs in use grow by %.2f/s (%d to %d in %s); at that rate max_qp (%d) is reached in %s", rate, first.n, last.n, span.Round(time.Second), limit, eta.Round(time.Second))
 	return f, true
 }
 
@@ -348,15 +348,15 @@ func (w *Watcher) Evaluate(q Query) Report {
 			if q.Device != "" && d.name != q.Device {
 				continue
 			}
-			max := cfg.MaxQP[d.name]
-			if max == 0 {
-				max = d.maxQP
+			limit := cfg.MaxQP[d.name]
+			if limit == 0 {
+				limit = d.maxQP
 			}
-			if max == 0 {
+			if limit == 0 {
 				unknown = append(unknown, d.name)
 				continue
 			}
-			if f, ok := qpExhaustion(d, max, now, cfg); ok {
+			if f, ok := qpExhaustion(d, limit, now, cfg); ok {
 				take(&f, nil)
 			}
 		}

@@ -666,7 +666,7 @@ func (w *Watcher) histories() []History {
 
 // SetMaxQP replaces the QP limits per device name that qp-exhaustion uses
 // (a configuration reload).
-func (w *Watcher) SetMaxQP(max map[string]uint64) { w.cfg.MaxQP = max }
+func (w *Watcher) SetMaxQP(maxQP map[string]uint64) { w.cfg.MaxQP = maxQP }
 
 // lastWQEKnown is what is known of the device's provider: an event seen
 // on it, else the provider table.

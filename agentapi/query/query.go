@@ -13,10 +13,7 @@ import (
 // DefaultMinAge is min_age when a query leaves it out, as for the CLI.
 const DefaultMinAge = 5 * time.Second
 
-// maxQuoted bounds what an error answer quotes of the request.
-const maxQuoted = quote.Max
-
-// Quote is s for an error message, cut at 64 bytes (maxQuoted): the quoting
+// Quote is s for an error message, cut at quote.Max (64) bytes: the quoting
 // of every rdmatool error, quote.String.
 func Quote(s string) string { return quote.String(s) }
 

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -23,10 +22,23 @@ type goPackage struct {
 	Deps       []string
 }
 
+// goCommand is the go command of the toolchain running the test: the one
+// on PATH, which `go test` puts first, else GOROOT's.
+func goCommand(t *testing.T) string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	out, err := exec.Command("/usr/local/go/bin/go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Skipf("no go command: %v", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "bin", "go")
+}
+
 // goList runs `go list -json` on patterns from the module's root.
 func goList(t *testing.T, args ...string) []goPackage {
 	t.Helper()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin := goCommand(t)
 	cmd := exec.Command(goBin, append([]string{"list", "-json"}, args...)...)
 	cmd.Dir = filepath.Join("..", "..")
 	out, err := cmd.Output()

@@ -128,12 +128,12 @@ func ibCoreOf(root, release string) ibCoreState {
 func withoutInfiniband(root, release string) bool {
 	var r io.Reader
 	if f, err := os.Open(filepath.Join(root, "proc/config.gz")); err == nil {
-		defer f.Close()
+		defer f.Close() //nolint:errcheck // read only
 		if r, err = gzip.NewReader(f); err != nil {
 			return false
 		}
 	} else if f, err := os.Open(filepath.Join(root, "boot", "config-"+release)); err == nil {
-		defer f.Close()
+		defer f.Close() //nolint:errcheck // read only
 		r = f
 	} else {
 		return false
@@ -154,7 +154,7 @@ func listsIBCore(path string) bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read only
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {

@@ -55,7 +55,9 @@ func main() {
 			if pprof.StartCPUProfile(f) == nil {
 				code := run(os.Args[1:], os.Stdout, os.Stderr)
 				pprof.StopCPUProfile()
-				f.Close()
+				if err := f.Close(); err != nil {
+					fmt.Fprintln(os.Stderr, "rdmatool: cpu profile:", err)
+				}
 				os.Exit(code)
 			}
 		}

@@ -172,11 +172,12 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
 		fmt.Fprintf(bw, "%s  %s\n", t(dev), k.owner)
 		for _, f := range listed[k] {
 			severity, rule := t(string(f.Severity)), t(f.Rule)
-			if f.Rule == leakwatch.RuleQPExhaustion {
+			switch {
+			case f.Rule == leakwatch.RuleQPExhaustion:
 				fmt.Fprintf(bw, "  %-8s %-29s %d of %d QPs\n", severity, rule, f.Count, f.Limit)
-			} else if f.Rule == leakwatch.RuleZombieUverbsContext && len(f.Evidence) > 0 {
+			case f.Rule == leakwatch.RuleZombieUverbsContext && len(f.Evidence) > 0:
 				fmt.Fprintf(bw, "  %-8s %-29s %s for %.1fs\n", severity, rule, t(f.Evidence[0].What), f.AgeSeconds)
-			} else {
+			default:
 				srq := ""
 				if f.SRQ {
 					srq = fmt.Sprintf(" srqn %d", f.SRQN)

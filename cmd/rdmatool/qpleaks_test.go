@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -315,12 +316,12 @@ func TestDurationFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.args), func(t *testing.T) {
-			args := tt.args
+			args := slices.Clone(tt.args)
 			switch tt.args[0] {
 			case "agent":
-				args = append(tt.args, "--socket", nowhere)
+				args = append(args, "--socket", nowhere)
 			case "qp-leaks":
-				args = append(tt.args, "--agent-socket", nowhere)
+				args = append(args, "--agent-socket", nowhere)
 			}
 			code, stdout, stderr := runCLI(t, args...)
 			if code != 2 || stdout != "" || stderr != tt.want {

@@ -81,7 +81,7 @@ func newRenameCmdDial(g *globals, dial func() (renameConn, error)) *cobra.Comman
 			if err != nil {
 				return err
 			}
-			defer c.Close()
+			defer c.Close() //nolint:errcheck // the renames are done or failed before it closes
 			rep, err := job.Run(cmd.Context(), c)
 			if rerr := renderRenames(cmd.OutOrStdout(), g, rep); rerr != nil {
 				return rerr
@@ -131,7 +131,7 @@ nothing to do; on failure it prints one line and exits 2. Run by udev
 			if err != nil {
 				return err
 			}
-			defer c.Close()
+			defer c.Close() //nolint:errcheck // the renames are done or failed before it closes
 			_, err = job.Run(cmd.Context(), c)
 			var step *rename.StepError
 			if errors.Is(err, rdmanl.ErrNoDevice) && !errors.As(err, &step) {

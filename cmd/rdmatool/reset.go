@@ -122,7 +122,7 @@ func newResetHelperCmd() *cobra.Command {
 			if out == nil {
 				return errors.New("reset-helper: no progress pipe on fd 3 (run by rdmatool reset only)")
 			}
-			defer out.Close()
+			defer out.Close() //nolint:errcheck // each line is written whole or its error returned
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
 			// The helper must outlive the reset that started it: it ends
 			// with its step, not on the terminal's signals.
