@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,4 +99,31 @@ func notRegular(path string, m fs.FileMode) error {
 // tooLarge is Read's refusal of a file of more than limit bytes.
 func tooLarge(path string, limit int64) error {
 	return &Error{Path: path, Err: &reason{fmt.Sprintf("larger than %d bytes", limit), ErrTooLarge}}
+}
+
+// What the kernel takes as a path (include/uapi/linux/limits.h).
+const (
+	pathMax = 4095 // PATH_MAX less the NUL
+	nameMax = 255  // NAME_MAX: one component of a path
+)
+
+// CheckPath refuses, before anything opens it, a path the kernel would
+// refuse: an empty one, one with a NUL byte, longer than PATH_MAX, or with
+// a component longer than NAME_MAX. The error says why, without the path
+// or the package: the caller names what the path is for.
+func CheckPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("want a path")
+	case strings.IndexByte(p, 0) >= 0:
+		return errors.New("a path has no NUL byte")
+	case len(p) > pathMax:
+		return fmt.Errorf("longer than a path can be (%d bytes)", pathMax)
+	}
+	for c := range strings.SplitSeq(p, "/") {
+		if len(c) > nameMax {
+			return fmt.Errorf("a name in it is longer than a file name can be (%d bytes)", nameMax)
+		}
+	}
+	return nil
 }

@@ -5,42 +5,22 @@ import (
 	"strings"
 
 	"github.com/rdmatool/rdmatool/internal/quote"
+	"github.com/rdmatool/rdmatool/opfile"
 )
 
-// What the kernel takes as a path (include/uapi/linux/limits.h, un.h).
-const (
-	pathMax = 4095 // PATH_MAX less the NUL
-	nameMax = 255  // NAME_MAX: one component of a path
-	// sunPathMax is the longest path a unix socket can be bound to or
-	// connected at: sun_path (108 bytes) less the NUL.
-	sunPathMax = 107
-)
+// sunPathMax is the longest path a unix socket can be bound to or
+// connected at: sun_path (108 bytes) less the NUL
+// (include/uapi/linux/un.h).
+const sunPathMax = 107
 
 // checkPath refuses, before anything opens it, a path flag's value the
-// kernel would refuse: an empty one (flags whose "" means something do
-// not call it), one with a NUL byte, longer than PATH_MAX, or with a
-// component longer than NAME_MAX.
+// kernel would refuse (opfile.CheckPath). Flags whose "" means something
+// do not call it.
 func checkPath(flag, p string) error {
-	why := ""
-	switch {
-	case p == "":
-		why = "want a path"
-	case strings.IndexByte(p, 0) >= 0:
-		why = "a path has no NUL byte"
-	case len(p) > pathMax:
-		why = fmt.Sprintf("longer than a path can be (%d bytes)", pathMax)
-	default:
-		for c := range strings.SplitSeq(p, "/") {
-			if len(c) > nameMax {
-				why = fmt.Sprintf("a name in it is longer than a file name can be (%d bytes)", nameMax)
-				break
-			}
-		}
+	if err := opfile.CheckPath(p); err != nil {
+		return fmt.Errorf("%s %s: %w", flag, quote.String(p), err)
 	}
-	if why == "" {
-		return nil
-	}
-	return fmt.Errorf("%s %s: %s", flag, quote.String(p), why)
+	return nil
 }
 
 // checkSocketPath is checkPath for a unix socket, which holds at most
