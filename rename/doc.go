@@ -26,7 +26,7 @@
 //     none), "x", and the node GUID as 16 lower-case hex digits:
 //     rocex525400c0fe123455. A zero node GUID is skipped.
 //   - pci: rdma_rename's NAME_PCI: ibp59s0f1, rocep193s0f0v0S99 (see
-//     PCIName). Devices with no PCI function (rxe, siw) are skipped.
+//     pciPolicyName). Devices with no PCI function (rxe, siw) are skipped.
 //   - keep: the current name (rdma_rename's NAME_KERNEL).
 //
 // Names must be valid device names (see ValidateName). A name user space
