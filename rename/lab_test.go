@@ -389,7 +389,7 @@ func TestLabUdevRule(t *testing.T) {
 		addLink(t, c, mapped, "labrxe1", "rxe")
 		u.waitForName(t, c, mark, mapped, "rocex000000fffe000a01")
 		if log := u.logSince(mark, "labrxe1"); !strings.Contains(log, "no such RDMA device") {
-			t.Errorf("rdmatool rename udev labrxe1 did not report that the device was renamed under it:\n%s", log)
+			t.Errorf("%s labrxe1 did not report that the device was renamed under it:\n%s", udevProgram, log)
 		}
 		deleteLink(t, c, mapped)
 
