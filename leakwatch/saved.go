@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"time"
@@ -294,7 +295,8 @@ var errRestoreInto = errors.New("leakwatch: restore into a watcher that has hist
 
 // Restore reads through get (typically a json.Decoder's Decode), one value
 // at a time, the records of SavedVersion that Save wrote, up to and with
-// the end's, and returns the number of QP histories read. The watcher, one
+// the end's, after which get must say io.EOF, and returns the number of
+// QP histories read. The watcher, one
 // that has observed nothing yet, then begins observing when the saved one
 // did (when that was earlier), and holds the histories until its devices
 // are listed (Listed) and scanned: a QP that its device's first scan lists
@@ -305,9 +307,9 @@ var errRestoreInto = errors.New("leakwatch: restore into a watcher that has hist
 // takes the history up, and the scan then checks it. Records that do not
 // follow each other as Save wrote them (a record of no kind or of two, a
 // device or owner a QP names and no record defined, a QP saved twice, an
-// unknown name, a count the end's does not match), or get's first error
-// (io.EOF before the end's), are an error, and the watcher is left as it
-// was.
+// unknown name, a count the end's does not match, anything after the
+// end's), or get's first error (io.EOF before the end's), are an error,
+// and the watcher is left as it was.
 func (w *Watcher) Restore(get func(record any) error) (qps int, err error) {
 	if len(w.qps) > 0 || len(w.restoring) > 0 {
 		return 0, errRestoreInto
@@ -388,6 +390,10 @@ func (w *Watcher) Restore(get func(record any) error) (qps int, err error) {
 		case rec.End != nil:
 			if *rec.End != count {
 				return fail("the end counts %+v, the records before it %+v", *rec.End, count)
+			}
+			if err := get(&rec); !errors.Is(err, io.EOF) {
+				n++
+				return fail("want nothing after the end's record, got %v", cmp.Or(err, errors.New("a record")))
 			}
 			if !started.IsZero() && started.Before(w.start) {
 				w.start = started

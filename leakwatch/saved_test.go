@@ -272,6 +272,8 @@ func TestRestoreRefuses(t *testing.T) {
 		{"an unknown owner", replace(qp17, strings.Replace(lines[qp17], `"owner":1`, `"owner":9`, 1)), "owner 9"},
 		{"an unknown type", replace(qp17, strings.Replace(lines[qp17], `"type":"RC"`, `"type":"RQ"`, 1)), `type "RQ"`},
 		{"an unknown field", replace(qp17, strings.Replace(lines[qp17], `"lqpn"`, `"lqpns"`, 1)), "unknown field"},
+		{"more after the end", strings.Join(lines, "") + lines[qp17], "want nothing after the end's record, got a record"},
+		{"garbage after the end", strings.Join(lines, "") + "}\n", "want nothing after the end's record, got invalid character"},
 		{"miscounted", replace(end, `{"end":{"devices":1,"owners":2,"qps":3}}`+"\n"), "the end counts"},
 	}
 	for _, tt := range tests {
