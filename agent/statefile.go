@@ -26,7 +26,7 @@ const DefaultStateFile = "/var/lib/rdmatool/state.json"
 const DefaultStateInterval = 5 * time.Minute
 
 // maxStateSize bounds the state file, written and read: 1 GiB, some two
-// million QPs at the 450 bytes or so each takes.
+// million QPs at the 420 bytes or so each takes.
 const maxStateSize = 1 << 30
 
 // stateMagic says what the state file is, in its first line.

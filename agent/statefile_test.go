@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -367,4 +368,65 @@ func TestKeepSaves(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Error(err)
 	}
+}
+
+// state60k is an agent's state tracking 60,000 QPs on rxe0, as a scan
+// leaves them: in INIT, owned by 30 processes in cgroups of their own.
+func state60k(b *testing.B) *state {
+	b.Helper()
+	const n = 60000
+	st := newState(leakwatch.Config{}, func() time.Time { return t0 }, "test")
+	qps := make([]rdmanl.QP, n)
+	owners := map[uint32]leakwatch.Owner{}
+	for i := range qps {
+		pid := uint32(1000 + i%30)
+		qps[i] = qp(uint32(17+i), rdmanl.QPStateInit, pid)
+		qps[i].PDN = uint32(1 + i%30)
+		owners[pid] = leakwatch.Owner{TGID: pid, Comm: "qpwork", Cgroup: "/system.slice/qpwork-" + strings.Repeat("x", 20) + ".service"}
+	}
+	st.SetDevices([]rdmanl.Device{rxe}, nil, t0)
+	st.Scan(leakwatch.Scan{Time: t0.Add(123456789), Devices: []leakwatch.DeviceScan{{Device: rxe, QPs: qps, Owners: owners}}})
+	return st
+}
+
+// BenchmarkStateFile saves and loads the state file of 60,000 QPs: the
+// file's bytes a QP, and for a load the heap the restored histories hold
+// a QP (heap-B/qp) and what the load allocated a QP, garbage included
+// (alloc-B/qp).
+func BenchmarkStateFile(b *testing.B) {
+	st := state60k(b)
+	path := filepath.Join(b.TempDir(), "state.json")
+	f := newStateFile(path, "", "test", slog.New(slog.DiscardHandler))
+	b.Run("save", func(b *testing.B) {
+		var size int64
+		for b.Loop() {
+			var err error
+			if _, size, err = f.save(st, t0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(size)/60000, "bytes/qp")
+	})
+	b.Run("load", func(b *testing.B) {
+		var ms runtime.MemStats
+		var heap, alloc float64
+		for b.Loop() {
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			before, allocBefore := ms.HeapAlloc, ms.TotalAlloc
+			restored := newState(leakwatch.Config{}, func() time.Time { return t0 }, "test")
+			f.load(restored, t0)
+			if n := restored.Restored().QPs; n != 60000 {
+				b.Fatalf("%d QPs restored", n)
+			}
+			runtime.ReadMemStats(&ms)
+			alloc = float64(ms.TotalAlloc-allocBefore) / 60000
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			heap = float64(ms.HeapAlloc-before) / 60000
+			runtime.KeepAlive(restored)
+		}
+		b.ReportMetric(heap, "heap-B/qp")
+		b.ReportMetric(alloc, "alloc-B/qp")
+	})
 }

@@ -77,10 +77,10 @@ type qpRecord struct {
 	PDN         uint32    `json:"pdn,omitzero"`
 	OnSRQ       bool      `json:"srq,omitzero"`
 	SRQN        uint32    `json:"srqn,omitzero"`
-	FirstSeen   time.Time `json:"first_seen"`
+	FirstSeen   savedTime `json:"first_seen"`
 	State       string    `json:"state"`
 	StateKnown  bool      `json:"state_known,omitzero"`
-	StateSince  time.Time `json:"state_since,omitzero"`
+	StateSince  savedTime `json:"state_since,omitzero"`
 	StateSource string    `json:"state_source,omitzero"` // "scan" or "probe"
 	EverRTS     bool      `json:"ever_rts,omitzero"`
 	InScan      bool      `json:"in_scan,omitzero"`
@@ -91,16 +91,47 @@ type qpRecord struct {
 	ErrBeforeDestroy     bool          `json:"err_before_destroy,omitzero"`
 	LastWQEBeforeDestroy bool          `json:"last_wqe_before_destroy,omitzero"`
 	Events               *eventsRecord `json:"events,omitzero"`
-	Notes                []Evidence    `json:"notes,omitzero"`
+	Notes                []noteRecord  `json:"notes,omitzero"`
+}
+
+// noteRecord is one of a QP's notes, as Evidence shows it.
+type noteRecord struct {
+	Time   savedTime `json:"time"`
+	Source string    `json:"source"`
+	What   string    `json:"what"`
+}
+
+// savedTime is a Stamp as the records hold it: RFC 3339 UTC text, as a
+// time.Time's JSON. It is an encoding.TextMarshaler, not a
+// json.Marshaler, whose output encoding/json would parse again: a QP's
+// record has several.
+type savedTime Stamp
+
+// IsZero says whether the time is none (omitzero leaves it out).
+func (t savedTime) IsZero() bool { return t == 0 }
+
+// MarshalText implements encoding.TextMarshaler.
+func (t savedTime) MarshalText() ([]byte, error) {
+	return Stamp(t).Time().AppendFormat(nil, time.RFC3339Nano), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (t *savedTime) UnmarshalText(b []byte) error {
+	v, err := time.Parse(time.RFC3339Nano, string(b))
+	if err != nil {
+		return err
+	}
+	*t = savedTime(stampOf(v))
+	return nil
 }
 
 // eventsRecord is what the probes saw of a QP (qpEvents).
 type eventsRecord struct {
-	ErrAt         time.Time    `json:"err_at,omitzero"`
-	LastWQEAt     time.Time    `json:"last_wqe_at,omitzero"`
-	LastWQELatest time.Time    `json:"last_wqe_latest,omitzero"`
+	ErrAt         savedTime    `json:"err_at,omitzero"`
+	LastWQEAt     savedTime    `json:"last_wqe_at,omitzero"`
+	LastWQELatest savedTime    `json:"last_wqe_latest,omitzero"`
 	LastWQECount  int32        `json:"last_wqe_count,omitzero"`
-	DestroyedAt   time.Time    `json:"destroyed_at,omitzero"`
+	DestroyedAt   savedTime    `json:"destroyed_at,omitzero"`
 	Drain         *drainRecord `json:"drain,omitzero"`
 }
 
@@ -224,7 +255,7 @@ func (w *Watcher) Save(put func(record any) error) (qps int, err error) {
 	}
 	ownerIDs := map[Owner]int{}
 	var q qpRecord // one at a time: put does not keep it
-	var notes []Evidence
+	var notes []noteRecord
 	putQP := func(h *History, dev int) error {
 		o := h.qpNames().owner
 		oid, ok := ownerIDs[o]
@@ -238,12 +269,12 @@ func (w *Watcher) Save(put func(record any) error) (qps int, err error) {
 		notes = notes[:0]
 		for _, n := range h.notes {
 			what := n.what.Value()
-			notes = append(notes, Evidence{Time: n.at.Time(), Source: what.source.String(), What: what.text})
+			notes = append(notes, noteRecord{Time: savedTime(n.at), Source: what.source.String(), What: what.text})
 		}
 		q = qpRecord{
 			Device: dev, LQPN: h.QPN, Type: h.Type.String(), PID: h.pid, Owner: oid, PDN: h.pdn,
-			OnSRQ: h.OnSRQ, SRQN: h.SRQN, FirstSeen: h.FirstSeen.Time(),
-			State: h.State.String(), StateKnown: h.StateKnown, StateSince: h.StateSince.Time(), StateSource: h.stateSource.String(),
+			OnSRQ: h.OnSRQ, SRQN: h.SRQN, FirstSeen: savedTime(h.FirstSeen),
+			State: h.State.String(), StateKnown: h.StateKnown, StateSince: savedTime(h.StateSince), StateSource: h.stateSource.String(),
 			EverRTS: h.EverRTS, InScan: h.inScan, Destroyed: h.Destroyed, DestroySeen: h.DestroySeen,
 			ErrBeforeDestroy: h.ErrBeforeDestroy, LastWQEBeforeDestroy: h.LastWQEBeforeDestroy,
 			Events: eventsOf(h.events), Notes: notes,
@@ -280,8 +311,8 @@ func eventsOf(e *qpEvents) *eventsRecord {
 	if e == nil {
 		return nil
 	}
-	r := &eventsRecord{ErrAt: e.ErrAt.Time(), LastWQEAt: e.LastWQEAt.Time(), LastWQELatest: e.lastWQELatest.Time(),
-		LastWQECount: e.LastWQECount, DestroyedAt: e.DestroyedAt.Time()}
+	r := &eventsRecord{ErrAt: savedTime(e.ErrAt), LastWQEAt: savedTime(e.LastWQEAt), LastWQELatest: savedTime(e.lastWQELatest),
+		LastWQECount: e.LastWQECount, DestroyedAt: savedTime(e.DestroyedAt)}
 	if d := e.drain; d != nil {
 		r.Drain = &drainRecord{Since: d.DrainSince, Func: d.DrainFunc, Depth: d.drainDepth,
 			TookNS: int64(d.DrainTook), Ended: d.DrainEnded, Bound: d.DrainBound}
@@ -426,8 +457,8 @@ func historyOf(q *qpRecord, rd *restoredDevice, owners map[int]Owner) (*History,
 	}
 	h := &History{
 		DevIndex: rd.index, QPN: q.LQPN, pid: q.PID, pdn: q.PDN, OnSRQ: q.OnSRQ, SRQN: q.SRQN,
-		FirstSeen: stampOf(q.FirstSeen), Type: typ, State: state, StateKnown: q.StateKnown,
-		StateSince: stampOf(q.StateSince), stateSource: src, EverRTS: q.EverRTS, inScan: q.InScan,
+		FirstSeen: Stamp(q.FirstSeen), Type: typ, State: state, StateKnown: q.StateKnown,
+		StateSince: Stamp(q.StateSince), stateSource: src, EverRTS: q.EverRTS, inScan: q.InScan,
 		Destroyed: q.Destroyed, DestroySeen: q.DestroySeen, ErrBeforeDestroy: q.ErrBeforeDestroy,
 		LastWQEBeforeDestroy: q.LastWQEBeforeDestroy,
 		keep:                 q.Destroyed, // only those the destroy rules may report are saved
@@ -435,8 +466,8 @@ func historyOf(q *qpRecord, rd *restoredDevice, owners map[int]Owner) (*History,
 	h.setNames(qpNames{device: rd.dev.name, owner: o})
 	if e := q.Events; e != nil {
 		r := h.record()
-		r.ErrAt, r.LastWQEAt, r.lastWQELatest = stampOf(e.ErrAt), stampOf(e.LastWQEAt), stampOf(e.LastWQELatest)
-		r.LastWQECount, r.DestroyedAt = e.LastWQECount, stampOf(e.DestroyedAt)
+		r.ErrAt, r.LastWQEAt, r.lastWQELatest = Stamp(e.ErrAt), Stamp(e.LastWQEAt), Stamp(e.LastWQELatest)
+		r.LastWQECount, r.DestroyedAt = e.LastWQECount, Stamp(e.DestroyedAt)
 		if d := e.Drain; d != nil {
 			r.drain = &drainState{DrainSince: d.Since, DrainFunc: d.Func, drainDepth: d.Depth,
 				DrainTook: time.Duration(d.TookNS), DrainEnded: d.Ended, DrainBound: d.Bound}
@@ -449,7 +480,7 @@ func historyOf(q *qpRecord, rd *restoredDevice, owners map[int]Owner) (*History,
 			if !ok {
 				return nil, fmt.Errorf("note source %q unknown", e.Source)
 			}
-			h.notes[i] = note{at: stampOf(e.Time), what: unique.Make(noteWhat{e.What, src})}
+			h.notes[i] = note{at: Stamp(e.Time), what: unique.Make(noteWhat{e.What, src})}
 		}
 	}
 	return h, nil
