@@ -161,17 +161,24 @@ func LoadConfig(path string, optional bool) (Config, error) {
 		return Config{}, nil
 	}
 	if err != nil {
-		var oe *opfile.Error
-		var pe *fs.PathError
-		switch {
-		case errors.As(err, &oe):
-			err = oe.Err
-		case errors.As(err, &pe):
-			err = pe.Err
-		}
-		return Config{}, &ConfigError{Path: path, Err: err}
+		return Config{}, &ConfigError{Path: path, Err: opfileCause(err)}
 	}
 	return parseConfig(path, b)
+}
+
+// opfileCause is why opfile refused or could not read a file, without the
+// path its *opfile.Error or *fs.PathError names: the agent's own error
+// names the file.
+func opfileCause(err error) error {
+	var oe *opfile.Error
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &oe):
+		return oe.Err
+	case errors.As(err, &pe):
+		return pe.Err
+	}
+	return err
 }
 
 // parseConfig decodes and checks a configuration file's contents; path

@@ -109,15 +109,7 @@ func (f *stateFile) load(st *state, now time.Time) {
 func (f *stateFile) read(st *state) (stateHeader, int, error) {
 	var h stateHeader
 	failed := func(err error) (stateHeader, int, error) {
-		var oe *opfile.Error
-		var pe *fs.PathError
-		switch {
-		case errors.As(err, &oe):
-			err = oe.Err
-		case errors.As(err, &pe):
-			err = pe.Err
-		}
-		return h, 0, fmt.Errorf("agent: load state %s: %w", f.path, err)
+		return h, 0, fmt.Errorf("agent: load state %s: %w", f.path, opfileCause(err))
 	}
 	r, err := opfile.Open(f.path, f.maxSize, false)
 	if err != nil {
