@@ -163,7 +163,7 @@ type Restored struct {
 	// New are those whose number the first scan listed for another QP.
 	New int
 	// Gone are those not listed again (destroyed while no one watched), or
-	// whose device was not listed.
+	// whose device was not listed, or was registered again.
 	Gone int
 	// Waiting are those whose device has not been scanned yet.
 	Waiting int
@@ -327,11 +327,11 @@ var errRestoreInto = errors.New("leakwatch: restore into a watcher that has hist
 // Restore reads through get (typically a json.Decoder's Decode), one value
 // at a time, the records of SavedVersion that Save wrote, up to and with
 // the end's, after which get must say io.EOF, and returns the number of
-// QP histories read. The watcher, one
-// that has observed nothing yet, then begins observing when the saved one
-// did (when that was earlier), and holds the histories until its devices
-// are listed (Listed) and scanned: a QP that its device's first scan lists
-// again as the same QP (its LQPN, type, owner thread and kern_name, SRQ
+// QP histories read. The watcher, one that has observed nothing yet, then
+// begins observing when the saved one did (when that was earlier), and
+// holds the histories until its devices are listed (Listed) and scanned: a
+// QP that its device's first scan lists again, the device registered as
+// it was, as the same QP (its LQPN, type, owner thread and kern_name, SRQ
 // and PDN) goes on from its history, its age and evidence included, with
 // what that scan lists winning over what was saved; a QP that scan does
 // not list is gone. A probe event about a restored QP before that scan
@@ -502,7 +502,8 @@ func sourceNamed(s string) (source, bool) {
 // by name, at whatever index and under whatever name they have now. What
 // was restored of such a device joins what the watcher knows of it (a
 // LAST_WQE_REACHED seen on it, its QP counts), and its destroyed QPs are
-// tracked again; its live QPs wait for its first scan. What was restored
+// tracked again; its live QPs wait for its first scan, unless the device
+// is at another index: registered again, it lost them. What was restored
 // of a device not listed is dropped: it went away with its QPs.
 func (w *Watcher) Listed(devs []rdmanl.Device) {
 	for _, d := range devs {
@@ -523,7 +524,10 @@ func (w *Watcher) Listed(devs []rdmanl.Device) {
 	}
 }
 
-// confirmDevice takes up what was restored of a device, listed as d.
+// confirmDevice takes up what was restored of a device, listed as d. A
+// device listed at another index than it had was registered again (the
+// kernel gives each registration an index of its own, as after a reset):
+// its QPs went with the registration they were on.
 func (w *Watcher) confirmDevice(rd *restoredDevice, d rdmanl.Device) {
 	rd.confirmed = true
 	dev := w.device(d.Index, d.Name)
@@ -531,12 +535,18 @@ func (w *Watcher) confirmDevice(rd *restoredDevice, d rdmanl.Device) {
 	dev.emitsLastWQE = dev.emitsLastWQE || rd.dev.emitsLastWQE
 	dev.samples = append(rd.dev.samples, dev.samples...)
 	dev.samples = dev.samples[max(0, len(dev.samples)-maxSamples):]
+	registered := rd.index != d.Index
 	for qpn, h := range rd.qps {
 		h.DevIndex = d.Index
 		n := h.qpNames()
 		n.device = dev.name
 		h.setNames(n)
 		if !h.Destroyed {
+			if registered {
+				delete(rd.qps, qpn)
+				w.restoredQPs.Waiting--
+				w.restoredQPs.Gone++
+			}
 			continue
 		}
 		delete(rd.qps, qpn)

@@ -44,11 +44,11 @@ func ages(r Report) map[uint32]string {
 
 // A restarted agent goes on from the saved histories: the QPs its first
 // dump lists again as the same QP keep their ages and evidence, under the
-// device's name and index now (found by node GUID); a QP whose number
-// another QP took (another thread, another PD) is new; a QP not listed is
-// gone; a destroyed SRQ QP the destroy rules report stays reported; and
-// what the device taught the watcher (LAST_WQE_REACHED seen, QP counts)
-// is kept.
+// device's name now (found by node GUID); a QP whose number another QP
+// took (another thread, another PD) is new; a QP not listed is gone; a
+// destroyed SRQ QP the destroy rules report stays reported; and what the
+// device taught the watcher (LAST_WQE_REACHED seen, QP counts) is kept.
+// A device registered again meanwhile (another index) lost its QPs.
 func TestRestoreReconciles(t *testing.T) {
 	dev := rdmanl.Device{Index: 0, Name: "rxe0", NodeGUID: 0x0002c90300a1b2c3}
 	c := &clock{t: t0}
@@ -73,14 +73,14 @@ func TestRestoreReconciles(t *testing.T) {
 	}
 	saved := save(t, a)
 
-	// The agent restarts a minute later; the device was renamed and
-	// registered again meanwhile.
+	// The agent restarts a minute later; the device was renamed
+	// meanwhile.
 	b := New(Config{Probes: true}, c.now)
 	c.at(2 * time.Minute)
 	if n, err := restore(b, saved); n != 6 || err != nil {
 		t.Fatalf("Restore: %d QPs, %v", n, err)
 	}
-	moved := rdmanl.Device{Index: 3, Name: "rxe1", NodeGUID: dev.NodeGUID}
+	moved := rdmanl.Device{Index: dev.Index, Name: "rxe1", NodeGUID: dev.NodeGUID}
 	b.Listed([]rdmanl.Device{moved})
 	b.Scan(dump(c.at(2*time.Minute), moved,
 		withPDN(qp(17, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42), 1),
@@ -113,6 +113,26 @@ func TestRestoreReconciles(t *testing.T) {
 	}
 	if len(b.restoring) != 0 {
 		t.Errorf("%d restored devices still wait after their scan", len(b.restoring))
+	}
+
+	// Registered again (a reset), the device has none of its QPs.
+	r := New(Config{Probes: true}, c.now)
+	if _, err := restore(r, saved); err != nil {
+		t.Fatal(err)
+	}
+	again := rdmanl.Device{Index: 7, Name: "rxe0", NodeGUID: dev.NodeGUID}
+	r.Listed([]rdmanl.Device{again})
+	r.Scan(dump(c.at(3*time.Minute), again, withPDN(qp(17, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42), 1)))
+	if diff := cmp.Diff(Restored{QPs: 6, Kept: 1, Gone: 5}, r.Restored()); diff != "" {
+		t.Errorf("Restored after a re-registration (-want +got):\n%s", diff)
+	}
+	c.at(4 * time.Minute)
+	if diff := cmp.Diff(map[uint32]string{17: "never-connected-qp rxe0 1m0s", 30: "srq-destroy-without-last-wqe rxe0 3m56s"},
+		ages(r.Evaluate(Query{MinAge: 5 * time.Second}))); diff != "" {
+		t.Errorf("after a re-registration (-want +got):\n%s", diff)
+	}
+	if d := r.devs[again.Index]; d == nil || !d.emitsLastWQE {
+		t.Errorf("device state %+v, want LAST_WQE_REACHED seen", d)
 	}
 }
 
@@ -219,7 +239,8 @@ func TestListedDropsWhatIsGone(t *testing.T) {
 		listed []rdmanl.Device
 		want   Restored
 	}{
-		{"both, one renamed", []rdmanl.Device{{Index: 4, Name: "fab0", NodeGUID: 9}, byName}, Restored{QPs: 3, Waiting: 3}},
+		{"both, one renamed", []rdmanl.Device{{Index: 0, Name: "fab0", NodeGUID: 9}, byName}, Restored{QPs: 3, Waiting: 3}},
+		{"one registered again", []rdmanl.Device{{Index: 4, Name: "mlx5_0", NodeGUID: 9}, byName}, Restored{QPs: 3, Gone: 1, Waiting: 2}},
 		{"siw0 renamed: another device", []rdmanl.Device{byGUID, {Index: 1, Name: "siw1"}}, Restored{QPs: 3, Gone: 2, Waiting: 1}},
 		{"another GUID", []rdmanl.Device{{Index: 0, Name: "mlx5_0", NodeGUID: 10}, byName}, Restored{QPs: 3, Gone: 1, Waiting: 2}},
 		{"none", nil, Restored{QPs: 3, Gone: 3}},
