@@ -558,6 +558,9 @@ func (w *Watcher) Event(ev Event) {
 		if h == nil || h.Destroyed {
 			if r := w.takeRestored(k, ev.QPType); r != nil {
 				h = r // its first scan checks it is the same QP
+				n := h.qpNames()
+				n.device = dev.name
+				h.setNames(n)
 				return h
 			}
 			h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: stampOf(ev.Time), Type: ev.QPType}
