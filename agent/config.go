@@ -52,6 +52,10 @@ type Config struct {
 	// Policy is the file's policy mapping: what it sets of the
 	// remediation policy, over DefaultPolicy (Config.policy).
 	Policy *policyConfig `yaml:"policy"`
+	// StateFile is where the history is kept across restarts ("" for
+	// nowhere), StateInterval the time between its saves.
+	StateFile     *optionalPath `yaml:"state_file"`
+	StateInterval *duration     `yaml:"state_interval"`
 }
 
 // policyConfig is the policy mapping of a configuration file; its yaml
@@ -157,17 +161,24 @@ func LoadConfig(path string, optional bool) (Config, error) {
 		return Config{}, nil
 	}
 	if err != nil {
-		var oe *opfile.Error
-		var pe *fs.PathError
-		switch {
-		case errors.As(err, &oe):
-			err = oe.Err
-		case errors.As(err, &pe):
-			err = pe.Err
-		}
-		return Config{}, &ConfigError{Path: path, Err: err}
+		return Config{}, &ConfigError{Path: path, Err: opfileCause(err)}
 	}
 	return parseConfig(path, b)
+}
+
+// opfileCause is why opfile refused or could not read a file, without the
+// path its *opfile.Error or *fs.PathError names: the agent's own error
+// names the file.
+func opfileCause(err error) error {
+	var oe *opfile.Error
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &oe):
+		return oe.Err
+	case errors.As(err, &pe):
+		return pe.Err
+	}
+	return err
 }
 
 // parseConfig decodes and checks a configuration file's contents; path
@@ -420,6 +431,20 @@ func (p *absPath) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// optionalPath is an absolute path, or "" for none.
+type optionalPath string
+
+func (p *optionalPath) UnmarshalYAML(n *yaml.Node) error {
+	if err := scalar(n, "a string"); err != nil {
+		return err
+	}
+	if n.Value != "" && !strings.HasPrefix(n.Value, "/") {
+		return refuse(n, "%q: want an absolute path, or \"\" for none", n.Value)
+	}
+	*p = optionalPath(n.Value)
+	return nil
+}
+
 // renamePolicies is a list of rename policies ("map,guid"), or "" for
 // none.
 type renamePolicies string
@@ -607,7 +632,8 @@ func (m *maxQP) UnmarshalYAML(n *yaml.Node) error {
 // Apply sets in o what the file gives, except what the command line gave:
 // given reports whether the flag for a key was set (socket,
 // metrics_address, interval, reconcile, probes, rename, names_map,
-// rename_force, exhaustion_threshold, policy, policy_dry_run). max_qp
+// rename_force, exhaustion_threshold, state_file, state_interval, policy,
+// policy_dry_run). max_qp
 // merges, the command line's entries winning per device. The rename keys
 // complete o.Rename, which the command line set (nil when it named no
 // policies).
@@ -650,6 +676,12 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 	if c.Probes != nil && !given("probes") {
 		o.NoProbes = !bool(*c.Probes)
 	}
+	if c.StateFile != nil && !given("state_file") {
+		o.StateFile = string(*c.StateFile)
+	}
+	if c.StateInterval != nil && !given("state_interval") {
+		o.StateInterval = time.Duration(*c.StateInterval)
+	}
 	if p := c.policy(); p != nil {
 		if given("policy") {
 			p.Mode = o.Policy.Mode
@@ -671,8 +703,8 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 // the options the agent was started with (base: those of the command line
 // alone). A file that does not load, or that changes an option only a
 // restart can (socket, metrics_address, interval, probes, retain,
-// exhaustion_threshold, the rename keys), is an error and nothing is
-// reloaded.
+// exhaustion_threshold, the rename keys, state_file, state_interval), is
+// an error and nothing is reloaded.
 func ReloadFrom(path string, optional bool, base, running RunOptions, given func(key string) bool) (Reloadable, error) {
 	c, err := LoadConfig(path, optional)
 	if err != nil {
@@ -691,6 +723,8 @@ func ReloadFrom(path string, optional bool, base, running RunOptions, given func
 		{"retain", running.Retain, o.Retain},
 		{"exhaustion_threshold", running.ExhaustionThreshold, o.ExhaustionThreshold},
 		{"rename", renameString(running.Rename), renameString(o.Rename)},
+		{"state_file", running.StateFile, o.StateFile},
+		{"state_interval", running.StateInterval, o.StateInterval},
 	} {
 		if k.old != k.new {
 			return Reloadable{}, &ConfigError{Path: path, Key: k.key,

@@ -47,7 +47,8 @@ type CheckReport struct {
 	// --watch, "agent" when the agent answered from its longer history.
 	Source string `json:"source"`
 	// ObservedSince is when the observation began: the start of --watch,
-	// or the agent's start (RFC 3339, UTC).
+	// or when the agent's history began: its start, or that of the agent
+	// whose history it restored (RFC 3339, UTC).
 	ObservedSince time.Time `json:"observed_since"`
 }
 
