@@ -80,6 +80,8 @@ var systemFiles = []struct {
 	{"etc/systemd/system/fstrim.timer", 0, ""},
 	{"etc/systemd/system/podman-auto-update.timer", 0, ""},
 	{"etc/systemd/system/podman-restart.service", 0, ""},
+	{"etc/systemd/system/podman-auto-update.service", 0, ""},
+	{"etc/systemd/system/e2scrub_reap.service", 0, ""},
 }
 
 // systemRecipe fingerprints what goes into the system root, so a change
