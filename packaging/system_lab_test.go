@@ -96,6 +96,9 @@ func aptInstall(t *testing.T, debs ...string) string {
 // purgeOnCleanup purges the package when t ends, whatever it left.
 func purgeOnCleanup(t *testing.T) {
 	t.Cleanup(func() {
+		if st, err := guestErr("dpkg-query", "-W", "-f=${Status}", "rdmatool"); err != nil || strings.Contains(st, "not-installed") {
+			return // purged already, or never installed
+		}
 		if out, err := guestErr("apt-get", "purge", "-y", "rdmatool"); err != nil {
 			t.Logf("apt-get purge rdmatool: %v\n%s", err, out)
 		}
@@ -224,18 +227,27 @@ func metricValue(url, name string, labels ...string) float64 {
 	return v
 }
 
+// agentReport is what qp-leaks -j prints.
+type agentReport = agentapi.CheckReport
+
 // qpLeaks runs the installed `rdmatool qp-leaks -j` with args, as an
 // operator on the host does (it asks the agent), and decodes its report;
 // exit status 0 (nothing) and 1 (findings) are answers, anything else
 // fails t.
-func qpLeaks(t *testing.T, args ...string) agentapi.CheckReport {
+func qpLeaks(t *testing.T, args ...string) agentReport {
 	t.Helper()
-	out, err := exec.Command("/usr/sbin/rdmatool", append([]string{"qp-leaks", "-j"}, args...)...).Output()
+	return qpLeaksWith(t, "/usr/sbin/rdmatool", args...)
+}
+
+// qpLeaksWith is qpLeaks with the rdmatool binary bin.
+func qpLeaksWith(t *testing.T, bin string, args ...string) agentReport {
+	t.Helper()
+	out, err := exec.Command(bin, append([]string{"qp-leaks", "-j"}, args...)...).Output()
 	var ee *exec.ExitError
 	if err != nil && (!errors.As(err, &ee) || ee.ExitCode() != 1) {
 		t.Fatalf("rdmatool qp-leaks -j %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	var rep agentapi.CheckReport
+	var rep agentReport
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("rdmatool qp-leaks -j: %v\n%s", err, out)
 	}
@@ -243,7 +255,7 @@ func qpLeaks(t *testing.T, args ...string) agentapi.CheckReport {
 }
 
 // findingsOf are the findings of rule held by pid.
-func findingsOf(rep agentapi.CheckReport, rule string, pid int) []uint32 {
+func findingsOf(rep agentReport, rule string, pid int) []uint32 {
 	var qpns []uint32
 	for _, f := range rep.Findings {
 		if f.Rule == rule && int(f.PID) == pid {
