@@ -115,7 +115,7 @@ test-image: image
 test-monitoring:
 	RDMATOOL_REQUIRE_PROMTOOL=1 $(GO) test -count=1 ./packaging
 	promtool check rules packaging/prometheus/rdmatool-alerts.yaml
-	promtool test rules packaging/prometheus/rdmatool-alerts.test.yaml
+	promtool test rules packaging/prometheus/rdmatool-alerts.test.yaml packaging/prometheus/rdmatool-alerts.lab.test.yaml
 
 # The lab images, one per kernel of the matrix, and the system guest's
 # Debian root (cached in ~/.cache/rdmatool-lab).
@@ -173,7 +173,8 @@ deb-next:
 # SYSTEM_KERNELS, which installs what make deb, deb-next and image built
 # (vmtest/systemtests.sh runs the tests one at a time, across the reboots
 # they ask for). LAB_RUN=regexp selects tests; SYSTEM_ARGS go to the test
-# binaries (-update rewrites the lab scrape in packaging/prometheus/testdata).
+# binaries (-update on 6.12 rewrites the lab scrape in
+# packaging/prometheus/testdata; then go test ./packaging -update).
 SYSTEM_KERNELS ?= 6.1 6.12
 SYSTEM_PKGS = $(shell grep -rl --include='*_test.go' 'vmtest\.RequireSystem' --exclude-dir=.lab . | xargs -r -n1 dirname | sort -u)
 SYSTEM_TESTS := $(LAB)/system-tests

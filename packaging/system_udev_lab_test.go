@@ -105,9 +105,10 @@ func TestSystemUdevNames(t *testing.T) {
 		}
 		// rdma-core's PROGRAM runs while the rules are read, rdmatool's
 		// RUN after all of them.
-		out := guest(t, "udevadm", "test", "--action=add", "/sys/class/infiniband/"+want["0000:00ff:fe00:0401"])
-		program := strings.Index(out, "rdma_rename "+want["0000:00ff:fe00:0401"]+" NAME_FALLBACK")
-		run := strings.Index(out, "/usr/sbin/rdmatool rename udev -- "+want["0000:00ff:fe00:0401"])
+		name := want["0000:00ff:fe00:0401"]
+		out := guest(t, "udevadm", "test", "--action=add", "/sys/class/infiniband/"+name)
+		program := strings.Index(out, "Running PROGRAM 'rdma_rename "+name+" NAME_FALLBACK'")
+		run := strings.Index(out, "run: '/usr/sbin/rdmatool rename udev -- '"+name+"''")
 		if program < 0 || run < 0 || program > run {
 			t.Errorf("udevadm test: rdma-core's PROGRAM at %d, rdmatool's RUN at %d; want both, rdma-core's first:\n%s", program, run, out)
 		}
