@@ -28,7 +28,8 @@
 //
 // The C workloads in vmtest/workloads create the situations (QP pairs, SRQs,
 // spec and non-spec teardown, churn); Workload runs one and reads its JSON
-// lines (StartWorkloadAs as another user). StartNVMeoF runs kernel ULPs instead: an nvmet_rdma target (with
-// or without SRQs) exporting null_blk through configfs, and an nvme_rdma
-// host connected to it through /dev/nvme-fabrics.
+// lines (StartWorkloadAs as another user). StartNVMeoF runs kernel ULPs
+// instead: an nvmet_rdma target (with or without SRQs) exporting null_blk
+// through configfs, and an nvme_rdma host connected to it through
+// /dev/nvme-fabrics.
 package vmtest
