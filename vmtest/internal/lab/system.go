@@ -260,21 +260,7 @@ func (b *Builder) buildSystemInitramfs(ctx context.Context, dir string, img Imag
 	if err := copyFile(filepath.Join(user, "usr/bin/busybox"), filepath.Join(tree, "usr/bin/busybox"), 0o755); err != nil {
 		return err
 	}
-	depFile, err := os.Open(filepath.Join(modules, "modules.dep"))
-	if err != nil {
-		return err
-	}
-	deps, err := parseModulesDep(depFile)
-	_ = depFile.Close() // read only
-	if err != nil {
-		return err
-	}
-	bFile, err := os.Open(filepath.Join(modules, "modules.builtin"))
-	if err != nil {
-		return err
-	}
-	builtin, err := parseBuiltin(bFile)
-	_ = bFile.Close() // read only
+	deps, builtin, err := readModuleTables(modules)
 	if err != nil {
 		return err
 	}
