@@ -19,7 +19,7 @@ FUZZTIME ?= 10000x
 LAB_PKGS = $(shell grep -rl --include='*_test.go' 'vmtest\.Require' --exclude-dir=.lab . | xargs -r -n1 dirname | sort -u)
 
 .PHONY: all build deps test test-unit lint generate-check fuzz-smoke lab lab-bins test-lab demo lab-shell bench soak clean \
-	deb test-deb test-monitoring image test-image
+	deb test-deb test-monitoring image test-image deb-next test-system
 
 all: build
 
@@ -29,7 +29,7 @@ build:
 deps:
 	@vmtest/install-deps.sh
 
-test: deps test-unit lint generate-check fuzz-smoke test-monitoring test-deb test-image test-lab
+test: deps test-unit lint generate-check fuzz-smoke test-monitoring test-deb test-image test-lab test-system
 
 # The committed bpf2go output must be exactly what `go generate` makes from
 # bpf/qp.c with Debian's clang-14.
@@ -115,12 +115,13 @@ test-image: image
 test-monitoring:
 	RDMATOOL_REQUIRE_PROMTOOL=1 $(GO) test -count=1 ./packaging
 	promtool check rules packaging/prometheus/rdmatool-alerts.yaml
-	promtool test rules packaging/prometheus/rdmatool-alerts.test.yaml
+	promtool test rules packaging/prometheus/rdmatool-alerts.test.yaml packaging/prometheus/rdmatool-alerts.lab.test.yaml
 
-# The lab images, one per kernel of the matrix (cached in .lab/kernels).
+# The lab images, one per kernel of the matrix, and the system guest's
+# Debian root (cached in ~/.cache/rdmatool-lab).
 lab: deps
 	@set -e; $(GO) build -o $(BIN)/vmlab ./vmtest/cmd/vmlab; \
-	for k in $(KERNELS); do $(BIN)/vmlab build -kernel $$k; done
+	for k in $(KERNELS); do $(BIN)/vmlab build -system -kernel $$k; done
 
 # What lab tests run inside the guest: static binaries, shared over 9p.
 lab-bins:
@@ -153,6 +154,47 @@ test-lab: lab lab-bins
 	done; \
 	if [ -n "$$failed" ]; then sh vmtest/labfailures.sh $$logs; \
 		echo "lab tests failed on kernel(s):$$failed"; exit 1; fi
+
+# The .deb of the next commit, for the upgrade test (TestSystemUpgrade):
+# this tree, uncommitted changes and new files included, committed on top
+# of HEAD in a temporary clone and built there, so its version is the one
+# the next commit gets and sorts after $(DEB_DIR)'s.
+DEB_NEXT_DIR := $(LAB)/deb-next
+deb-next:
+	@set -e; rm -rf $(DEB_NEXT_DIR); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	git clone -q --shared . "$$tmp/src"; \
+	git ls-files -z -co --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -C "$$tmp/src" -xf -; \
+	git -C "$$tmp/src" add -A; \
+	git -C "$$tmp/src" -c user.name=rdmatool-lab -c user.email=lab@rdmatool.invalid \
+		commit -q --allow-empty -m "the next commit (make deb-next)"; \
+	GO=$(GO) "$$tmp/src/packaging/deb/build.sh" $(DEB_NEXT_DIR)
+
+# Lab tests in the system guest (TestSystem*, vmtest.RequireSystem): a
+# Debian host with systemd, udev and rdma-core, one per kernel of
+# SYSTEM_KERNELS, which installs what make deb, deb-next and image built
+# (vmtest/systemtests.sh runs the tests one at a time, across the reboots
+# they ask for). LAB_RUN=regexp selects tests; SYSTEM_ARGS go to the test
+# binaries (-update on 6.12 rewrites the lab scrape in
+# packaging/prometheus/testdata; then go test ./packaging -update).
+SYSTEM_KERNELS ?= 6.1 6.12
+SYSTEM_PKGS = $(shell grep -rl --include='*_test.go' 'vmtest\.RequireSystem' --exclude-dir=.lab . | xargs -r -n1 dirname | sort -u)
+SYSTEM_TESTS := $(LAB)/system-tests
+SYSTEM_ARGS ?=
+test-system: lab lab-bins deb deb-next image
+	@set -e; rm -rf $(SYSTEM_TESTS); mkdir -p $(SYSTEM_TESTS); : >$(SYSTEM_TESTS)/list; \
+	for p in $(SYSTEM_PKGS); do \
+		bin=$(SYSTEM_TESTS)/$$(echo $${p#./} | tr / _).test; \
+		CGO_ENABLED=0 $(GO) test -c -o $$bin $$p; \
+		echo "$$p $$bin" >>$(SYSTEM_TESTS)/list; \
+	done
+	@set -o pipefail; failed=; logs=; for k in $(SYSTEM_KERNELS); do \
+		echo "== system guest tests on kernel $$k"; \
+		VMTEST_EXPECT_SYSTEM=1 VMTEST_RUN='$(LAB_RUN)' $(BIN)/vmlab run -system -kernel $$k -timeout 40m -- \
+			sh vmtest/systemtests.sh $(SYSTEM_TESTS)/list $(SYSTEM_ARGS) 2>&1 | tee $(SYSTEM_TESTS)/$$k.log || \
+			{ failed="$$failed $$k"; logs="$$logs $$k $(SYSTEM_TESTS)/$$k.log"; }; \
+	done; \
+	if [ -n "$$failed" ]; then sh vmtest/labfailures.sh $$logs; \
+		echo "system guest tests failed on kernel(s):$$failed"; exit 1; fi
 
 # Only the kernel the demo boots is built.
 demo: deps lab-bins

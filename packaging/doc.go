@@ -23,4 +23,10 @@
 //     capabilities, no_new_privs, that list as a seccomp filter and a
 //     read-only mount namespace, applied by the test binary re-executed as
 //     a wrapper.
+//   - The TestSystem* tests run in the lab's system guest (a Debian host
+//     with systemd, udev and rdma-core; make test-system): the .deb
+//     installed with apt and the agent under the shipped unit, the udev
+//     rule beside rdma-core's across a reboot, an upgrade with a leak in
+//     progress, the image under podman as the DaemonSet says, and the
+//     scrapes prometheus/rdmatool-alerts.lab.test.yaml is built from.
 package packaging

@@ -156,7 +156,8 @@ func unitHardening(t *testing.T) hardening {
 	var h hardening
 	names := map[string]int{"CAP_NET_ADMIN": unix.CAP_NET_ADMIN, "CAP_BPF": unix.CAP_BPF,
 		"CAP_PERFMON": unix.CAP_PERFMON, "CAP_SYS_ADMIN": unix.CAP_SYS_ADMIN, "CAP_SYS_PTRACE": unix.CAP_SYS_PTRACE,
-		"CAP_SYS_RESOURCE": unix.CAP_SYS_RESOURCE}
+		"CAP_DAC_READ_SEARCH": unix.CAP_DAC_READ_SEARCH,
+		"CAP_SYS_RESOURCE":    unix.CAP_SYS_RESOURCE}
 	for _, c := range strings.Fields(unitKey(t, "CapabilityBoundingSet")) {
 		n, ok := names[c]
 		if !ok {

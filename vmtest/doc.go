@@ -17,9 +17,19 @@
 // holds what was measured on each kernel of the matrix. Product code never
 // does that: it detects features by trying them.
 //
+// # System tests
+//
+// `vmlab run -system` boots the system guest instead: a Debian root with
+// systemd, udev and rdma-core, for tests of what an operator installs. A
+// system test starts with RequireSystem; Reboot reboots the guest and runs
+// the test again, Boot telling it which boot it is in
+// (vmtest/systemtests.sh). LabFile finds what the Makefile built for the
+// tests (the .deb, the image).
+//
 // The C workloads in vmtest/workloads create the situations (QP pairs, SRQs,
 // spec and non-spec teardown, churn); Workload runs one and reads its JSON
-// lines. StartNVMeoF runs kernel ULPs instead: an nvmet_rdma target (with
-// or without SRQs) exporting null_blk through configfs, and an nvme_rdma
-// host connected to it through /dev/nvme-fabrics.
+// lines (StartWorkloadAs as another user). StartNVMeoF runs kernel ULPs
+// instead: an nvmet_rdma target (with or without SRQs) exporting null_blk
+// through configfs, and an nvme_rdma host connected to it through
+// /dev/nvme-fabrics.
 package vmtest

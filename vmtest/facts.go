@@ -36,6 +36,10 @@ var facts = map[string]map[string]bool{
 	"siw relink shows unregister":   {"6.1": true, "6.12": true, "7.x": true},
 	"siw relink shows register":     {"6.1": true, "6.12": true, "7.x": true},
 	"siw relink shows device_fatal": {"6.1": false, "6.12": false, "7.x": false},
+	// From 6.11 the kernel marks the name `rdma link add NAME` gives a
+	// device as assigned by user space (RDMA_NLDEV_ATTR_NAME_ASSIGN_TYPE),
+	// and rdmatool's udev rule keeps it.
+	"rdma link add names are user-assigned": {"6.1": false, "6.12": true, "7.x": true},
 	// netdevsim compiles out of tree from Debian's linux-source (lab/siw.go)
 	// and its devlink reload re-creates its ports.
 	"lab has netdevsim": {"6.1": true, "6.12": true, "7.x": true},

@@ -2,7 +2,8 @@
 # Installs what building rdmatool and running the lab needs on Debian
 # bookworm: QEMU, the tools that assemble the guest, the C toolchain for the
 # workloads and siw.ko, the packaging checks (lintian, debootstrap,
-# promtool), and the Go modules. Installs only what is missing.
+# promtool), the system guest's root (mmdebstrap, qemu-img), and the Go
+# modules. Installs only what is missing.
 set -euo pipefail
 
 pkgs=(
@@ -16,6 +17,9 @@ pkgs=(
 	strace # cmd/rdmatool's test that commands which do not trace make no bpf() call
 	lintian # make deb, make test-deb
 	debootstrap # the Debian root test-deb installs the package into
+	mmdebstrap # the system guest's Debian root (make lab)
+	qemu-utils # qemu-img: each system guest run boots an overlay of that root
+	e2fsprogs  # mkfs.ext4 -d makes the root disk
 	prometheus # promtool: make test-monitoring checks the alert rules
 	git ca-certificates
 )

@@ -90,3 +90,20 @@ func moduleRoot() (string, error) {
 	}
 	return lab.ModuleRoot(dir)
 }
+
+// LabFile returns the one file matching pattern (a filepath.Match pattern
+// such as "deb/rdmatool_*.deb") under <module root>/.lab, where the
+// Makefile puts what it builds for the lab, failing t unless exactly one
+// matches.
+func LabFile(t testing.TB, pattern string) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := filepath.Glob(filepath.Join(root, ".lab", pattern))
+	if err != nil || len(m) != 1 {
+		t.Fatalf("want one .lab/%s (make builds it), found %v (%v)", pattern, m, err)
+	}
+	return m[0]
+}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -53,7 +54,22 @@ type Workload struct {
 // killed when the test ends, if still running.
 func StartWorkload(t testing.TB, args ...string) *Workload {
 	t.Helper()
+	return startWorkload(t, nil, args)
+}
+
+// StartWorkloadAs is StartWorkload with qpwork running as user uid and
+// group gid: a workload of another user than root.
+func StartWorkloadAs(t testing.TB, uid, gid uint32, args ...string) *Workload {
+	t.Helper()
+	return startWorkload(t, &syscall.Credential{Uid: uid, Gid: gid}, args)
+}
+
+func startWorkload(t testing.TB, cred *syscall.Credential, args []string) *Workload {
+	t.Helper()
 	cmd := exec.Command(Bin(t, "qpwork"), args...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,14 @@
 // Command vmlab builds the rdmatool lab images and runs commands and Go test
 // binaries inside them.
 //
-//	vmlab build [-kernel NAME|all] [-refresh]
-//	vmlab run   [-kernel NAME] [-timeout D] [-share DIR]... -- COMMAND [ARG...]
-//	vmlab exec  [-kernel NAME] [-timeout D] TESTBINARY [ARG...]   (go test -exec)
+//	vmlab build [-kernel NAME|all] [-system] [-refresh]
+//	vmlab run   [-kernel NAME] [-system] [-timeout D] [-share DIR]... -- COMMAND [ARG...]
+//	vmlab exec  [-kernel NAME] [-system] [-timeout D] TESTBINARY [ARG...]   (go test -exec)
 //	vmlab info  [-kernel NAME]
 //	vmlab kernels
+//
+// -system builds or boots the system guest: a Debian root disk with systemd
+// (docs/lab.md) on the same kernels.
 //
 // Kernels, userspace and run directories are cached in $VMTEST_CACHE, else
 // $XDG_CACHE_HOME/rdmatool-lab (~/.cache/rdmatool-lab), so fresh clones of the
@@ -45,9 +48,9 @@ func main() {
 }
 
 const usage = `usage:
-  vmlab build   [-kernel NAME|all] [-refresh]
-  vmlab run     [-kernel NAME] [-timeout D] [-share DIR]... -- COMMAND [ARG...]
-  vmlab exec    [-kernel NAME] [-timeout D] TESTBINARY [ARG...]
+  vmlab build   [-kernel NAME|all] [-system] [-refresh]
+  vmlab run     [-kernel NAME] [-system] [-timeout D] [-share DIR]... -- COMMAND [ARG...]
+  vmlab exec    [-kernel NAME] [-system] [-timeout D] TESTBINARY [ARG...]
   vmlab info    [-kernel NAME]
   vmlab kernels`
 
@@ -73,6 +76,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	memory := fs.String("memory", "2G", "guest memory")
 	icount := fs.Int("icount", envInt("VMTEST_ICOUNT"), "run: count instructions for guest time (QEMU -icount shift=N, e.g. 2; benchmarks)")
 	keep := fs.Bool("keep", false, "keep the run directory with console.log")
+	system := fs.Bool("system", false, "the system guest (systemd on a Debian root disk) instead of the initramfs guest")
 	var shares multiFlag
 	fs.Var(&shares, "share", "host directory to mount at the same path in the guest (repeatable)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -101,6 +105,13 @@ func run(ctx context.Context, args []string) (int, error) {
 				return 1, err
 			}
 			fmt.Printf("%s\t%s\t%s\n", k.Name, img.Release, img.Version)
+			if *system {
+				sys, err := b.System(ctx, img)
+				if err != nil {
+					return 1, err
+				}
+				fmt.Printf("%s\tsystem\t%s\n", k.Name, sys.Root)
+			}
 		}
 		return 0, nil
 	case "info":
@@ -133,6 +144,13 @@ func run(ctx context.Context, args []string) (int, error) {
 		if *icount > 0 { // the guest's scripts say which clock they measured
 			spec.Env = append(slices.DeleteFunc(spec.Env, func(kv string) bool { return strings.HasPrefix(kv, "VMTEST_ICOUNT=") }),
 				"VMTEST_ICOUNT="+strconv.Itoa(*icount))
+		}
+		if *system {
+			sys, err := b.System(ctx, img)
+			if err != nil {
+				return 1, err
+			}
+			spec.System = &sys
 		}
 		if args[0] == "exec" {
 			bin, err := filepath.Abs(command[0])

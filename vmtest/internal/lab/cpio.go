@@ -139,6 +139,12 @@ func (c *cpioWriter) close() error {
 // writeInitramfs packs the guest: /init, the userspace and module trees, and
 // the facts /init reads (/etc/vmtest/kernel and /etc/vmtest/modules).
 func writeInitramfs(path, kernel, release string, modules []string, trees ...string) error {
+	return writeArchive(path, initScript, kernel, release, modules, trees...)
+}
+
+// writeArchive is writeInitramfs with init as /init (the system guest's
+// initramfs has one of its own).
+func writeArchive(path, init, kernel, release string, modules []string, trees ...string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -163,7 +169,7 @@ func writeInitramfs(path, kernel, release string, modules []string, trees ...str
 			perm uint32
 			body string
 		}{
-			{"init", 0o755, initScript},
+			{"init", 0o755, init},
 			{"etc/vmtest/kernel", 0o644, kernel + " " + release + "\n"},
 			{"etc/vmtest/modules", 0o644, strings.Join(modules, "\n") + "\n"},
 			{"etc/passwd", 0o644, "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"},

@@ -17,5 +17,16 @@
 // strips that line and returns N. The first serial port carries the kernel
 // console and is kept in console.log in the run directory.
 //
-// The package runs on the host only and needs root for nothing but apt-get.
+// # The system guest
+//
+// SystemRoot builds a Debian root disk with mmdebstrap (systemd, udev,
+// rdma-core, podman) and System a small initramfs per kernel that mounts
+// it, the kernel's whole module tree over 9p and the shares, and starts
+// systemd; RunSpec.System boots it. Its vmtest.service runs the cmd script
+// with the same output protocol (system-run.sh); a command that creates
+// the run share's "reboot" file reboots the guest instead, and Run boots
+// the run's disk overlay again with the boot count in the share's "boot".
+//
+// The package runs on the host only and needs root for nothing but
+// apt-get and mmdebstrap.
 package lab

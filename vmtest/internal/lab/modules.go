@@ -111,21 +111,7 @@ func collectModules(ctx context.Context, root, modRoot, release string, extra []
 	if err := runIn(ctx, "", nil, "depmod", "-b", root, release); err != nil {
 		return nil, err
 	}
-	depFile, err := os.Open(filepath.Join(kdir, "modules.dep"))
-	if err != nil {
-		return nil, err
-	}
-	deps, err := parseModulesDep(depFile)
-	_ = depFile.Close() // read only
-	if err != nil {
-		return nil, err
-	}
-	bFile, err := os.Open(filepath.Join(kdir, "modules.builtin"))
-	if err != nil {
-		return nil, err
-	}
-	builtin, err := parseBuiltin(bFile)
-	_ = bFile.Close() // read only
+	deps, builtin, err := readModuleTables(kdir)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +143,27 @@ func collectModules(ctx context.Context, root, modRoot, release string, extra []
 		return nil, err
 	}
 	return load, nil
+}
+
+// readModuleTables reads modules.dep and modules.builtin of the module
+// directory kdir (/lib/modules/RELEASE).
+func readModuleTables(kdir string) (map[string]modDep, map[string]bool, error) {
+	depFile, err := os.Open(filepath.Join(kdir, "modules.dep"))
+	if err != nil {
+		return nil, nil, err
+	}
+	deps, err := parseModulesDep(depFile)
+	_ = depFile.Close() // read only
+	if err != nil {
+		return nil, nil, err
+	}
+	bFile, err := os.Open(filepath.Join(kdir, "modules.builtin"))
+	if err != nil {
+		return nil, nil, err
+	}
+	builtin, err := parseBuiltin(bFile)
+	_ = bFile.Close() // read only
+	return deps, builtin, err
 }
 
 // mergedUsr makes root/lib point at usr/lib when only the latter exists, so

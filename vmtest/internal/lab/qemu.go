@@ -34,6 +34,10 @@ type RunSpec struct {
 	ICount int
 	RunDir string // parent of the per-run directory
 	Keep   bool   // keep the run directory (console.log) on success
+	// System, when set, boots the system guest (systemd on a root disk)
+	// instead of the initramfs guest; the command may reboot it
+	// (system-run.sh).
+	System *System
 }
 
 // exitMarker ends the guest's output; its number is the command's status.
@@ -96,11 +100,27 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 		return 0, err
 	}
 
+	initrd, cmdline := spec.Image.Initramfs, "console=ttyS0 panic=-1 oops=panic quiet loglevel=4"
+	var disk []string
+	if spec.System != nil {
+		overlay, err := systemOverlay(ctx, spec.System.Root, runDir)
+		if err != nil {
+			return 0, err
+		}
+		initrd = spec.System.Initramfs
+		cmdline += " systemd.show_status=false"
+		disk = []string{
+			// unsafe: the overlay is the run's alone and thrown away.
+			"-drive", "file=" + overlay + ",format=qcow2,if=virtio,cache=unsafe",
+			"-virtfs", "local,path=" + spec.System.Modules + ",mount_tag=vmtest_modules,security_model=none,readonly=on,multidevs=remap,id=vmtest_modules",
+		}
+	}
+	// -no-reboot: a guest that reboots (a panic, or the system guest when
+	// its command asks) ends QEMU; Run boots it again when asked.
 	args := []string{
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-nic", "none",
 		"-m", spec.Memory, "-smp", strconv.Itoa(spec.CPUs),
-		"-kernel", spec.Image.Vmlinuz, "-initrd", spec.Image.Initramfs,
-		"-append", "console=ttyS0 panic=-1 oops=panic quiet loglevel=4",
+		"-kernel", spec.Image.Vmlinuz, "-initrd", initrd, "-append", cmdline,
 		"-serial", "file:" + filepath.Join(runDir, "console.log"),
 		"-chardev", "stdio,id=out,signal=off", "-serial", "chardev:out",
 		// A PCI NIC for the reset tests' PCI paths (unbind/bind, function
@@ -113,6 +133,7 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 		"-device", "pci-bridge,id=labbr1,chassis_nr=1",
 		"-device", "e1000e,bus=labbr1,addr=1,mac=" + LabNICMAC,
 	}
+	args = append(args, disk...)
 	args = append(args, accelArgs(spec.ICount, spec.Image.Kernel)...)
 	var mounts strings.Builder
 	shares := append([]string{runDir}, dedupShares(spec.Shares)...)
@@ -131,10 +152,30 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 
 	ctx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
+	boots := 1
+	if err := os.WriteFile(filepath.Join(runDir, "boot"), []byte("1\n"), 0o644); err != nil {
+		return 0, err
+	}
 	for attempt := 1; ; attempt++ {
 		res := boot(ctx, spec, args, runDir)
 		if res.ok {
 			return res.status, nil
+		}
+		if spec.System != nil && ctx.Err() == nil && os.Remove(filepath.Join(runDir, "reboot")) == nil {
+			// The command asked for a reboot (system-run.sh): the same
+			// disk boots again and the command runs again.
+			if boots++; boots > maxBoots {
+				keep = true
+				return 0, fmt.Errorf("lab: the command asked for more than %d boots; console: %s", maxBoots,
+					filepath.Join(runDir, "console.log"))
+			}
+			if err := os.WriteFile(filepath.Join(runDir, "boot"), []byte(strconv.Itoa(boots)+"\n"), 0o644); err != nil {
+				return 0, err
+			}
+			_ = os.Rename(filepath.Join(runDir, "console.log"), // kept for a look; the next boot writes a new one
+				filepath.Join(runDir, fmt.Sprintf("console-boot%d.log", boots-1)))
+			attempt = 0
+			continue
 		}
 		keep = true
 		console := filepath.Join(runDir, "console.log")
@@ -159,6 +200,10 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 			spec.Image.Kernel, attempt, bootAttempts, res.why, failed, lastLinesRaw(readFile(failed), 8))
 	}
 }
+
+// maxBoots is how many times one run may boot the system guest: its
+// first boot and the reboots its command asks for.
+const maxBoots = 16
 
 // bootAttempts is how many times Run boots a guest that dies or stalls
 // before its command starts. A failure after the command started is

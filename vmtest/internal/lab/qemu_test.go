@@ -298,3 +298,30 @@ func TestRunNeverRetriesOnceTheCommandStarted(t *testing.T) {
 		})
 	}
 }
+
+// A system guest whose command asks for a reboot boots again, the boot
+// count in the run share one higher, until the command reports a status.
+func TestRunSystemBootsAgainWhenTheCommandAsks(t *testing.T) {
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Skip("no qemu-img")
+	}
+	rebootBoot := `echo vmtest-command-start; echo "boot $(cat $run/boot)"; touch "$run/reboot"; exit 0`
+	lastBoot := `echo vmtest-command-start; echo "boot $(cat $run/boot)"; echo 0 >"$run/exit-status"; echo "vmtest-exit-status: 0"`
+	count := fakeQEMU(t, rebootBoot, rebootBoot, lastBoot)
+	root := filepath.Join(t.TempDir(), "root.img")
+	if err := os.WriteFile(root, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	status, err := Run(t.Context(), RunSpec{Command: []string{"true"}, Dir: "/", Stdout: &out, RunDir: t.TempDir(),
+		System: &System{Root: root}})
+	if err != nil || status != 0 {
+		t.Fatalf("Run = %d, %v; want 0, nil", status, err)
+	}
+	if n := bootsIn(t, count); n != 3 {
+		t.Errorf("booted %d times, want 3", n)
+	}
+	if got, want := out.String(), "boot 1\nboot 2\nboot 3\n"; got != want {
+		t.Errorf("output = %q, want %q", got, want)
+	}
+}
