@@ -28,7 +28,7 @@
 //
 // Netlink scans need none; the probes need what package bpf says, and
 // without them the agent runs on netlink only. Owners are read through
-// /proc; other users' zombie contexts need root or CAP_SYS_PTRACE. The
+// /proc; other users' zombie contexts need root with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE. The
 // policy's resets need what reset.Run needs (CAP_NET_ADMIN; for the PCI
 // methods CAP_SYS_ADMIN and a writable /sys). The state file needs its
 // directory writable (the unit's StateDirectory, /var/lib/rdmatool).

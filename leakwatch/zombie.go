@@ -104,7 +104,7 @@ func (w *Watcher) zombieFindings(q Query, now time.Time) ([]Finding, *Skipped) {
 	}
 	if z.unreadable > 0 {
 		return fs, &Skipped{Rule: RuleZombieUverbsContext,
-			Reason: fmt.Sprintf("evaluated only in part: the open files of %d processes could not be read (needs root or CAP_SYS_PTRACE)", z.unreadable)}
+			Reason: fmt.Sprintf("evaluated only in part: the open files of %d processes could not be read (needs root with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE)", z.unreadable)}
 	}
 	return fs, nil
 }

@@ -51,7 +51,7 @@ func TestZombieUverbsContext(t *testing.T) {
 	w.Scan(Scan{Time: c.at(10 * time.Second), Zombies: &Zombies{Contexts: []ZombieContext{other}, Unreadable: 3}})
 	r, skipped = rules()
 	if len(r.Findings) != 1 || r.Findings[0].PID != 200 || len(skipped) != 1 ||
-		skipped[0].Reason != "evaluated only in part: the open files of 3 processes could not be read (needs root or CAP_SYS_PTRACE)" {
+		skipped[0].Reason != "evaluated only in part: the open files of 3 processes could not be read (needs root with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE)" {
 		t.Errorf("after app closed, 3 unreadable: %+v, skipped %+v", r.Findings, skipped)
 	}
 	w.Scan(Scan{Time: c.at(11 * time.Second), Zombies: &Zombies{Err: "open /proc: permission denied"}})

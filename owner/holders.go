@@ -56,7 +56,7 @@ type HolderScan struct {
 	Holders []Holder // sorted by PID
 	// Unreadable lists the processes whose fd table could not be read
 	// (no privilege: reading another user's /proc/PID/fd takes
-	// CAP_SYS_PTRACE or root), sorted. When it is not empty the scan may
+	// CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE, as root has them), sorted. When it is not empty the scan may
 	// have missed holders: "no holders" must not be concluded from it.
 	Unreadable []uint32
 }

@@ -163,7 +163,7 @@ func scrape(url string) (map[string]*dto.MetricFamily, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	defer resp.Body.Close() //nolint:errcheck // read only
+	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, "", err

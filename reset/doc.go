@@ -26,8 +26,8 @@
 //
 // # Privileges
 //
-// Inspecting needs none (other users' holders need CAP_SYS_PTRACE to be
-// seen: Report.Unreadable lists those missed). Resetting needs
+// Inspecting needs none (other users' holders need CAP_DAC_READ_SEARCH and
+// CAP_SYS_PTRACE to be seen: Report.Unreadable lists those missed). Resetting needs
 // CAP_NET_ADMIN (RDMA, route and devlink netlink), and CAP_SYS_ADMIN for
 // the PCI methods; Run checks before it changes anything.
 package reset

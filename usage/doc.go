@@ -27,6 +27,6 @@
 // # Privileges
 //
 // Netlink dumps and sysfs need none. Other users' processes are read only
-// with root or CAP_SYS_PTRACE: Report.Unreadable lists those that could
+// with root with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE: Report.Unreadable lists those that could
 // not be, whose holdings may be missing.
 package usage

@@ -25,6 +25,6 @@
 //
 // Netlink scans need none; the probes need what package bpf says, and
 // without them a watch runs on netlink only. Owners are read through
-// /proc; other users' zombie contexts need root or CAP_SYS_PTRACE. The
+// /proc; other users' zombie contexts need root with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE. The
 // verbs query for max_qp opens /dev/infiniband/uverbsN.
 package watch

@@ -29,7 +29,7 @@ contexts each owns, and the zombie contexts: processes holding the deleted
 uverbs node of an unregistered device with no context on any device. Port
 counters are printed with --counters; -d -j always has them, and prints one
 object: {"devices":[...],"zombie_contexts":[...],"holders_unreadable":[...]}.
-Other users' processes are read only with root or CAP_SYS_PTRACE; the
+Other users' processes are read only with root with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE; the
 processes that could not be read are counted (holders_unreadable).`,
 		Args: func(_ *cobra.Command, args []string) error {
 			_, err := devArg(args)
