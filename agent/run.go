@@ -554,19 +554,56 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 	}
 }
 
+// reloadSlow is how long a reload may take before the agent says it is
+// still waiting for it.
+const reloadSlow = 10 * time.Second
+
 // reloadOnHUP applies reload's options on every SIGHUP until ctx ends. A
-// reload that fails changes nothing.
+// reload that fails changes nothing. SIGHUPs that come during a reload make
+// one more reload after it; a reload still running after reloadSlow is
+// logged, once.
+//
+// Each reload runs on a goroutine of its own, which reloadOnHUP waits for
+// only until ctx ends: reading the file can block where nothing interrupts
+// it (a file system that hangs), and the agent stops on SIGTERM whatever a
+// reload is doing. That goroutine, when ctx has ended, is the one the
+// agent leaves behind, waited for by nobody: the process exits under it.
 func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), helper []string, st *state, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	type result struct {
+		r   Reloadable
+		err error
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
 		}
-		r, err := reload()
+		done := make(chan result, 1) // the reload never blocks on its result
+		go func() {
+			r, err := reload()
+			done <- result{r, err}
+		}()
+		slow := time.NewTimer(reloadSlow)
+		var res result
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				slow.Stop()
+				log.Warn("stopping during a configuration reload, which is left unfinished")
+				return
+			case <-slow.C:
+				log.Warn("configuration reload still running", "duration_seconds", reloadSlow.Seconds())
+			case res = <-done:
+				slow.Stop()
+				break wait
+			}
+		}
+		r, err := res.r, res.err
 		if err == nil && r.Policy != nil {
 			err = checkPolicy(*r.Policy, helper)
 		}
