@@ -132,6 +132,10 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	if err := checkPolicy(o.Policy, o.ResetHelper); err != nil {
 		return err
 	}
+	// A warning that comes again and again, identical, is logged once a
+	// minute with how many came.
+	limiter := newRepeatLimiter(d.Log.Handler(), repeatWindow, d.Now)
+	d.Log = slog.New(limiter)
 	log := d.Log.With("source", "agent")
 	nl, err := d.Dial()
 	if err != nil && !errors.Is(err, syscall.EPROTONOSUPPORT) {
@@ -235,6 +239,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		return nil
 	})
 	err = g.Wait()
+	limiter.flush(context.WithoutCancel(ctx))
 	log.Info("stopped")
 	return err
 }
