@@ -43,7 +43,7 @@ func TestRepeatLimiter(t *testing.T) {
 	now = now.Add(30 * time.Second)
 	log.Warn("sd_notify WATCHDOG failed", "err", broken) // counted: within the minute
 	now = now.Add(31 * time.Second)
-	log.Info("listening") // after the minute: the count goes first
+	log.Info("listening")                                // after the minute: the count goes first
 	log.Warn("sd_notify WATCHDOG failed", "err", broken) // a new minute of them
 	now = now.Add(time.Second)
 	lim.flush(context.Background())
