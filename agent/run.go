@@ -102,9 +102,10 @@ type Reloadable struct {
 // device on a goroutine of its own every Interval, all into one State.
 // Then it stops every goroutine it started, closes the probes and the
 // socket (removing its file) and returns nil. It returns an error when it
-// cannot start: the socket cannot be made, another agent listens on it,
-// or netlink fails for a reason other than ib_core not being loaded; and
-// when serving the socket fails.
+// cannot start: the metrics address is malformed (checked before anything
+// starts or logs), the socket or the metrics listener cannot be made,
+// another agent listens on the socket, or netlink fails for a reason other
+// than ib_core not being loaded; and when serving the socket fails.
 //
 // Without probes (no privilege, no BTF, NoProbes) it runs on netlink only
 // and says why; while ib_core is not loaded it waits for it, trying
@@ -131,6 +132,9 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	}
 	if err := checkPolicy(o.Policy, o.ResetHelper); err != nil {
 		return err
+	}
+	if err := CheckMetricsAddress(o.MetricsAddress); err != nil {
+		return err // before anything starts or logs
 	}
 	// A warning that comes again and again, identical, is logged once a
 	// minute with how many came.

@@ -1,6 +1,9 @@
 package agentapi
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
@@ -22,6 +25,39 @@ import (
 
 // DefaultSocket is where the agent listens and the CLI asks.
 const DefaultSocket = "/run/rdmatool/agent.sock"
+
+// MaxSocketPath is the longest path a unix socket can be bound to or
+// connected at: sun_path (108 bytes, include/uapi/linux/un.h) less the
+// NUL.
+const MaxSocketPath = 107
+
+// SocketPathError is a socket path CheckSocketPath refuses: Path as given,
+// and Err why, without the package's prefix, for a caller that names the
+// setting its own way.
+type SocketPathError struct {
+	Path string
+	Err  error
+}
+
+func (e *SocketPathError) Error() string {
+	return "agentapi: socket " + quote(e.Path) + ": " + e.Err.Error()
+}
+func (e *SocketPathError) Unwrap() error { return e.Err }
+
+// CheckSocketPath refuses, as a *SocketPathError, a path no agent can
+// listen on and no client connect at: one with a NUL byte, or longer than
+// MaxSocketPath bytes. It is the check of the agent's socket (its flag and
+// its configuration's key) and of the socket a client asks; "" passes, for
+// the caller to say what it means.
+func CheckSocketPath(p string) error {
+	switch {
+	case strings.IndexByte(p, 0) >= 0:
+		return &SocketPathError{p, errors.New("a path has no NUL byte")}
+	case len(p) > MaxSocketPath:
+		return &SocketPathError{p, fmt.Errorf("a unix socket's path holds at most %d bytes", MaxSocketPath)}
+	}
+	return nil
+}
 
 // AnswerWriteTimeout is how long the agent takes at most to write an
 // answer, from reading the request: a report about tens of thousands of

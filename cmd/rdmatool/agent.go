@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,6 +50,10 @@ func newAgentCmd(g *globals) *cobra.Command {
 			}
 			if err := checkSocketPath("--socket", o.Socket, true); err != nil {
 				return err
+			}
+			var me *agent.MetricsAddressError
+			if err := agent.CheckMetricsAddress(o.MetricsAddress); errors.As(err, &me) {
+				return fmt.Errorf("--metrics-address %s: %w", quote.String(o.MetricsAddress), me.Err)
 			}
 			if err := checkPath("--config", configPath); err != nil {
 				return err

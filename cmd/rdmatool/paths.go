@@ -1,19 +1,19 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/internal/quote"
 )
 
-// What the kernel takes as a path (include/uapi/linux/limits.h, un.h).
+// What the kernel takes as a path (include/uapi/linux/limits.h); a unix
+// socket's is agentapi.CheckSocketPath's.
 const (
 	pathMax = 4095 // PATH_MAX less the NUL
 	nameMax = 255  // NAME_MAX: one component of a path
-	// sunPathMax is the longest path a unix socket can be bound to or
-	// connected at: sun_path (108 bytes) less the NUL.
-	sunPathMax = 107
 )
 
 // checkPath refuses, before anything opens it, a path flag's value the
@@ -43,18 +43,20 @@ func checkPath(flag, p string) error {
 	return fmt.Errorf("%s %s: %s", flag, quote.String(p), why)
 }
 
-// checkSocketPath is checkPath for a unix socket, which holds at most
-// sunPathMax bytes; absolute says whether a relative path is refused, as
-// the agent's configuration refuses one.
+// checkSocketPath is checkPath for a unix socket, which
+// agentapi.CheckSocketPath checks too (its length), as it checks the
+// agent's configuration's socket key; absolute says whether a relative
+// path is refused, as that key refuses one.
 func checkSocketPath(flag, p string, absolute bool) error {
 	if err := checkPath(flag, p); err != nil {
 		return err
 	}
-	switch {
-	case absolute && !strings.HasPrefix(p, "/"):
+	if absolute && !strings.HasPrefix(p, "/") {
 		return fmt.Errorf("%s %s: want an absolute path", flag, quote.String(p))
-	case len(p) > sunPathMax:
-		return fmt.Errorf("%s %s: a unix socket's path holds at most %d bytes", flag, quote.String(p), sunPathMax)
+	}
+	var se *agentapi.SocketPathError
+	if err := agentapi.CheckSocketPath(p); errors.As(err, &se) {
+		return fmt.Errorf("%s %s: %w", flag, quote.String(p), se.Err)
 	}
 	return nil
 }
