@@ -151,9 +151,9 @@ func TestListen(t *testing.T) {
 }
 
 // Any path a unix socket can have is one the agent listens on, however
-// deep its directory (the socket was staged in a directory below it, so a
-// path of 89 bytes or more failed with "bind: invalid argument"); a longer
-// one is refused, saying why.
+// deep its directory (the socket was staged in a directory below it, at a
+// path up to 18 bytes longer, and a short name in a deep directory failed
+// with "bind: invalid argument"); a longer one is refused, saying why.
 func TestListenLongPath(t *testing.T) {
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, strings.Repeat("d", agentapi.MaxSocketPath-len(tmp)-3))

@@ -88,8 +88,8 @@ func TestAgentFlagsRefused(t *testing.T) {
 		t.Errorf("agent with good flags: exit %d, stderr %q; want it started, then stopped (0)", code, stderr)
 	}
 	// The longest path a unix socket takes is 107 bytes: the agent
-	// serves one that long, however deep its directory (it failed with
-	// "bind: invalid argument" from 89 bytes on).
+	// serves one that long, however deep its directory (a short name in
+	// a deep directory failed with "bind: invalid argument").
 	code, _, stderr := runAgentFlags(t, "--socket", "/"+strings.Repeat("s", 107))
 	if code != 2 || !strings.Contains(stderr, "(108 bytes): a unix socket's path holds at most 107 bytes") {
 		t.Errorf("agent --socket of 108 bytes: exit %d, stderr %q", code, stderr)
