@@ -20,7 +20,8 @@ import (
 // object, {"error":"..."}: 400 for a bad or malformed query, 404 for a
 // device the agent does not see or a path it does not serve (paths are
 // taken as they come, never cleaned or redirected), 405 with Allow: GET,
-// HEAD for another method. Values quoted back in an error are cut at
+// HEAD for another method, 503 for a device asked about while the agent
+// cannot list the devices at all (the listing's error). Values quoted back in an error are cut at
 // 64 bytes (query.Quote); package query reads the parameters.
 
 // DefaultSocket is where the agent listens and the CLI asks.
