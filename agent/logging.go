@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rdmatool/rdmatool/internal/quote"
 )
 
 // repeatWindow is how long the agent logs a warning once however often it
@@ -156,4 +158,25 @@ func writeAttr(b *strings.Builder, a slog.Attr) {
 	b.WriteString(a.Key)
 	b.WriteByte('=')
 	b.WriteString(a.Value.Resolve().String())
+}
+
+// loggedMaxQP is QP limits as the log shows them: a device name longer
+// than quote.Max bytes (the file or the command line may give one) cut
+// and quoted, as quote.String does.
+func loggedMaxQP(limits map[string]uint64) map[string]uint64 {
+	long := false
+	for name := range limits {
+		long = long || len(name) > quote.Max
+	}
+	if !long {
+		return limits
+	}
+	cut := make(map[string]uint64, len(limits))
+	for name, n := range limits {
+		if len(name) > quote.Max {
+			name = quote.String(name)
+		}
+		cut[name] = n
+	}
+	return cut
 }

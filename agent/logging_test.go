@@ -61,3 +61,16 @@ time=1m2s level=WARN msg="sd_notify WATCHDOG failed" source=agent err="dial unix
 		t.Errorf("log (-want +got):\n%s", diff)
 	}
 }
+
+// QP limits are logged as they are, a long device name cut.
+func TestLoggedMaxQP(t *testing.T) {
+	short := map[string]uint64{"rxe0": 100}
+	if got := loggedMaxQP(short); !cmp.Equal(got, short) {
+		t.Errorf("loggedMaxQP(%v) = %v", short, got)
+	}
+	long := strings.Repeat("d", 1<<20)
+	want := map[string]uint64{"rxe0": 100, `"` + strings.Repeat("d", 64) + `" (1048576 bytes)`: 5}
+	if diff := cmp.Diff(want, loggedMaxQP(map[string]uint64{"rxe0": 100, long: 5})); diff != "" {
+		t.Errorf("loggedMaxQP (-want +got):\n%s", diff)
+	}
+}

@@ -621,7 +621,7 @@ func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), helper 
 			continue
 		}
 		st.reload(r)
-		log.Info("configuration reloaded", "reconcile_seconds", r.Reconcile.Seconds(), "max_qp", r.MaxQP)
+		log.Info("configuration reloaded", "reconcile_seconds", r.Reconcile.Seconds(), "max_qp", loggedMaxQP(r.MaxQP))
 		if r.Policy != nil {
 			logPolicy(log, *r.Policy)
 		}
