@@ -2,7 +2,6 @@ package agent
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -29,37 +28,11 @@ func TestLabAgentHostileInputs(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("interval: 1s\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), "agent", "--config", conf, "--socket", sock, "--metrics-address", "127.0.0.1:0", "--no-probes")
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+filepath.Join(tmp, "nobody"), "WATCHDOG_USEC=1")
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !cond() {
-			select {
-			case <-exited:
-				t.Fatalf("the agent exited while waiting for %s: %s", what, logs.String())
-			case <-time.After(200 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s after 60s; agent log:\n%s", what, logs.String())
-			}
-		}
-	}
-	wait("an answer on a socket path of 107 bytes", func() bool {
+	// The agent inherits the test's environment.
+	t.Setenv("NOTIFY_SOCKET", filepath.Join(tmp, "nobody"))
+	t.Setenv("WATCHDOG_USEC", "1")
+	logs, exited, stop, proc := labAgent(t, "--config", conf, "--socket", sock, "--metrics-address", "127.0.0.1:0", "--no-probes")
+	waitLab(t, time.Minute, exited, logs, "an answer on a socket path of 107 bytes", func() bool {
 		st, err := askStatus(t.Context(), sock)
 		return err == nil && st.Scans > 0
 	})
@@ -74,19 +47,17 @@ func TestLabAgentHostileInputs(t *testing.T) {
 	if err := unix.Mkfifo(conf, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Process.Signal(syscall.SIGHUP)
-	wait("the reload refused", func() bool {
+	if err := proc.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLab(t, time.Minute, exited, logs, "the reload refused", func() bool {
 		return strings.Contains(logs.String(), `msg="configuration reload refused, keeping the running one"`) &&
 			strings.Contains(logs.String(), "not a regular file (a named pipe)")
 	})
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the agent did not exit within 10s of SIGTERM: %s", logs.String())
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("the agent exited %d after SIGTERM: %s", code, logs.String())
+	start := time.Now()
+	stop() // SIGTERM: exit 0
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the agent took %s to exit after SIGTERM, want at most 10s", took)
 	}
 	if lines := strings.Count(logs.String(), "\n"); lines > 20 {
 		t.Errorf("the agent logged %d lines:\n%s", lines, logs.String())

@@ -3,51 +3,31 @@ package agentapi
 import (
 	"context"
 	"errors"
-	"net"
+	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
-// stallingAgent listens on a socket in a temporary directory and, to
-// every connection, sends what (part of an answer, or nothing) and then
-// nothing more until the test ends.
-func stallingAgent(t *testing.T, what string) string {
+// stallingAgent serves, on a socket in a temporary directory until the test
+// ends, an agent that answers every request with status 200 and headers
+// (unless stallHeaders), the body part (Content-Length 1000 unless
+// chunked), and then nothing more.
+func stallingAgent(t *testing.T, stallHeaders, chunked bool, part string) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
+	return serveWith(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !stallHeaders {
+			w.Header().Set("Content-Type", "application/json")
+			if !chunked {
+				w.Header().Set("Content-Length", "1000")
 			}
-		}()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-			go func() {
-				buf := make([]byte, 4096)
-				c.Read(buf) // the request
-				c.Write([]byte(what))
-			}()
+			w.WriteHeader(http.StatusOK)
+			w.Write([]byte(part))
+			http.NewResponseController(w).Flush()
 		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-	})
-	return sock
+		<-r.Context().Done() // the server's Close at the end of the test
+	})})
 }
 
 // An agent that stalls, after its headers or before them, is an error
@@ -55,17 +35,18 @@ func stallingAgent(t *testing.T, what string) string {
 // a deadline: qp-leaks waited forever on one.
 func TestGetStalled(t *testing.T) {
 	tests := []struct {
-		name string
-		sent string
+		name                  string
+		stallHeaders, chunked bool
+		part                  string
 	}{
-		{"after the headers", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"},
-		{"within the body", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"findings\":["},
-		{"chunked", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"fin\r\n"},
-		{"before the headers", ""},
+		{name: "after the headers"},
+		{name: "within the body", part: `{"findings":[`},
+		{name: "within a chunked body", chunked: true, part: `{"findings":[`},
+		{name: "before the headers", stallHeaders: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sock := stallingAgent(t, tt.sent)
+			sock := stallingAgent(t, tt.stallHeaders, tt.chunked, tt.part)
 			const idle = 200 * time.Millisecond
 			errc := make(chan error, 1)
 			go func() {
@@ -75,7 +56,8 @@ func TestGetStalled(t *testing.T) {
 			select {
 			case err := <-errc:
 				var ae *AskError
-				if !errors.As(err, &ae) || !errors.Is(err, os.ErrDeadlineExceeded) || !strings.HasSuffix(err.Error(), sock+": the agent sent nothing for 200ms") && !strings.HasSuffix(err.Error(), sock+": read the answer: the agent sent nothing for 200ms") {
+				if !errors.As(err, &ae) || !errors.Is(err, os.ErrDeadlineExceeded) ||
+					!strings.HasSuffix(err.Error(), sock+": the agent sent nothing for 200ms") && !strings.HasSuffix(err.Error(), sock+": read the answer: the agent sent nothing for 200ms") {
 					t.Errorf("get from an agent that stalls %s: %v; want an *AskError saying it sent nothing for 200ms", tt.name, err)
 				}
 			case <-time.After(30 * time.Second):
