@@ -125,6 +125,7 @@ lab: deps
 # What lab tests run inside the guest: static binaries, shared over 9p.
 lab-bins:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/rdmatool ./cmd/rdmatool
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/rdmatool-udev-rename ./cmd/rdmatool-udev-rename
 	$(GO) build -o $(BIN)/vmlab ./vmtest/cmd/vmlab
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/labtime ./vmtest/cmd/labtime
 	$(MAKE) -s -C vmtest/workloads OUT=$(BIN)

@@ -54,6 +54,10 @@ type Config struct {
 	// Policy is the file's policy mapping: what it sets of the
 	// remediation policy, over DefaultPolicy (Config.policy).
 	Policy *policyConfig `yaml:"policy"`
+	// StateFile is where the history is kept across restarts ("" for
+	// nowhere), StateInterval the time between its saves.
+	StateFile     *optionalPath `yaml:"state_file"`
+	StateInterval *duration     `yaml:"state_interval"`
 }
 
 // policyConfig is the policy mapping of a configuration file; its yaml
@@ -161,17 +165,24 @@ func LoadConfig(path string, optional bool) (Config, error) {
 		return Config{}, nil
 	}
 	if err != nil {
-		var oe *opfile.Error
-		var pe *fs.PathError
-		switch {
-		case errors.As(err, &oe):
-			err = oe.Err
-		case errors.As(err, &pe):
-			err = pe.Err
-		}
-		return Config{}, &ConfigError{Path: path, Err: err}
+		return Config{}, &ConfigError{Path: path, Err: opfileCause(err)}
 	}
 	return parseConfig(path, b)
+}
+
+// opfileCause is why opfile refused or could not read a file, without the
+// path its *opfile.Error or *fs.PathError names: the agent's own error
+// names the file.
+func opfileCause(err error) error {
+	var oe *opfile.Error
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &oe):
+		return oe.Err
+	case errors.As(err, &pe):
+		return pe.Err
+	}
+	return err
 }
 
 // parseConfig decodes and checks a configuration file's contents; path
@@ -422,9 +433,8 @@ func (p *socketPath) UnmarshalYAML(n *yaml.Node) error {
 	if err := abs.UnmarshalYAML(n); err != nil {
 		return err
 	}
-	var se *agentapi.SocketPathError
-	if err := agentapi.CheckSocketPath(n.Value); errors.As(err, &se) {
-		return refuse(n, "%s: %w", quote.String(n.Value), se.Err)
+	if err := agentapi.CheckSocketPath(n.Value); err != nil {
+		return refuse(n, "%s: %w", quote.String(n.Value), err)
 	}
 	*p = socketPath(abs)
 	return nil
@@ -438,11 +448,24 @@ func (a *metricsAddress) UnmarshalYAML(n *yaml.Node) error {
 	if err := scalar(n, "HOST:PORT, or \"\" for none"); err != nil {
 		return err
 	}
-	var me *MetricsAddressError
-	if err := CheckMetricsAddress(n.Value); errors.As(err, &me) {
-		return refuse(n, "%s: %w", quote.String(n.Value), me.Err)
+	if err := CheckMetricsAddress(n.Value); err != nil {
+		return refuse(n, "%s: %w", quote.String(n.Value), err)
 	}
 	*a = metricsAddress(n.Value)
+	return nil
+}
+
+// optionalPath is an absolute path, or "" for none.
+type optionalPath string
+
+func (p *optionalPath) UnmarshalYAML(n *yaml.Node) error {
+	if err := scalar(n, "a string"); err != nil {
+		return err
+	}
+	if n.Value != "" && !strings.HasPrefix(n.Value, "/") {
+		return refuse(n, "%s: want an absolute path, or \"\" for none", quote.String(n.Value))
+	}
+	*p = optionalPath(n.Value)
 	return nil
 }
 
@@ -633,7 +656,8 @@ func (m *maxQP) UnmarshalYAML(n *yaml.Node) error {
 // Apply sets in o what the file gives, except what the command line gave:
 // given reports whether the flag for a key was set (socket,
 // metrics_address, interval, reconcile, probes, rename, names_map,
-// rename_force, exhaustion_threshold, policy, policy_dry_run). max_qp
+// rename_force, exhaustion_threshold, state_file, state_interval, policy,
+// policy_dry_run). max_qp
 // merges, the command line's entries winning per device. The rename keys
 // complete o.Rename, which the command line set (nil when it named no
 // policies).
@@ -676,6 +700,12 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 	if c.Probes != nil && !given("probes") {
 		o.NoProbes = !bool(*c.Probes)
 	}
+	if c.StateFile != nil && !given("state_file") {
+		o.StateFile = string(*c.StateFile)
+	}
+	if c.StateInterval != nil && !given("state_interval") {
+		o.StateInterval = time.Duration(*c.StateInterval)
+	}
 	if p := c.policy(); p != nil {
 		if given("policy") {
 			p.Mode = o.Policy.Mode
@@ -697,8 +727,8 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 // the options the agent was started with (base: those of the command line
 // alone). A file that does not load, or that changes an option only a
 // restart can (socket, metrics_address, interval, probes, retain,
-// exhaustion_threshold, the rename keys), is an error and nothing is
-// reloaded.
+// exhaustion_threshold, the rename keys, state_file, state_interval), is
+// an error and nothing is reloaded.
 func ReloadFrom(path string, optional bool, base, running RunOptions, given func(key string) bool) (Reloadable, error) {
 	c, err := LoadConfig(path, optional)
 	if err != nil {
@@ -717,6 +747,8 @@ func ReloadFrom(path string, optional bool, base, running RunOptions, given func
 		{"retain", running.Retain, o.Retain},
 		{"exhaustion_threshold", running.ExhaustionThreshold, o.ExhaustionThreshold},
 		{"rename", renameString(running.Rename), renameString(o.Rename)},
+		{"state_file", running.StateFile, o.StateFile},
+		{"state_interval", running.StateInterval, o.StateInterval},
 	} {
 		if k.old != k.new {
 			return Reloadable{}, &ConfigError{Path: path, Key: k.key,

@@ -52,11 +52,15 @@ max_qp:
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
-	rest, err := parseConfig("a.yaml", []byte("rename: map,guid\nnames_map: /etc/x\nrename_force: true\nexhaustion_threshold: 0.5\n"))
+	rest, err := parseConfig("a.yaml", []byte("rename: map,guid\nnames_map: /etc/x\nrename_force: true\nexhaustion_threshold: 0.5\nstate_file: /var/x.json\nstate_interval: 1m\n"))
 	wantRest := Config{Rename: ptr[renamePolicies]("map,guid"), NamesMap: ptr[absPath]("/etc/x"), RenameForce: ptr[boolean](true),
-		ExhaustionThreshold: ptr[threshold](0.5)}
+		ExhaustionThreshold: ptr[threshold](0.5), StateFile: ptr[optionalPath]("/var/x.json"), StateInterval: ptr(duration(time.Minute))}
 	if d := cmp.Diff(wantRest, rest); err != nil || d != "" {
-		t.Errorf("rename and threshold keys: %v (-want +got):\n%s", err, d)
+		t.Errorf("rename, threshold and state keys: %v (-want +got):\n%s", err, d)
+	}
+	// "" keeps no state.
+	if c, err := parseConfig("a.yaml", []byte("state_file: \"\"\n")); err != nil || c.StateFile == nil || *c.StateFile != "" {
+		t.Errorf("state_file \"\": %+v, %v", c.StateFile, err)
 	}
 	pol, err := parseConfig("a.yaml", []byte("policy:\n  mode: reset\n  dry_run: true\n  qp_use: 0.5\n  stale_qps: 0\n  stale_rules: [stale-error-qp]\n  for: 0s\n  cooldown: 10m\n  max_per_hour: 3\n  method: relink\n  grace: 0s\n  timeout: 1m\n"))
 	wantPol := Policy{Mode: PolicyReset, DryRun: true, QPUse: 0.5, StaleQPs: 0, StaleRules: []string{"stale-error-qp"}, For: 0,
@@ -81,7 +85,7 @@ max_qp:
 // Every bad file is refused with the file, the line and the key.
 func TestParseConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
-		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: exhaustion_threshold, interval, max_qp, metrics_address, names_map, policy, probes, reconcile, rename, rename_force, retain, socket)`},
+		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: exhaustion_threshold, interval, max_qp, metrics_address, names_map, policy, probes, reconcile, rename, rename_force, retain, socket, state_file, state_interval)`},
 		{"rename: map,uuid\n", `agent: config a.yaml:1: rename: unknown policy "uuid"`},
 		{"names_map: names.conf\n", `agent: config a.yaml:1: names_map: "names.conf": want an absolute path`},
 		{"exhaustion_threshold: 80\n", `agent: config a.yaml:1: exhaustion_threshold: "80": want a share of max_qp above 0 and at most 1`},
@@ -106,6 +110,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{strings.Repeat("k", 1000) + ": 1\n", `agent: config a.yaml:1: "` + strings.Repeat("k", 64) + `" (1000 bytes): unknown key`},
 		{"max_qp:\n  " + strings.Repeat("d", 1000) + ": x\n", `agent: config a.yaml:2: "max_qp.` + strings.Repeat("d", 57) + `" (1007 bytes): "x": want a positive number`},
 		{"policy:\n  mode: " + strings.Repeat("m", 100000) + "\n", `agent: config a.yaml:2: policy.mode: "` + strings.Repeat("m", 64) + `" (100000 bytes): want observe or reset`},
+		{"state_file: state.json\n", `agent: config a.yaml:1: state_file: "state.json": want an absolute path, or "" for none`},
+		{"state_file:\n", `agent: config a.yaml:1: state_file: want a string`},
+		{"state_interval: 0s\n", `agent: config a.yaml:1: state_interval: "0s": want a duration of at least 1s`},
 		{"max_qp: 5\n", `agent: config a.yaml:1: max_qp: want a mapping of device names to QP limits`},
 		{"max_qp:\n  rxe0: lots\n", `agent: config a.yaml:2: max_qp.rxe0: "lots": want a positive number`},
 		{"max_qp:\n  rxe0: 0\n", `agent: config a.yaml:2: max_qp.rxe0: max_qp "rxe0=0"`},
@@ -221,6 +228,8 @@ func TestDefaultConfigFile(t *testing.T) {
 		{"names_map", string(*c.NamesMap), rename.DefaultMapFile},
 		{"rename_force", bool(*c.RenameForce), rename.Options{}.Force},
 		{"exhaustion_threshold", float64(*c.ExhaustionThreshold), leakwatch.DefaultExhaustionThreshold},
+		{"state_file", string(*c.StateFile), DefaultStateFile},
+		{"state_interval", time.Duration(*c.StateInterval), DefaultStateInterval},
 		{"policy", *c.policy(), DefaultPolicy()},
 	}
 	for _, tt := range tests {
@@ -282,7 +291,8 @@ func TestApplyAndReload(t *testing.T) {
 	}
 	write("interval: 30s\nreconcile: 10m\nmax_qp: {rxe0: 100, siw0: 200}\n")
 	given := func(key string) bool { return key == "reconcile" }
-	base := RunOptions{Interval: 10 * time.Second, Reconcile: time.Minute, MaxQP: map[string]uint64{"siw0": 5}}
+	base := RunOptions{Interval: 10 * time.Second, Reconcile: time.Minute, MaxQP: map[string]uint64{"siw0": 5},
+		StateFile: "/var/lib/x.json", StateInterval: DefaultStateInterval}
 	c, err := LoadConfig(path, false)
 	if err != nil {
 		t.Fatal(err)
@@ -326,6 +336,8 @@ func TestApplyAndReload(t *testing.T) {
 		"interval: 1m\n":                           "interval: changed from 30s to 1m0s, which takes a restart (nothing reloaded)",
 		"interval: 30s\nx: 1\n":                    "x: unknown key",
 		"interval: 30s\nsocket: /run/other.sock\n": "socket: changed from  to /run/other.sock",
+		"interval: 30s\nstate_file: \"\"\n":        "state_file: changed from /var/lib/x.json to , which takes a restart",
+		"interval: 30s\nstate_interval: 1m\n":      "state_interval: changed from 5m0s to 1m0s, which takes a restart",
 	} {
 		write(file)
 		if _, err := ReloadFrom(path, false, base, running, given); err == nil || !strings.Contains(err.Error(), want) {

@@ -11,15 +11,18 @@
 // (watch.Scanner, which dumps a device every Interval, or every Reconcile
 // while the probes keep the history), the RDMA netlink monitor, the
 // policy, the metrics server (newCollector) and systemd's notifications
-// and watchdog. LoadConfig reads the configuration file, ReloadFrom
-// reloads it on SIGHUP, and Policy is the remediation policy, whose resets
-// run reset.Run.
+// and watchdog. Before those start it restores the history from the state
+// file (stateFile), which it saves every StateInterval and when it stops;
+// the file is read through opfile and written by writeAtomic. LoadConfig
+// reads the configuration file, ReloadFrom reloads it on SIGHUP, and
+// Policy is the remediation policy, whose resets run reset.Run.
 //
 // The observation itself (the history, the scans, the probes' events, the
 // one-shot check qp-leaks runs without an agent) is package watch's; the
 // socket API's answers and its client are package agentapi's. The package
 // decides no leak (package leakwatch does) and speaks no kernel interface
-// itself.
+// itself; it only reads the boot's id (/proc/sys/kernel/random/boot_id),
+// which tells a state file saved in this boot from an older one.
 //
 // # Privileges
 //
@@ -27,6 +30,7 @@
 // without them the agent runs on netlink only. Owners are read through
 // /proc; other users' zombie contexts need root or CAP_SYS_PTRACE. The
 // policy's resets need what reset.Run needs (CAP_NET_ADMIN; for the PCI
-// methods CAP_SYS_ADMIN and a writable /sys). packaging/systemd has the
-// unit that grants them.
+// methods CAP_SYS_ADMIN and a writable /sys). The state file needs its
+// directory writable (the unit's StateDirectory, /var/lib/rdmatool).
+// packaging/systemd has the unit that grants them.
 package agent

@@ -340,43 +340,37 @@ func metricsHandler(st *state, log *slog.Logger) http.Handler {
 	return mux
 }
 
-// MetricsAddressError is a metrics address CheckMetricsAddress refuses:
-// Address as given, and Err why, without the package's prefix, for a
-// caller that names the setting its own way.
-type MetricsAddressError struct {
-	Address string
-	Err     error
-}
-
-func (e *MetricsAddressError) Error() string {
-	return "agent: metrics address " + quote.String(e.Address) + ": " + e.Err.Error()
-}
-func (e *MetricsAddressError) Unwrap() error { return e.Err }
-
-// CheckMetricsAddress refuses, as a *MetricsAddressError, an address the
-// metrics cannot be served on whatever the host: one that is not
-// HOST:PORT, or whose port is not a number up to 65535. "" (no metrics)
-// passes. The flag, the configuration's key and Run check it before
-// anything starts.
+// CheckMetricsAddress refuses an address the metrics cannot be served on
+// whatever the host: one that is not HOST:PORT, or whose port is not a
+// number up to 65535. "" (no metrics) passes. The flag, the
+// configuration's key and Run check it before anything starts. The error
+// says why, without the address or the package: the caller names the
+// setting.
 func CheckMetricsAddress(addr string) error {
 	if addr == "" {
 		return nil
 	}
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil || port == "" {
-		return &MetricsAddressError{addr, fmt.Errorf("want HOST:PORT, such as %s", DefaultMetricsAddress)}
+		return fmt.Errorf("want HOST:PORT, such as %s", DefaultMetricsAddress)
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return &MetricsAddressError{addr, fmt.Errorf("port %s is not a number up to 65535", quote.String(port))}
+		return fmt.Errorf("port %s is not a number up to 65535", quote.String(port))
 	}
 	return nil
+}
+
+// metricsAddressError is Run's error for a metrics address that cannot be
+// served on: err is why.
+func metricsAddressError(addr string, err error) error {
+	return fmt.Errorf("agent: metrics address %s: %w", quote.String(addr), err)
 }
 
 // listenMetrics opens the metrics listener; a bad or busy address is an
 // error at start, not a silent agent without metrics.
 func listenMetrics(addr string) (net.Listener, error) {
 	if err := CheckMetricsAddress(addr); err != nil {
-		return nil, err
+		return nil, metricsAddressError(addr, err)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -384,7 +378,7 @@ func listenMetrics(addr string) (net.Listener, error) {
 		if errors.As(err, &op) {
 			err = op.Err
 		}
-		return nil, fmt.Errorf("agent: metrics address %s: %w", quote.String(addr), err)
+		return nil, metricsAddressError(addr, err)
 	}
 	return ln, nil
 }

@@ -68,10 +68,10 @@ type Policy struct {
 	Timeout    time.Duration
 }
 
-// DefaultStaleRules are the rules whose QPs hold resources for nothing:
+// defaultStaleRules are the rules whose QPs hold resources for nothing:
 // left in Error, waiting for an event that does not come or was missed,
 // orphaned XRC targets, drains that stall.
-var DefaultStaleRules = []string{
+var defaultStaleRules = []string{
 	leakwatch.RuleStaleErrorQP, leakwatch.RuleLastWQENotEmitted, leakwatch.RuleLastWQEUnhandled,
 	leakwatch.RuleXRCTgtOrphan, leakwatch.RuleSRQDrainStalled,
 }
@@ -80,7 +80,7 @@ var DefaultStaleRules = []string{
 // configuration leaves them out.
 func DefaultPolicy() Policy {
 	return Policy{
-		Mode: PolicyObserve, QPUse: 0.9, StaleQPs: 100, StaleRules: slices.Clone(DefaultStaleRules),
+		Mode: PolicyObserve, QPUse: 0.9, StaleQPs: 100, StaleRules: slices.Clone(defaultStaleRules),
 		For: 5 * time.Minute, Cooldown: time.Hour, MaxPerHour: 1, Method: reset.MethodAuto,
 		Grace: 30 * time.Second, Timeout: 2 * time.Minute,
 	}

@@ -77,6 +77,12 @@ type RunOptions struct {
 	// Policy is the remediation policy (DefaultPolicy, observing, when
 	// its Mode is "").
 	Policy Policy
+	// StateFile is where the agent keeps its history across restarts: it
+	// is read at the start, and written every StateInterval
+	// (DefaultStateInterval when 0), sooner after a large change, and when
+	// the agent stops (stateFile). "" keeps none.
+	StateFile     string
+	StateInterval time.Duration
 	// ResetHelper is the command line that runs reset.RunHelper (the
 	// rdmatool binary's hidden helper command), required by Policy mode
 	// reset unless it is a dry run.
@@ -97,15 +103,18 @@ type Reloadable struct {
 	Policy    *Policy // nil keeps the policy in force
 }
 
-// Run is the agent. Until ctx ends it serves the socket, follows the probe
-// events as they arrive, lists the devices every Interval and scans each
-// device on a goroutine of its own every Interval, all into one State.
-// Then it stops every goroutine it started, closes the probes and the
-// socket (removing its file) and returns nil. It returns an error when it
-// cannot start: the metrics address is malformed (checked before anything
-// starts or logs), the socket or the metrics listener cannot be made,
-// another agent listens on the socket, or netlink fails for a reason other
-// than ib_core not being loaded; and when serving the socket fails.
+// Run is the agent. It restores the history StateFile keeps, then until
+// ctx ends it serves the socket, follows the probe events as they arrive,
+// lists the devices every Interval and scans each device on a goroutine
+// of its own every Interval, all into one State, and saves the history to
+// StateFile. Then it stops every goroutine it started, closes the probes
+// and the socket (removing its file), saves the history and returns nil.
+// It returns an error when it cannot start: the metrics address is
+// malformed (checked before anything starts or logs), the socket or the
+// metrics listener cannot be made, another agent listens on the socket,
+// or netlink fails for a reason other than ib_core not being loaded; and
+// when serving the socket fails. Nothing in the state file, or in saving
+// it, stops the agent: it is logged.
 //
 // Without probes (no privilege, no BTF, NoProbes) it runs on netlink only
 // and says why; while ib_core is not loaded it waits for it, trying
@@ -124,6 +133,9 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	if o.retry <= 0 {
 		o.retry = time.Minute
 	}
+	if o.StateInterval <= 0 {
+		o.StateInterval = DefaultStateInterval
+	}
 	if o.Policy.Mode == "" {
 		o.Policy = DefaultPolicy()
 	}
@@ -134,7 +146,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		return err
 	}
 	if err := CheckMetricsAddress(o.MetricsAddress); err != nil {
-		return err // before anything starts or logs
+		return metricsAddressError(o.MetricsAddress, err) // before anything starts or logs
 	}
 	// A warning that comes again and again, identical, is logged once a
 	// minute with how many came.
@@ -176,6 +188,11 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 			ln.Close()
 			return err
 		}
+	}
+	var kept *stateFile
+	if o.StateFile != "" { // the history of the agent that ran before, before anything adds to it
+		kept = newStateFile(o.StateFile, d.ProcRoot, o.Version, log)
+		kept.load(st, d.Now())
 	}
 	srv := newServer(agentapi.Handler(st.State, o.Version), log, idleTimeout)
 	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds(), "reconcile_seconds", o.Reconcile.Seconds())
@@ -242,7 +259,16 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		runPolicy(gctx, d, o, st, d.Log.With("source", "policy"))
 		return nil
 	})
+	if kept != nil {
+		g.Go(func() error {
+			kept.keep(gctx, st, o.StateInterval, min(o.Interval, o.StateInterval), d.Now)
+			return nil
+		})
+	}
 	err = g.Wait()
+	if kept != nil { // every goroutine is done: the history is whole
+		kept.saveLogged(st, d.Now(), true)
+	}
 	limiter.flush(context.WithoutCancel(ctx))
 	log.Info("stopped")
 	return err

@@ -49,9 +49,8 @@ func newServer(h http.Handler, log *slog.Logger, idle time.Duration) *http.Serve
 // can listen on. Without /proc it is bound at its own path, which must
 // then fit too.
 func listen(path string) (net.Listener, error) {
-	var se *agentapi.SocketPathError
-	if err := agentapi.CheckSocketPath(path); errors.As(err, &se) {
-		return nil, fmt.Errorf("agent: listen on %s: %w", quote.String(path), se.Err)
+	if err := agentapi.CheckSocketPath(path); err != nil {
+		return nil, fmt.Errorf("agent: listen on %s: %w", quote.String(path), err)
 	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -32,30 +32,18 @@ const DefaultSocket = "/run/rdmatool/agent.sock"
 // NUL.
 const MaxSocketPath = 107
 
-// SocketPathError is a socket path CheckSocketPath refuses: Path as given,
-// and Err why, without the package's prefix, for a caller that names the
-// setting its own way.
-type SocketPathError struct {
-	Path string
-	Err  error
-}
-
-func (e *SocketPathError) Error() string {
-	return "agentapi: socket " + quote(e.Path) + ": " + e.Err.Error()
-}
-func (e *SocketPathError) Unwrap() error { return e.Err }
-
-// CheckSocketPath refuses, as a *SocketPathError, a path no agent can
-// listen on and no client connect at: one with a NUL byte, or longer than
-// MaxSocketPath bytes. It is the check of the agent's socket (its flag and
-// its configuration's key) and of the socket a client asks; "" passes, for
-// the caller to say what it means.
+// CheckSocketPath refuses a path no agent can listen on and no client
+// connect at: one with a NUL byte, or longer than MaxSocketPath bytes. It
+// is the check of the agent's socket (its flag and its configuration's
+// key) and of the socket a client asks; "" passes, for the caller to say
+// what it means. The error says why, without the path or the package: the
+// caller names what the path is for.
 func CheckSocketPath(p string) error {
 	switch {
 	case strings.IndexByte(p, 0) >= 0:
-		return &SocketPathError{p, errors.New("a path has no NUL byte")}
+		return errors.New("a path has no NUL byte")
 	case len(p) > MaxSocketPath:
-		return &SocketPathError{p, fmt.Errorf("a unix socket's path holds at most %d bytes", MaxSocketPath)}
+		return fmt.Errorf("a unix socket's path holds at most %d bytes", MaxSocketPath)
 	}
 	return nil
 }
@@ -84,7 +72,8 @@ type CheckReport struct {
 	// --watch, "agent" when the agent answered from its longer history.
 	Source string `json:"source"`
 	// ObservedSince is when the observation began: the start of --watch,
-	// or the agent's start (RFC 3339, UTC).
+	// or when the agent's history began: its start, or that of the agent
+	// whose history it restored (RFC 3339, UTC).
 	ObservedSince time.Time `json:"observed_since"`
 }
 

@@ -39,8 +39,8 @@ type EventJSON struct {
 // (Event.IBEvent): QP events and device events.
 func (k Kind) HasIBEvent() bool { return k == KindQPEvent || k == KindDeviceEvent }
 
-// JSON returns ev as its JSON object.
-func (ev Event) JSON() EventJSON {
+// jsonObject returns ev as its JSON object.
+func (ev Event) jsonObject() EventJSON {
 	f := ev.kindFields()
 	return EventJSON{
 		Kind: ev.Kind.String(), Time: ev.Time.UTC().Format(time.RFC3339Nano), Device: ev.DevName, DevIndex: ev.DevIndex,
@@ -71,7 +71,7 @@ func (ev Event) kindFields() kindFields {
 	return f
 }
 
-// AppendJSON appends ev as encoding/json marshals ev.JSON(), byte for byte,
+// AppendJSON appends ev as encoding/json marshals ev.jsonObject(), byte for byte,
 // through jsonw, without reflection or allocation (a trace under churn
 // prints thousands of events a second).
 func (ev Event) AppendJSON(b []byte) []byte {

@@ -67,14 +67,14 @@ func TestEventJSONSchema(t *testing.T) {
 			if err := json.Unmarshal([]byte(tt.want), &got); err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.ev.JSON(), got); diff != "" {
-				t.Errorf("JSON() against the line decoded (-JSON() +decoded):\n%s", diff)
+			if diff := cmp.Diff(tt.ev.jsonObject(), got); diff != "" {
+				t.Errorf("jsonObject() against the line decoded (-jsonObject() +decoded):\n%s", diff)
 			}
 		})
 	}
 }
 
-// TestAppendJSON holds AppendJSON to encoding/json's rendering of JSON(),
+// TestAppendJSON holds AppendJSON to encoding/json's rendering of jsonObject(),
 // byte for byte: on every recorded lab event, on odd names, and on random
 // events.
 func TestAppendJSON(t *testing.T) {
@@ -110,7 +110,7 @@ func TestAppendJSON(t *testing.T) {
 	}
 	const prefix = "earlier output\n"
 	for _, ev := range evs {
-		want, err := json.Marshal(ev.JSON())
+		want, err := json.Marshal(ev.jsonObject())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func FuzzAppendJSON(f *testing.F) {
 		ev := Event{Kind: Kind(kind), Time: time.Unix(0, ns), DevName: devName, Comm: comm, KernOwner: kernOwner, NewName: newName,
 			Probe: probe, Duration: time.Duration(duration), QPType: rdmanl.QPType(qpType), NewState: rdmanl.QPState(newState),
 			HasState: newState%2 == 0, IBEvent: IBEvent(ibEvent), QPN: ibEvent, Result: int32(ibEvent)}
-		want, err := json.Marshal(ev.JSON())
+		want, err := json.Marshal(ev.jsonObject())
 		if err != nil {
 			t.Fatal(err)
 		}

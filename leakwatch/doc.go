@@ -15,6 +15,13 @@
 // selects, with its MinAge, and reports the findings with their summary
 // (groups by device, rule and owner).
 //
+// A watcher hands out what it knows as records (Save) that another one
+// takes back (Restore), so that a restarted agent goes on from its
+// history: the new watcher finds the devices in its first listing (Listed,
+// by node GUID) and, in each device's first scan, the QPs that are still
+// the same QPs (their number, type, owner thread and module, SRQ and PD);
+// the others are new, or gone.
+//
 // It is pure logic: no system calls, no I/O, and time comes from a clock the
 // caller injects, so every rule is tested deterministically. It imports no
 // eBPF library; only rdmanl's value types (QP states and types, devices).

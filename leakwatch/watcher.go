@@ -68,6 +68,10 @@ type History struct {
 	// (Owner's PID).
 	pid  uint32
 	SRQN uint32
+	// pdn is the QP's protection domain as a scan listed it (0 for a
+	// kernel QP, and until a scan lists it): part of what tells a QP from
+	// another that reuses its number (sameQP).
+	pdn uint32
 
 	Type        rdmanl.QPType
 	State       rdmanl.QPState
@@ -86,6 +90,10 @@ type History struct {
 	// keep says the destroy rules may report this destroyed QP, so it is
 	// kept for Config.Retain; others go after goneRetain.
 	keep bool
+	// restored says the history was restored (Watcher.Restore) and a
+	// probe event took it up before a scan listed the QP again: that
+	// scan checks it is the same QP.
+	restored bool
 }
 
 // qpEvents is what was seen of a QP besides its states and owner.
@@ -233,6 +241,7 @@ func (h *History) Evidence() []Evidence {
 // unless a destroy event may still come.
 func (h *History) ended(t time.Time) {
 	h.Destroyed, h.record().DestroyedAt = true, stampOf(t)
+	h.restored = false // a probe saw it end: there is no scan to check it against
 	src := sourceScan
 	if h.DestroySeen {
 		src = sourceProbe
@@ -304,7 +313,11 @@ type sample struct {
 }
 
 type deviceState struct {
-	name         string
+	name string
+	// nodeGUID identifies the device across renames and re-registrations
+	// (0 until a listing or a scan names it), for the histories a watcher
+	// saves.
+	nodeGUID     rdmanl.GUID
 	emitsLastWQE bool // a LAST_WQE_REACHED was seen on this device
 	// lastWQE and lastWQESource are the provider table's word, from scans.
 	lastWQE       LastWQE
@@ -333,6 +346,11 @@ type Watcher struct {
 	scanGen uint32
 	// zombies is the last look at the host's processes.
 	zombies zombieState
+	// restoring holds what Restore took from a saved watcher, per device,
+	// until the device's first scan (saved.go); restoredQPs counts what
+	// became of it.
+	restoring   []*restoredDevice
+	restoredQPs Restored
 }
 
 // Config's defaults, which New applies to what is 0.
@@ -380,6 +398,8 @@ func (w *Watcher) Scan(s Scan) {
 	for _, ds := range s.Devices {
 		scanned[ds.Device.Index] = true
 		dev := w.device(ds.Device.Index, ds.Device.Name)
+		dev.nodeGUID = ds.Device.NodeGUID
+		rd := w.restoredAt(ds.Device.Index)
 		dev.gone = false
 		dev.contexts = ds.Contexts
 		dev.lastWQE, dev.lastWQESource = ds.LastWQE, ds.LastWQESource
@@ -396,13 +416,19 @@ func (w *Watcher) Scan(s Scan) {
 				// the number comes with its own create event.
 				continue
 			}
+			if rd != nil {
+				h = w.claimRestored(rd, k, h, qp)
+			}
+			if h != nil && h.restored {
+				h = w.confirmRestored(k, h, qp)
+			}
 			if h == nil || h.Destroyed {
 				h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: stampOf(s.Time)}
 				w.qps[k] = h
 				h.note(s.Time, sourceScan, "first seen")
 			}
 			h.scanGen = w.scanGen
-			h.Type, h.pid = qp.Type, qp.Owner.PID
+			h.Type, h.pid, h.pdn = qp.Type, qp.Owner.PID, qp.PDN
 			n := h.qpNames()
 			n.device, n.owner.KernName = dev.name, qp.Owner.KernName
 			if ulp := ds.ULPs[qp.LQPN]; ulp != "" {
@@ -446,12 +472,22 @@ func (w *Watcher) Scan(s Scan) {
 		if h.scanGen == w.scanGen || h.Destroyed || !scanned[k.dev] {
 			continue
 		}
+		if h.restored { // restored, and gone before this first scan
+			h.restored = false
+			w.restoredQPs.Kept--
+			w.restoredQPs.Gone++
+		}
 		// A QP a scan listed before is gone. So is one a probe saw
 		// created before this dump began: its destroy event was lost
 		// (a full ring buffer), and keeping it would leak memory and
 		// report its last state forever.
 		if h.inScan || h.stateSource == sourceScan || (!s.Started.IsZero() && h.FirstSeen.Time().Before(s.Started.Add(-probeMargin))) {
 			h.ended(s.Time)
+		}
+	}
+	for _, ds := range s.Devices {
+		if rd := w.restoredAt(ds.Device.Index); rd != nil {
+			w.dropRestored(rd) // what its first scan did not list is gone
 		}
 	}
 	w.expire(s.Time)
@@ -461,6 +497,9 @@ func (w *Watcher) Scan(s Scan) {
 // destroyed with it, and the device is forgotten once no QP history refers
 // to it (rxe and siw links come and go, each under a new index).
 func (w *Watcher) DeviceGone(index uint32, t time.Time) {
+	if rd := w.restoredAt(index); rd != nil {
+		w.dropRestored(rd)
+	}
 	dev, ok := w.devs[index]
 	if !ok {
 		return
@@ -517,6 +556,13 @@ func (w *Watcher) Event(ev Event) {
 	h := w.qps[k]
 	get := func() *History {
 		if h == nil || h.Destroyed {
+			if r := w.takeRestored(k, ev.QPType); r != nil {
+				h = r // its first scan checks it is the same QP
+				n := h.qpNames()
+				n.device = dev.name
+				h.setNames(n)
+				return h
+			}
 			h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: stampOf(ev.Time), Type: ev.QPType}
 			h.setNames(qpNames{device: dev.name})
 			w.qps[k] = h
@@ -529,6 +575,7 @@ func (w *Watcher) Event(ev Event) {
 			return
 		}
 		h = nil // a new QP, even if its number was used before
+		w.forgetRestored(k)
 		h = get()
 		// Netlink records the creating thread's id; kernel QPs have none.
 		o := Owner{KernName: ev.KernOwner, Comm: ev.Comm}
@@ -607,6 +654,9 @@ func (w *Watcher) Event(ev Event) {
 			h.drainEnded(ev)
 		}
 	case EventDeviceUnregistered:
+		if rd := w.restoredAt(ev.DevIndex); rd != nil {
+			w.dropRestored(rd)
+		}
 		dev.gone = true
 		for _, q := range w.qps {
 			if q.DevIndex == ev.DevIndex && !q.Destroyed {

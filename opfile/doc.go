@@ -1,5 +1,6 @@
 // Package opfile reads the files an operator hands rdmatool (the agent's
-// configuration, the rename map) without trusting what the path names.
+// configuration, the rename map, the agent's state file) without trusting
+// what the path names.
 //
 // Read takes a regular file only, after following symbolic links: a named
 // pipe, a socket, a device or a directory is refused without reading from
@@ -11,6 +12,9 @@
 // that cannot be opened or read gives the *fs.PathError the os package
 // gives, so errors.Is(err, fs.ErrNotExist) reports a missing file. The
 // callers parse the bytes and name file and line in their own errors.
+// Open does the same for a caller that reads the file in pieces (the
+// agent's state file, decoded as a stream), and can refuse a symbolic link
+// at the path rather than follow it.
 //
 // It only reads, needs no privileges beyond read access to the file, and
 // uses the standard library and golang.org/x/sys/unix only.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,39 +44,89 @@ func (r *reason) Unwrap() error { return r.sentinel }
 // from it; a named pipe never blocks the call. Open and read failures are
 // the os package's *fs.PathError.
 func Read(path string, maxSize int64) ([]byte, error) {
-	// Stat first, so that a device is not even opened. Then open without
-	// blocking, so that a named pipe put in the file's place meanwhile
-	// does not block the open (a regular file reads as without
-	// O_NONBLOCK), and check what was opened. O_NOCTTY: a terminal put
-	// there does not become the caller's.
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
-		return nil, notRegular(path, fi.Mode())
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	f, err := Open(path, maxSize, true)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close() //nolint:errcheck // read only
-	fi, err := f.Stat()
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, notRegular(path, fi.Mode())
-	}
-	if fi.Size() > maxSize {
-		return nil, tooLarge(path, maxSize)
-	}
-	// The file may grow after the stat: read one byte past the cap.
-	b, err := io.ReadAll(io.LimitReader(f, maxSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > maxSize {
-		return nil, tooLarge(path, maxSize)
 	}
 	return b, nil
 }
+
+// File is a regular file Open opened, to be read in pieces: a read past
+// the cap is an *Error matching ErrTooLarge.
+type File struct {
+	f       *os.File
+	path    string
+	maxSize int64
+	left    int64 // what the cap lets the reader read still
+}
+
+// Open opens the regular file at path for a caller that reads it in
+// pieces (a stream decoder), refusing what Read refuses, in the same
+// words, before anything is read: anything but a regular file, a file
+// larger than maxSize. A file that grows past maxSize while it is read
+// fails the read that would pass the cap. With followLinks false, a
+// symbolic link at path is refused too (ErrNotRegular, "a symbolic
+// link") rather than followed: for a file the caller keeps itself, where
+// a link is none of its making. The directories on the way are followed
+// either way. The caller closes the File.
+func Open(path string, maxSize int64, followLinks bool) (*File, error) {
+	// Stat first, so that a device is not even opened. Then open without
+	// blocking, so that a named pipe put in the file's place meanwhile
+	// does not block the open (a regular file reads as without
+	// O_NONBLOCK), and check what was opened. O_NOCTTY: a terminal put
+	// there does not become the caller's. O_NOFOLLOW: a link put there
+	// meanwhile fails the open (ELOOP).
+	stat, flags := os.Stat, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY
+	if !followLinks {
+		stat, flags = os.Lstat, flags|unix.O_NOFOLLOW
+	}
+	if fi, err := stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, notRegular(path, fi.Mode())
+	}
+	f, err := os.OpenFile(path, flags, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = notRegular(path, fi.Mode())
+	}
+	if err == nil && fi.Size() > maxSize {
+		err = tooLarge(path, maxSize)
+	}
+	if err != nil {
+		f.Close() //nolint:errcheck // read only
+		return nil, err
+	}
+	return &File{f: f, path: path, maxSize: maxSize, left: maxSize}, nil
+}
+
+// Read reads the file as (*os.File).Read does, up to the cap: the file
+// may have grown after Open checked its size, and a read that would pass
+// the cap fails with an *Error matching ErrTooLarge.
+func (f *File) Read(p []byte) (int, error) {
+	if f.left <= 0 {
+		var one [1]byte // the end, or more than the cap?
+		if n, err := f.f.Read(one[:]); n == 0 {
+			return 0, err
+		}
+		return 0, tooLarge(f.path, f.maxSize)
+	}
+	if int64(len(p)) > f.left {
+		p = p[:f.left]
+	}
+	n, err := f.f.Read(p)
+	f.left -= int64(n)
+	return n, err
+}
+
+// Close closes the file.
+func (f *File) Close() error { return f.f.Close() }
 
 // notRegular is Read's refusal of a file of mode m.
 func notRegular(path string, m fs.FileMode) error {
@@ -91,6 +142,8 @@ func notRegular(path string, m fs.FileMode) error {
 		kind = "a block device"
 	case fs.ModeDevice | fs.ModeCharDevice:
 		kind = "a character device"
+	case fs.ModeSymlink:
+		kind = "a symbolic link"
 	}
 	return &Error{Path: path, Err: &reason{fmt.Sprintf("%s (%s)", ErrNotRegular, kind), ErrNotRegular}}
 }
@@ -98,4 +151,31 @@ func notRegular(path string, m fs.FileMode) error {
 // tooLarge is Read's refusal of a file of more than limit bytes.
 func tooLarge(path string, limit int64) error {
 	return &Error{Path: path, Err: &reason{fmt.Sprintf("larger than %d bytes", limit), ErrTooLarge}}
+}
+
+// What the kernel takes as a path (include/uapi/linux/limits.h).
+const (
+	pathMax = 4095 // PATH_MAX less the NUL
+	nameMax = 255  // NAME_MAX: one component of a path
+)
+
+// CheckPath refuses, before anything opens it, a path the kernel would
+// refuse: an empty one, one with a NUL byte, longer than PATH_MAX, or with
+// a component longer than NAME_MAX. The error says why, without the path
+// or the package: the caller names what the path is for.
+func CheckPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("want a path")
+	case strings.IndexByte(p, 0) >= 0:
+		return errors.New("a path has no NUL byte")
+	case len(p) > pathMax:
+		return fmt.Errorf("longer than a path can be (%d bytes)", pathMax)
+	}
+	for c := range strings.SplitSeq(p, "/") {
+		if len(c) > nameMax {
+			return fmt.Errorf("a name in it is longer than a file name can be (%d bytes)", nameMax)
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package opfile
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -113,5 +114,71 @@ func TestReadMissing(t *testing.T) {
 	var pe *fs.PathError
 	if !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != path {
 		t.Errorf("Read(missing) = %v, want the *fs.PathError of %s matching fs.ErrNotExist", err, path)
+	}
+}
+
+// Open refuses what Read refuses, and without following links a link to
+// a regular file as well; a file that grows past the cap while it is read
+// fails the read that passes it.
+func TestOpen(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(file, []byte("0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.json")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		path   string
+		follow bool
+		want   string // the error; "" for the content
+		reason error
+	}{
+		{"regular file", file, false, "", nil},
+		{"a link, followed", link, true, "", nil},
+		{"a link, not followed", link, false, "opfile: " + link + ": not a regular file (a symbolic link)", ErrNotRegular},
+		{"named pipe", fifo, false, "opfile: " + fifo + ": not a regular file (a named pipe)", ErrNotRegular},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := Open(tt.path, 16, tt.follow)
+			if tt.want != "" {
+				if err == nil || err.Error() != tt.want || !errors.Is(err, tt.reason) {
+					t.Errorf("Open(%s, follow %v) = %v, want %q", tt.path, tt.follow, err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if b, err := io.ReadAll(f); string(b) != "0123456789" || err != nil {
+				t.Errorf("read %q, %v", b, err)
+			}
+		})
+	}
+
+	// Opened at 10 bytes under a cap of 16, the file grows to 20.
+	f, err := Open(file, 16, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a, err := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.WriteString("0123456789")
+	a.Close()
+	b, err := io.ReadAll(f)
+	if len(b) != 16 || !errors.Is(err, ErrTooLarge) || err.Error() != "opfile: "+file+": larger than 16 bytes" {
+		t.Errorf("read %d bytes of a file grown past the cap, %v; want 16 and ErrTooLarge", len(b), err)
 	}
 }

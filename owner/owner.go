@@ -83,7 +83,7 @@ func (p *Resolver) lookup(tid uint32) (proc Process, ok bool) {
 	}
 	if b, err := os.ReadFile(filepath.Join(p.root, strconv.FormatUint(uint64(tid), 10), "cgroup")); err == nil {
 		proc.Cgroup = cgroupPath(b)
-		proc.ContainerID = ContainerID(proc.Cgroup)
+		proc.ContainerID = containerID(proc.Cgroup)
 	}
 	return proc, true
 }
@@ -127,10 +127,10 @@ func cgroupPath(b []byte) string {
 // (/docker/ID, /kubepods/burstable/podUID/ID).
 var containerScopes = []string{"docker-", "cri-containerd-", "crio-", "libpod-", ""}
 
-// ContainerID returns the container id a cgroup path names: the innermost
+// containerID returns the container id a cgroup path names: the innermost
 // path element that is a runtime's scope for a 64-hex id (conmon scopes,
 // crio-conmon-ID, are not containers). "" when there is none.
-func ContainerID(cgroup string) string {
+func containerID(cgroup string) string {
 	elems := strings.Split(cgroup, "/")
 	for i := len(elems) - 1; i >= 0; i-- {
 		name := strings.TrimSuffix(elems[i], ".scope")

@@ -145,8 +145,8 @@ func TestContainerID(t *testing.T) {
 		{"", ""},
 	}
 	for _, tt := range tests {
-		if got := ContainerID(tt.cgroup); got != tt.want {
-			t.Errorf("ContainerID(%q) = %q, want %q", tt.cgroup, got, tt.want)
+		if got := containerID(tt.cgroup); got != tt.want {
+			t.Errorf("containerID(%q) = %q, want %q", tt.cgroup, got, tt.want)
 		}
 	}
 }
@@ -171,8 +171,8 @@ func FuzzCgroupPath(f *testing.F) {
 		if p != "" && p[0] != '/' {
 			t.Errorf("cgroupPath = %q", p)
 		}
-		if id := ContainerID(p); id != "" && !isContainerID(id) {
-			t.Errorf("ContainerID(%q) = %q", p, id)
+		if id := containerID(p); id != "" && !isContainerID(id) {
+			t.Errorf("containerID(%q) = %q", p, id)
 		}
 	})
 }

@@ -161,8 +161,9 @@ func TestDaemonSet(t *testing.T) {
 			writable = append(writable, m.MountPath)
 		}
 	}
-	if !slices.Equal(writable, []string{"/run/rdmatool"}) {
-		t.Errorf("writable mounts %v, want only the socket dir", writable)
+	// The unit's RuntimeDirectory and StateDirectory.
+	if want := []string{"/run/" + unitKey(t, "RuntimeDirectory"), "/var/lib/" + unitKey(t, "StateDirectory")}; !slices.Equal(writable, want) {
+		t.Errorf("writable mounts %v, want only the socket dir and the state dir %v", writable, want)
 	}
 	// The unit's DeviceAllow: the verbs devices, from the host's /dev.
 	if !strings.Contains(unitKey(t, "DeviceAllow"), "char-infiniband_verbs") {

@@ -201,8 +201,8 @@ func TestLabRenameDeviceDeleted(t *testing.T) {
 		}
 		run(t, "udevadm", "settle", "--timeout=60")
 		log := u.logSince(mark, "rdmatool")
-		if !strings.Contains(log, "rdmatool rename udev") {
-			t.Fatalf("udevd ran no rdmatool rename udev for 10 added devices:\n%s", log)
+		if !strings.Contains(log, udevProgram) {
+			t.Fatalf("udevd ran no %s for 10 added devices:\n%s", udevProgram, log)
 		}
 		for _, l := range strings.Split(log, "\n") {
 			if strings.Contains(l, "panic") || strings.Contains(l, "goroutine ") {

@@ -8,8 +8,9 @@
 // the devices, asks the policies for names, plans the renames (pure logic,
 // see Step) and applies the plan through a Renamer, which *rdmanl.Client is
 // and tests fake. Run does both. The package does not watch for devices:
-// udev runs "rdmatool rename udev -- KERNEL_NAME" for each new one
-// (packaging/udev), and CheckUdevDevice makes sure the name it got is the
+// udev runs rdmatool-udev-rename (the flow of "rdmatool rename udev --
+// KERNEL_NAME" in a small program) for each new one (packaging/udev), and
+// CheckUdevDevice makes sure the name it got is the
 // event's device; the agent, when asked (--rename), runs the policies for
 // each device it sees appear, for hosts and containers without udev.
 //
@@ -25,7 +26,7 @@
 //     none), "x", and the node GUID as 16 lower-case hex digits:
 //     rocex525400c0fe123455. A zero node GUID is skipped.
 //   - pci: rdma_rename's NAME_PCI: ibp59s0f1, rocep193s0f0v0S99 (see
-//     PCIName). Devices with no PCI function (rxe, siw) are skipped.
+//     pciPolicyName). Devices with no PCI function (rxe, siw) are skipped.
 //   - keep: the current name (rdma_rename's NAME_KERNEL).
 //
 // Names must be valid device names (see ValidateName). A name user space

@@ -29,7 +29,7 @@ func FuzzParseMap(f *testing.F) {
 	f.Add("\ufeff0002:c903:00a1:b2c3 a\n\ufeff")
 	f.Add("0002:c903:00a1:b2c3 a\u202eb\n")
 	f.Fuzz(func(t *testing.T, content string) {
-		m, err := ParseMap([]byte(content), "f.conf")
+		m, err := parseMap([]byte(content), "f.conf")
 		if err != nil {
 			var me *MapError
 			if errors.As(err, &me) {
@@ -56,7 +56,7 @@ func FuzzParseMap(f *testing.F) {
 			}
 			fmt.Fprintf(&out, "%s %s\n", e.GUID, e.Name)
 		}
-		again, err := ParseMap([]byte(out.String()), "f.conf")
+		again, err := parseMap([]byte(out.String()), "f.conf")
 		if err != nil {
 			t.Fatalf("re-reading %q: %v", out.String(), err)
 		}
@@ -176,20 +176,20 @@ func FuzzParseGUID(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		g, err := ParseGUID(s)
+		g, err := parseGUID(s)
 		if err != nil {
 			if g != 0 || !strings.HasPrefix(err.Error(), "invalid GUID ") {
-				t.Fatalf("ParseGUID(%q) = %v, %v", s, g, err)
+				t.Fatalf("parseGUID(%q) = %v, %v", s, g, err)
 			}
 			return
 		}
 		digits := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X"), ":", "")
 		if len(digits) != 16 || strings.Trim(digits, "0123456789abcdefABCDEF") != "" || len(s) > 19 {
-			t.Fatalf("ParseGUID(%q) = %v: not 16 hex digits in a known form", s, g)
+			t.Fatalf("parseGUID(%q) = %v: not 16 hex digits in a known form", s, g)
 		}
 		for _, form := range []string{g.String(), fmt.Sprintf("0x%016x", uint64(g)), fmt.Sprintf("%016X", uint64(g))} {
-			if again, err := ParseGUID(form); err != nil || again != g {
-				t.Fatalf("ParseGUID(%q) = %v, but %q parses as %v, %v", s, g, form, again, err)
+			if again, err := parseGUID(form); err != nil || again != g {
+				t.Fatalf("parseGUID(%q) = %v, but %q parses as %v, %v", s, g, form, again, err)
 			}
 		}
 	})

@@ -213,7 +213,16 @@ func lastLines(s string, n int) string {
 // under TCG takes seconds and is not what a host with rdmatool on disk sees.
 func copyBin(t *testing.T, dst string) string {
 	t.Helper()
-	b, err := os.ReadFile(vmtest.Bin(t, "rdmatool"))
+	return copyProgram(t, "rdmatool", dst)
+}
+
+// copyProgram copies one of the lab's binaries (vmtest.Bin) to dst.
+func copyProgram(t *testing.T, name, dst string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(vmtest.Bin(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,8 +232,11 @@ func copyBin(t *testing.T, dst string) string {
 	return dst
 }
 
-// startUdevd installs rdmatool as /usr/sbin/rdmatool, where the packaged
-// rule runs it, and the map file, and runs systemd-udevd until the test
+// udevProgram is where the packaged rule runs rdmatool-udev-rename from.
+const udevProgram = "/lib/udev/rdmatool-udev-rename"
+
+// startUdevd installs rdmatool as /usr/sbin/rdmatool and
+// rdmatool-udev-rename where the packaged rule runs it, and the map file, and runs systemd-udevd until the test
 // ends. udevd does no coldplug, so devices that exist already (rxe0, siw0)
 // see no event.
 func startUdevd(t *testing.T, names string) *udevd {
@@ -236,6 +248,8 @@ func startUdevd(t *testing.T, names string) *udevd {
 	}
 	copyBin(t, "/usr/sbin/rdmatool")
 	t.Cleanup(func() { os.Remove("/usr/sbin/rdmatool") })
+	copyProgram(t, "rdmatool-udev-rename", udevProgram)
+	t.Cleanup(func() { os.Remove(udevProgram) })
 	writeFile(t, DefaultMapFile, names)
 
 	u := &udevd{done: make(chan struct{})}
@@ -285,11 +299,11 @@ func installRule(t *testing.T, path, content string) {
 // README shows for software devices.
 func forceRule(t *testing.T, packaged string) string {
 	t.Helper()
-	const run = "rename udev -- '%k'"
+	const run = udevProgram + " -- '%k'"
 	if !strings.Contains(packaged, run) {
 		t.Fatalf("%s does not run %q", packagedRule, run)
 	}
-	return strings.Replace(packaged, run, "rename udev --force -- '%k'", 1)
+	return strings.Replace(packaged, run, udevProgram+" --force -- '%k'", 1)
 }
 
 // TestLabUdevRule runs the packaged rule in a real systemd-udevd: a new
@@ -375,7 +389,7 @@ func TestLabUdevRule(t *testing.T) {
 		addLink(t, c, mapped, "labrxe1", "rxe")
 		u.waitForName(t, c, mark, mapped, "rocex000000fffe000a01")
 		if log := u.logSince(mark, "labrxe1"); !strings.Contains(log, "no such RDMA device") {
-			t.Errorf("rdmatool rename udev labrxe1 did not report that the device was renamed under it:\n%s", log)
+			t.Errorf("%s labrxe1 did not report that the device was renamed under it:\n%s", udevProgram, log)
 		}
 		deleteLink(t, c, mapped)
 
@@ -607,9 +621,10 @@ func TestLabRenameCLI(t *testing.T) {
 }
 
 // TestLabRenameTiming measures one udev-triggered rename, process start to
-// exit, of rdmatool rename udev and of rdma_rename NAME_GUID, each on a
-// fresh device. rdmatool gets --force, as bookworm's rdma_rename (rdma-core
-// 44) does not check for user-assigned names.
+// exit, of rdmatool-udev-rename (what the packaged rule runs), rdmatool
+// rename udev and rdma_rename NAME_GUID, each on a fresh device. rdmatool
+// gets --force, as bookworm's rdma_rename (rdma-core 44) does not check
+// for user-assigned names.
 func TestLabRenameTiming(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
 	c := labClient(t)
@@ -620,11 +635,13 @@ func TestLabRenameTiming(t *testing.T) {
 	const kernelName = "labtime0"
 	want := "rocex000000fffe000a08"
 	bin := copyBin(t, filepath.Join(t.TempDir(), "rdmatool"))
+	udev := copyProgram(t, "rdmatool-udev-rename", filepath.Join(t.TempDir(), "rdmatool-udev-rename"))
 	tools := []struct {
 		name    string
 		cmd     []string
 		renames bool // false: a baseline that starts and exits
 	}{
+		{"rdmatool-udev-rename", []string{udev, "--policy", "guid", "--force", "--", kernelName}, true},
 		{"rdmatool rename udev", []string{bin, "rename", "udev", kernelName, "--policy", "guid", "--force"}, true},
 		{"rdma_rename NAME_GUID", []string{rdmaRename, kernelName, "NAME_GUID"}, true},
 		{"rdmatool version (Go start-up)", []string{bin, "version"}, false},

@@ -80,11 +80,11 @@ func (e *MapError) Unwrap() []error {
 	return errs
 }
 
-// LoadMap reads and checks a map file, through opfile.Read: it must be a
+// loadMap reads and checks a map file, through opfile.Read: it must be a
 // regular file (or a symbolic link to one) of at most 1 MiB; a named pipe,
 // a device or a directory is refused without reading from it, so a pipe
 // with no writer does not block.
-func LoadMap(path string) (*Map, error) {
+func loadMap(path string) (*Map, error) {
 	b, err := opfile.Read(path, maxMapSize)
 	if err != nil {
 		var oe *opfile.Error
@@ -93,13 +93,13 @@ func LoadMap(path string) (*Map, error) {
 		}
 		return nil, fmt.Errorf("rename: read map: %w", err)
 	}
-	return ParseMap(b, path)
+	return parseMap(b, path)
 }
 
-// ParseMap reads a map file's content; file names it in errors. Every line
+// parseMap reads a map file's content; file names it in errors. Every line
 // is checked: the error is a *MapError listing each bad one. A UTF-8 byte
 // order mark at the start is skipped.
-func ParseMap(content []byte, file string) (*Map, error) {
+func parseMap(content []byte, file string) (*Map, error) {
 	m := &Map{File: file}
 	var bad []LineError
 	text := strings.TrimPrefix(string(content), byteOrderMark)
@@ -113,7 +113,7 @@ func ParseMap(content []byte, file string) (*Map, error) {
 			bad = append(bad, LineError{n, fmt.Errorf("want \"GUID NAME\", found %d fields", len(fields))})
 			continue
 		}
-		g, err := ParseGUID(fields[0])
+		g, err := parseGUID(fields[0])
 		if err != nil {
 			bad = append(bad, LineError{n, err})
 			continue
@@ -166,11 +166,11 @@ func lineFields(line string) []string {
 	return f
 }
 
-// ParseGUID parses a node GUID in one of the forms tools print it:
+// parseGUID parses a node GUID in one of the forms tools print it:
 // "0002:c903:00a1:b2c3" (sysfs, iproute2), "0x0002c90300a1b2c3" (ibstat,
 // ibv_devinfo) or "0002c90300a1b2c3". Hex digits may be upper or lower
 // case; every form needs all 16 digits.
-func ParseGUID(s string) (rdmanl.GUID, error) {
+func parseGUID(s string) (rdmanl.GUID, error) {
 	digits := s
 	switch {
 	case strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X"):

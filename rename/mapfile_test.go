@@ -17,7 +17,7 @@ import (
 )
 
 func TestLoadMap(t *testing.T) {
-	m, err := LoadMap("testdata/names.conf")
+	m, err := loadMap("testdata/names.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestLoadMap(t *testing.T) {
 		{GUID: 0x000000fffe000a01, Name: "lab#1", Line: 7},
 	}}
 	if diff := cmp.Diff(want, m); diff != "" {
-		t.Fatalf("LoadMap (-want +got):\n%s", diff)
+		t.Fatalf("loadMap (-want +got):\n%s", diff)
 	}
 	if e, ok := m.Lookup(0x0002c90300a1b2c4); !ok || e.Name != "fab0-hca1" {
 		t.Errorf("Lookup = %v, %v, want fab0-hca1", e, ok)
@@ -39,9 +39,9 @@ func TestLoadMap(t *testing.T) {
 }
 
 func TestLoadMapMissing(t *testing.T) {
-	_, err := LoadMap(filepath.Join(t.TempDir(), "names.conf"))
+	_, err := loadMap(filepath.Join(t.TempDir(), "names.conf"))
 	if !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "rename: read map: open ") {
-		t.Fatalf("LoadMap(missing) = %v, want a rename: read map error matching fs.ErrNotExist", err)
+		t.Fatalf("loadMap(missing) = %v, want a rename: read map error matching fs.ErrNotExist", err)
 	}
 }
 
@@ -73,22 +73,22 @@ func TestLoadMapNotRegular(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
-				_, err := LoadMap(tt.path)
+				_, err := loadMap(tt.path)
 				done <- err
 			}()
 			var err error
 			select {
 			case err = <-done:
 			case <-time.After(10 * time.Second):
-				t.Errorf("LoadMap(%s) still blocks after 10s", tt.path)
-				// Open the pipe's other end so that LoadMap returns.
+				t.Errorf("loadMap(%s) still blocks after 10s", tt.path)
+				// Open the pipe's other end so that loadMap returns.
 				if w, werr := os.OpenFile(tt.path, os.O_WRONLY, 0); werr == nil {
 					w.Close()
 				}
 				err = <-done
 			}
 			if err == nil || err.Error() != tt.want || !errors.Is(err, opfile.ErrNotRegular) {
-				t.Errorf("LoadMap(%s) = %v, want %q", tt.path, err, tt.want)
+				t.Errorf("loadMap(%s) = %v, want %q", tt.path, err, tt.want)
 			}
 		})
 	}
@@ -101,15 +101,15 @@ func TestLoadMapTooLarge(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Repeat("#\n", maxMapSize/2)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := LoadMap(path); err != nil || len(m.Entries) != 0 {
-		t.Errorf("LoadMap(1 MiB of comments) = %+v, %v, want an empty map", m, err)
+	if m, err := loadMap(path); err != nil || len(m.Entries) != 0 {
+		t.Errorf("loadMap(1 MiB of comments) = %+v, %v, want an empty map", m, err)
 	}
 	if err := os.WriteFile(path, []byte(strings.Repeat("#\n", maxMapSize/2+1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	want := "rename: read map " + path + ": larger than 1048576 bytes"
-	if _, err := LoadMap(path); err == nil || err.Error() != want || !errors.Is(err, opfile.ErrTooLarge) {
-		t.Errorf("LoadMap(over 1 MiB) = %v, want %q", err, want)
+	if _, err := loadMap(path); err == nil || err.Error() != want || !errors.Is(err, opfile.ErrTooLarge) {
+		t.Errorf("loadMap(over 1 MiB) = %v, want %q", err, want)
 	}
 }
 
@@ -124,19 +124,19 @@ func TestLoadMapSymlink(t *testing.T) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	m, err := LoadMap(link)
+	m, err := loadMap(link)
 	if err != nil || len(m.Entries) != 4 {
-		t.Fatalf("LoadMap(symlink to names.conf) = %+v, %v, want its 4 entries", m, err)
+		t.Fatalf("loadMap(symlink to names.conf) = %+v, %v, want its 4 entries", m, err)
 	}
 }
 
 // TestLoadMapErrors checks that every bad line is reported with its file
 // and line.
 func TestLoadMapErrors(t *testing.T) {
-	_, err := LoadMap("testdata/bad.conf")
+	_, err := loadMap("testdata/bad.conf")
 	var me *MapError
 	if !errors.As(err, &me) {
-		t.Fatalf("LoadMap(bad.conf) = %v, want a *MapError", err)
+		t.Fatalf("loadMap(bad.conf) = %v, want a *MapError", err)
 	}
 	var got []string
 	for _, l := range me.Lines {
@@ -170,12 +170,12 @@ func TestParseMapLongValues(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("n", 1<<20)
 	for _, line := range []string{"0002:c903:00a1:b2c3 " + long, long + " fab0", "0002:c903:00a1:b2c3 a\x1b[2J" + long} {
-		_, err := ParseMap([]byte(line+"\n"), "names.conf")
+		_, err := parseMap([]byte(line+"\n"), "names.conf")
 		if err == nil {
-			t.Fatalf("ParseMap(%.40q...) succeeded", line)
+			t.Fatalf("parseMap(%.40q...) succeeded", line)
 		}
 		if msg := err.Error(); len(msg) > 300 || !strings.Contains(msg, "(1048576 bytes)") && !strings.Contains(msg, "bytes)") {
-			t.Errorf("ParseMap(%.40q...): error of %d bytes, want it cut: %.300s", line, len(msg), msg)
+			t.Errorf("parseMap(%.40q...): error of %d bytes, want it cut: %.300s", line, len(msg), msg)
 		}
 	}
 }
@@ -217,10 +217,10 @@ func TestParseMap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := ParseMap([]byte(tt.in), "f.conf")
+			m, err := parseMap([]byte(tt.in), "f.conf")
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("ParseMap error = %v, want %q", err, tt.wantErr)
+					t.Fatalf("parseMap error = %v, want %q", err, tt.wantErr)
 				}
 				return
 			}

@@ -84,11 +84,11 @@ func namePrefix(protocol string) string {
 // errZeroGUID is why the guid and map policies skip a device.
 var errZeroGUID = errors.New("node GUID is zero")
 
-// GUIDName is the name rdma-core's rdma_rename gives d under NAME_GUID: the
+// guidPolicyName is the name rdma-core's rdma_rename gives d under NAME_GUID: the
 // protocol prefix, "x", and the node GUID as 16 lower-case hex digits, most
 // significant first ("rocex525400c0fe123455"). A device whose node GUID is
 // zero has no such name.
-func GUIDName(d rdmanl.Device) (string, error) {
+func guidPolicyName(d rdmanl.Device) (string, error) {
 	if d.NodeGUID == 0 {
 		return "", errZeroGUID
 	}

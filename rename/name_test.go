@@ -81,17 +81,17 @@ func TestGUIDName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
-			got, err := GUIDName(rdmanl.Device{Name: "dev0", Protocol: tt.protocol, NodeGUID: tt.guid})
+			got, err := guidPolicyName(rdmanl.Device{Name: "dev0", Protocol: tt.protocol, NodeGUID: tt.guid})
 			if err != nil || got != tt.want {
-				t.Fatalf("GUIDName(%q, %s) = %q, %v, want %q", tt.protocol, tt.guid, got, err, tt.want)
+				t.Fatalf("guidPolicyName(%q, %s) = %q, %v, want %q", tt.protocol, tt.guid, got, err, tt.want)
 			}
 			if err := ValidateName(got); err != nil {
-				t.Errorf("GUIDName gave an invalid name: %v", err)
+				t.Errorf("guidPolicyName gave an invalid name: %v", err)
 			}
 		})
 	}
-	if got, err := GUIDName(rdmanl.Device{Protocol: "roce"}); err == nil {
-		t.Errorf("GUIDName(zero GUID) = %q, want an error", got)
+	if got, err := guidPolicyName(rdmanl.Device{Protocol: "roce"}); err == nil {
+		t.Errorf("guidPolicyName(zero GUID) = %q, want an error", got)
 	}
 }
 
@@ -124,9 +124,9 @@ func TestParseGUID(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseGUID(tt.in)
+			got, err := parseGUID(tt.in)
 			if (err == nil) != tt.ok || got != tt.want {
-				t.Fatalf("ParseGUID(%q) = %s, %v, want %s (ok %v)", tt.in, got, err, tt.want, tt.ok)
+				t.Fatalf("parseGUID(%q) = %s, %v, want %s (ok %v)", tt.in, got, err, tt.want, tt.ok)
 			}
 		})
 	}

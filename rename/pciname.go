@@ -7,7 +7,7 @@ import (
 	"github.com/rdmatool/rdmatool/sysfs"
 )
 
-// PCIName is the name rdma-core's rdma_rename gives a device under NAME_PCI:
+// pciPolicyName is the name rdma-core's rdma_rename gives a device under NAME_PCI:
 // the protocol prefix, then "P<domain>" when the domain is not 0,
 // "p<bus>s<slot>", "f<function>" when the function is not 0 or the device
 // is multi-function (then "v<vf>" for a VF), and "S<sfnum>" for a
@@ -17,7 +17,7 @@ import (
 // /sys/bus/pci/slots lists one, but its lookup never matches (it scans the
 // address with "%s.%s", whose first %s takes the whole address), so its
 // names always use the bus and device numbers; so do these.
-func PCIName(protocol string, loc sysfs.PCILocation) string {
+func pciPolicyName(protocol string, loc sysfs.PCILocation) string {
 	var b strings.Builder
 	b.WriteString(namePrefix(protocol))
 	if loc.Domain > 0 {

@@ -39,8 +39,8 @@ func TestPCIName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := PCIName(tt.protocol, tt.loc); got != tt.want {
-				t.Errorf("PCIName(%q, %+v) = %q, want %q", tt.protocol, tt.loc, got, tt.want)
+			if got := pciPolicyName(tt.protocol, tt.loc); got != tt.want {
+				t.Errorf("pciPolicyName(%q, %+v) = %q, want %q", tt.protocol, tt.loc, got, tt.want)
 			}
 		})
 	}

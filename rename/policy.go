@@ -99,7 +99,7 @@ func (n *namer) choose(d rdmanl.Device) choice {
 				return choice{to: e.Name, policy: p, reason: fmt.Sprintf("map %s:%d", n.m.File, e.Line)}
 			}
 		case PolicyGUID:
-			name, err := GUIDName(d)
+			name, err := guidPolicyName(d)
 			if err != nil {
 				skips = append(skips, "guid: "+err.Error())
 				continue
@@ -115,7 +115,7 @@ func (n *namer) choose(d rdmanl.Device) choice {
 				skips = append(skips, "pci: "+reason)
 				continue
 			}
-			return choice{to: PCIName(d.Protocol, loc), policy: p, reason: "pci " + loc.Addr}
+			return choice{to: pciPolicyName(d.Protocol, loc), policy: p, reason: "pci " + loc.Addr}
 		case PolicyKeep:
 			return choice{to: d.Name, policy: p, reason: "keep"}
 		}

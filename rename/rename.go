@@ -141,7 +141,7 @@ func prepare(o Options) (*Job, error) {
 		if j.mapFile == "" {
 			j.mapFile = DefaultMapFile
 		}
-		m, err := LoadMap(j.mapFile)
+		m, err := loadMap(j.mapFile)
 		switch {
 		case err == nil:
 			j.n.m = m

@@ -5,13 +5,15 @@
 // A State holds the history (one leakwatch.Watcher) and what the watch
 // knows of its sources and devices, behind a mutex; it reports as
 // agentapi.CheckReport and agentapi.Status, and is the agentapi.Source the
-// agent's socket answers from. A Scanner dumps a device's QPs (with their
-// SRQs, rdma_cm IDs and ULPs) over RDMA netlink and names their owners
-// from /proc; LookForZombies looks for zombie verbs contexts;
-// FollowProbes applies the eBPF probes' events as they come. LearnDevice
-// learns a device's provider and max_qp once (FactsCache). Check answers
-// qp-leaks: from a running agent (agentapi.Ask) when one listens, else by
-// observing the host for --watch itself. Deps says what it all talks to.
+// agent's socket answers from; it saves and restores its history (Save,
+// Restore: leakwatch's records), which the agent keeps in a file. A
+// Scanner dumps a device's QPs (with their SRQs, rdma_cm IDs and ULPs)
+// over RDMA netlink and names their owners from /proc; LookForZombies
+// looks for zombie verbs contexts; FollowProbes applies the eBPF probes'
+// events as they come. LearnDevice learns a device's provider and max_qp
+// once (FactsCache). Check answers qp-leaks: from a running agent
+// (agentapi.Ask) when one listens, else by observing the host for --watch
+// itself. Deps says what it all talks to.
 //
 // The package decides no leak (package leakwatch does) and speaks no kernel
 // interface itself: netlink, the probes, sysfs, the verbs query and /proc

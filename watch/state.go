@@ -217,8 +217,9 @@ func (s *State) SetResources(sums []rdmanl.Summary, names ...string) {
 	}
 }
 
-// SetDevices records the devices the host has now; gone lists the indexes
-// of those it no longer has, whose QPs end with them.
+// SetDevices records the devices the host has now (the history takes up
+// what it restored of them: leakwatch.Watcher.Listed); gone lists the
+// indexes of those it no longer has, whose QPs end with them.
 func (s *State) SetDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -238,6 +239,7 @@ func (s *State) SetDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 			delete(s.dev, name) // a renamed device's series end with its name
 		}
 	}
+	s.w.Listed(devs)
 	for _, index := range gone {
 		s.w.DeviceGone(index, at)
 	}
@@ -246,6 +248,32 @@ func (s *State) SetDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 			delete(s.scanErrs, dev)
 		}
 	}
+}
+
+// Save hands put the history's records (leakwatch.Watcher.Save) with the
+// State locked, so that they are one moment's; put must not call the
+// State.
+func (s *State) Save(put func(record any) error) (qps int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Save(put)
+}
+
+// Restore reads saved records into the history, one that has observed
+// nothing yet, through get (leakwatch.Watcher.Restore): its devices'
+// listings and scans take them up.
+func (s *State) Restore(get func(record any) error) (qps int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Restore(get)
+}
+
+// Restored counts what became of the restored histories
+// (leakwatch.Watcher.Restored).
+func (s *State) Restored() leakwatch.Restored {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Restored()
 }
 
 func (s *State) setLost(n uint64) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,15 +50,19 @@ func newAgentCmd(g *globals) *cobra.Command {
 			if err := checkSocketPath("--socket", o.Socket, true); err != nil {
 				return err
 			}
-			var me *agent.MetricsAddressError
-			if err := agent.CheckMetricsAddress(o.MetricsAddress); errors.As(err, &me) {
-				return fmt.Errorf("--metrics-address %s: %w", quote.String(o.MetricsAddress), me.Err)
+			if err := agent.CheckMetricsAddress(o.MetricsAddress); err != nil {
+				return fmt.Errorf("--metrics-address %s: %w", quote.String(o.MetricsAddress), err)
 			}
 			if err := checkPath("--config", configPath); err != nil {
 				return err
 			}
 			if err := checkPath("--names-map", namesMap); err != nil {
 				return err
+			}
+			if o.StateFile != "" { // "" keeps no state
+				if err := checkPath("--state-file", o.StateFile); err != nil {
+					return err
+				}
 			}
 			if renamePolicies != "" {
 				policies, err := rename.ParsePolicies(renamePolicies)
@@ -92,7 +95,8 @@ func newAgentCmd(g *globals) *cobra.Command {
 			base := o
 			conf.Apply(&o, given)
 			if err := checkDurations(durationFlag{name: "interval", value: o.Interval, min: time.Second},
-				durationFlag{name: "reconcile", value: o.Reconcile, min: time.Second}); err != nil {
+				durationFlag{name: "reconcile", value: o.Reconcile, min: time.Second},
+				durationFlag{name: "state-interval", value: o.StateInterval, min: time.Second}); err != nil {
 				return err
 			}
 			running := o
@@ -118,6 +122,8 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.DurationVar(&o.Reconcile, "reconcile", agent.DefaultReconcile, "time between QP dumps of a device while the probes feed the history")
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion, over what the device reports (repeatable)")
+	f.StringVar(&o.StateFile, "state-file", agent.DefaultStateFile, `file the history is kept in across restarts, read at the start and written on stop and every --state-interval ("" keeps none)`)
+	f.DurationVar(&o.StateInterval, "state-interval", agent.DefaultStateInterval, "time between saves of the history to --state-file (sooner after a large change)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.MetricsAddress, "metrics-address", agent.DefaultMetricsAddress, `HOST:PORT serving /metrics ("" for none)`)
 	f.StringVar(&renamePolicies, "rename", "", `rename policies applied to each device as it appears, such as "map,guid" ("" for none)`)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -33,7 +34,7 @@ func noRDMA(t testing.TB) *kernelDeps {
 func runAgentFlags(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	base := []string{"agent", "--socket", filepath.Join(t.TempDir(), "agent.sock"), "--metrics-address", "", "--no-probes",
-		"--config", filepath.Join("testdata", "agent-empty.yaml")}
+		"--config", filepath.Join("testdata", "agent-empty.yaml"), "--state-file", filepath.Join(t.TempDir(), "state.json")}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	var out, errOut bytes.Buffer
@@ -65,6 +66,8 @@ func TestAgentFlagsRefused(t *testing.T) {
 		{[]string{"--socket", "/run/" + strings.Repeat("n", 256) + "/a.sock"}, `: a name in it is longer than a file name can be (255 bytes)`},
 		{[]string{"--config", ""}, `rdmatool: --config "": want a path`},
 		{[]string{"--names-map", ""}, `rdmatool: --names-map "": want a path`},
+		{[]string{"--state-file", "/var/lib/" + strings.Repeat("n", 256) + "/state.json"}, `rdmatool: --state-file "/var/lib/nnn`},
+		{[]string{"--state-interval", "0s"}, `rdmatool: --state-interval 0s: want a duration at least 1s`},
 		{[]string{"--max-qp", "rxe0=5", "--max-qp", "rxe0=6"}, `rdmatool: --max-qp: leakwatch: max_qp "rxe0=5" and "rxe0=6": one limit per device`},
 		{[]string{"--log-format", "xml"}, `rdmatool: --log-format "xml": want text or json`},
 		{[]string{"--policy", strings.Repeat("p", 1<<20)}, `rdmatool: --policy "` + strings.Repeat("p", 64) + `" (1048576 bytes): want observe or reset`},
@@ -86,6 +89,18 @@ func TestAgentFlagsRefused(t *testing.T) {
 	// the refusals above are the flags', not the harness's.
 	if code, _, stderr := runAgentFlags(t, "--exhaustion-threshold", "0.5", "--socket", filepath.Join(t.TempDir(), strings.Repeat("s", 40))); code != 0 || !strings.Contains(stderr, "msg=listening") {
 		t.Errorf("agent with good flags: exit %d, stderr %q; want it started, then stopped (0)", code, stderr)
+	}
+	// --state-file "" keeps no state: nothing read, nothing written.
+	if code, _, stderr := runAgentFlags(t, "--state-file", ""); code != 0 || strings.Contains(stderr, "state") || strings.Contains(stderr, "history") {
+		t.Errorf("agent --state-file \"\": exit %d, stderr %q; want it started without a state file", code, stderr)
+	}
+	// The history is saved where --state-file says, when the agent stops.
+	state := filepath.Join(t.TempDir(), "state.json")
+	if code, _, stderr := runAgentFlags(t, "--state-file", state); code != 0 || !strings.Contains(stderr, `msg="history saved"`) {
+		t.Errorf("agent --state-file %s: exit %d, stderr %q", state, code, stderr)
+	}
+	if _, err := os.Stat(state); err != nil {
+		t.Errorf("no history saved: %v", err)
 	}
 	// The longest path a unix socket takes is 107 bytes: the agent
 	// serves one that long, however deep its directory (a short name in

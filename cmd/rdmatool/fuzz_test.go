@@ -31,6 +31,7 @@ var fuzzSeeds = [][]string{
 	{"qp-leaks", "--agent-socket", "agent.sock", "--watch", "1s", "--min-age", "-1s"}, {"qp-leaks", "--limit", "-1", "--rule", "bogus"},
 	{"agent", "--exhaustion-threshold", "NaN"}, {"agent", "--socket", "", "--metrics-address", ""}, {"agent", "--socket", "rel.sock"},
 	{"agent", "--max-qp", "rxe0=1", "--rename", "map,guid", "--names-map", "names.conf", "--log-format", "xml"},
+	{"agent", "--state-file", "", "--state-interval", "0s"}, {"agent", "--state-file", "state.json"},
 	{"trace", "--dev", "rxe0", "--qpn", "17", "--pid", "1", "--duration", "1s", "--buffer-mib", "3"},
 	{"rename", "--all", "--dry-run", "--map", "names.conf"}, {"rename", "udev", "--", "rxe0"}, {"rename", "--policy", "map,bogus", "rxe0"},
 	{"reset", "rxe0", "--method", "bogus"}, {"reset", "rxe0", "--dry-run", "--timeout", "0s"}, {"reset-helper"},
@@ -44,7 +45,7 @@ var fuzzSeeds = [][]string{
 // directory. Whatever the line: no panic, an exit status of 0, 1 or 2,
 // one line on stderr for 2 (more only with -v, which asks for debug
 // logs), and nothing written where the commands write by default
-// (/run/rdmatool, /etc/rdmatool).
+// (/run/rdmatool, /etc/rdmatool, /var/lib/rdmatool).
 //
 // What does not run: the daemon (agent), the probes (trace) and a reset
 // (reset, reset-helper) block, or act on the host (the helper writes on,
@@ -58,7 +59,7 @@ func FuzzCommandLine(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add(strings.Join(s, "\x00"))
 	}
-	watched := []string{"/run/rdmatool", "/etc/rdmatool"}
+	watched := []string{"/run/rdmatool", "/etc/rdmatool", "/var/lib/rdmatool"}
 	recorded, err := filepath.Abs(recordings) // the test changes directory
 	if err != nil {
 		f.Fatal(err)

@@ -121,7 +121,7 @@ func TestRulesPage(t *testing.T) {
 func TestPagesNameDefaults(t *testing.T) {
 	t.Parallel()
 	for page, want := range map[string][]string{
-		"agent": {agentapi.DefaultSocket, agent.DefaultConfig, agent.DefaultMetricsAddress},
+		"agent": {agentapi.DefaultSocket, agent.DefaultConfig, agent.DefaultMetricsAddress, agent.DefaultStateFile},
 		"rules": {agentapi.DefaultSocket},
 	} {
 		for _, s := range want {

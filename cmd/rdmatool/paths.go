@@ -1,49 +1,25 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/internal/quote"
-)
-
-// What the kernel takes as a path (include/uapi/linux/limits.h); a unix
-// socket's is agentapi.CheckSocketPath's.
-const (
-	pathMax = 4095 // PATH_MAX less the NUL
-	nameMax = 255  // NAME_MAX: one component of a path
+	"github.com/rdmatool/rdmatool/opfile"
 )
 
 // checkPath refuses, before anything opens it, a path flag's value the
-// kernel would refuse: an empty one (flags whose "" means something do
-// not call it), one with a NUL byte, longer than PATH_MAX, or with a
-// component longer than NAME_MAX.
+// kernel would refuse (opfile.CheckPath). Flags whose "" means something
+// do not call it.
 func checkPath(flag, p string) error {
-	why := ""
-	switch {
-	case p == "":
-		why = "want a path"
-	case strings.IndexByte(p, 0) >= 0:
-		why = "a path has no NUL byte"
-	case len(p) > pathMax:
-		why = fmt.Sprintf("longer than a path can be (%d bytes)", pathMax)
-	default:
-		for c := range strings.SplitSeq(p, "/") {
-			if len(c) > nameMax {
-				why = fmt.Sprintf("a name in it is longer than a file name can be (%d bytes)", nameMax)
-				break
-			}
-		}
+	if err := opfile.CheckPath(p); err != nil {
+		return fmt.Errorf("%s %s: %w", flag, quote.String(p), err)
 	}
-	if why == "" {
-		return nil
-	}
-	return fmt.Errorf("%s %s: %s", flag, quote.String(p), why)
+	return nil
 }
 
-// checkSocketPath is checkPath for a unix socket, which
+// checkSocketPath is checkPath for a unix socket, whose path
 // agentapi.CheckSocketPath checks too (its length), as it checks the
 // agent's configuration's socket key; absolute says whether a relative
 // path is refused, as that key refuses one.
@@ -54,9 +30,8 @@ func checkSocketPath(flag, p string, absolute bool) error {
 	if absolute && !strings.HasPrefix(p, "/") {
 		return fmt.Errorf("%s %s: want an absolute path", flag, quote.String(p))
 	}
-	var se *agentapi.SocketPathError
-	if err := agentapi.CheckSocketPath(p); errors.As(err, &se) {
-		return fmt.Errorf("%s %s: %w", flag, quote.String(p), se.Err)
+	if err := agentapi.CheckSocketPath(p); err != nil {
+		return fmt.Errorf("%s %s: %w", flag, quote.String(p), err)
 	}
 	return nil
 }

@@ -84,6 +84,10 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 	f.BoolVar(&noAgent, "no-agent", false, "observe locally even when the agent runs")
 	f.DurationVar(&o.MinAge, "min-age", 5*time.Second, "report states held, and SRQ QP drains waiting (at least 1s), at least this long")
 	f.StringArrayVar(&o.Rules, "rule", nil, "evaluate only this rule (repeatable)")
+	// The shells complete --rule with the rule IDs.
+	_ = cmd.RegisterFlagCompletionFunc("rule", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return leakwatch.Rules(), cobra.ShellCompDirectiveNoFileComp
+	})
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only (with the agent: skip the rules that need probes)")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion, over what the device reports (repeatable)")
 	f.IntVar(&o.Limit, "limit", 1000, "list at most this many findings QP by QP, the most severe first (0: all); the summary counts every one")

@@ -437,3 +437,13 @@ func TestQPLeaksDevAgentWithoutNetlink(t *testing.T) {
 		t.Errorf("qp-leaks --dev rxe9, agent with rxe0: exit %d, stderr %q; want 2 and no RDMA device", code, stderr)
 	}
 }
+
+// The shells complete qp-leaks --rule with the rule IDs, and nothing else.
+func TestQPLeaksRuleCompletion(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := runCLI(t, "__complete", "qp-leaks", "--rule", "")
+	want := strings.Join(leakwatch.Rules(), "\n") + "\n:4\n"
+	if code != 0 || stdout != want {
+		t.Errorf("completion of --rule: exit %d, %q; want %q", code, stdout, want)
+	}
+}

@@ -7,19 +7,16 @@ import (
 	"os"
 	"strings"
 
+	"github.com/rdmatool/rdmatool/cmd/internal/udevrename"
 	"github.com/rdmatool/rdmatool/docs"
 	"github.com/rdmatool/rdmatool/internal/quote"
-	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/spf13/cobra"
 )
 
 // renameConn is the kernel connection rename uses: *rdmanl.Client, or a
 // fake in tests.
-type renameConn interface {
-	rename.Renamer
-	Close() error
-}
+type renameConn = udevrename.Conn
 
 // dialRename opens the RDMA netlink client for rename.
 func dialRename(g *globals) func() (renameConn, error) {
@@ -40,16 +37,7 @@ type renameFlags struct {
 }
 
 func (f *renameFlags) options(cmd *cobra.Command) (rename.Options, error) {
-	if err := checkPath("--map", f.mapFile); err != nil {
-		return rename.Options{}, err
-	}
-	policies, err := rename.ParsePolicies(f.policies)
-	if err != nil {
-		return rename.Options{}, err
-	}
-	// The default map file may be missing; one named on the command line
-	// must exist.
-	return rename.Options{Policies: policies, Force: f.force, MapFile: f.mapFile, MapMustExist: cmd.Flags().Changed("map")}, nil
+	return udevrename.Flags{Policies: f.policies, MapFile: f.mapFile, MapNamed: cmd.Flags().Changed("map"), Force: f.force}.Options()
 }
 
 func newRenameCmd(g *globals) *cobra.Command { return newRenameCmdDial(g, dialRename(g)) }
@@ -109,7 +97,8 @@ func newRenameUdevCmd(f *renameFlags, dial func() (renameConn, error)) *cobra.Co
 
   rdmatool rename udev -- KERNEL_NAME
 
-Flags go before "--", so a device name that starts with '-' is not read as
+The packaged rule runs the same rename as /lib/udev/rdmatool-udev-rename,
+with the same flags, in a program that starts faster. Flags go before "--", so a device name that starts with '-' is not read as
 one. It prints nothing and exits 0 when it renamed the device or had
 nothing to do; on failure it prints one line and exits 2. Run by udev
 (DEVPATH set), it refuses a KERNEL_NAME other than the event's device.`,
@@ -119,30 +108,7 @@ nothing to do; on failure it prints one line and exits 2. Run by udev
 			if err != nil {
 				return err
 			}
-			if err := rename.CheckUdevDevice(args[0], os.Getenv("DEVPATH")); err != nil {
-				return err
-			}
-			o.Devices = args
-			job, err := rename.Prepare(o)
-			if err != nil {
-				return err
-			}
-			c, err := dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close() //nolint:errcheck // the renames are done or failed before it closes
-			_, err = job.Run(cmd.Context(), c)
-			var step *rename.StepError
-			if errors.Is(err, rdmanl.ErrNoDevice) && !errors.As(err, &step) {
-				// Another rule may have renamed it first: rdma-core's
-				// 60-rdma-persistent-naming.rules runs rdma_rename as a
-				// PROGRAM, before any RUN. (A rename is by index: a
-				// device gone at its rename was deleted, and the error
-				// says no more than that.)
-				return fmt.Errorf("%w (renamed by an earlier udev rule? see rdmatool's udev README)", err)
-			}
-			return err
+			return udevrename.Run(cmd.Context(), o, args[0], os.Getenv("DEVPATH"), dial)
 		},
 	}
 }

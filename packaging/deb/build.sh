@@ -42,6 +42,10 @@ install -d "$root/DEBIAN" "$root/usr/sbin" "$root/etc/rdmatool" \
 (cd "$top" && CGO_ENABLED=0 "$go" build -trimpath -buildvcs=false \
 	-ldflags "-s -w -X main.version=$describe" -o "$root/usr/sbin/rdmatool" ./cmd/rdmatool)
 bin=$root/usr/sbin/rdmatool
+# What the udev rule runs: rename udev in a program that starts fast.
+install -d "$root/lib/udev"
+(cd "$top" && CGO_ENABLED=0 "$go" build -trimpath -buildvcs=false \
+	-ldflags "-s -w" -o "$root/lib/udev/rdmatool-udev-rename" ./cmd/rdmatool-udev-rename)
 
 "$bin" docs man "$stage/man"
 for f in "$stage"/man/*.8; do

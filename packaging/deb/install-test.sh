@@ -30,7 +30,7 @@ inroot dpkg -i /tmp/rdmatool.deb >/dev/null
 inroot dpkg -s rdmatool | grep -q '^Status: install ok installed' || fail "not installed"
 # Where the unit (ExecStart, Documentation), the udev rule (RUN) and
 # packaging/README.md say the files are.
-for f in /usr/sbin/rdmatool /lib/systemd/system/rdmatool-agent.service \
+for f in /usr/sbin/rdmatool /lib/udev/rdmatool-udev-rename /lib/systemd/system/rdmatool-agent.service \
 	/lib/udev/rules.d/70-rdmatool-naming.rules /etc/rdmatool/agent.yaml \
 	/etc/rdmatool/names.conf.example /usr/share/man/man8/rdmatool-agent.8.gz \
 	/usr/share/man/man8/rdmatool.8.gz /usr/share/bash-completion/completions/rdmatool \

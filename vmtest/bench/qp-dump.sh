@@ -20,18 +20,21 @@ bin=.lab/bin
 # runs from the guest's root disk, whose pages stay cached.
 run=/tmp/bench-bin
 mkdir -p $run
-cp $bin/rdmatool $bin/nlfloor $run/
+cp $bin/rdmatool $bin/rdmatool-udev-rename $bin/nlfloor $run/
 sizes=${*:-1000 10000 30000 60000}
 echo 262144 >/proc/sys/vm/max_map_count
 echo "== kernel $VMTEST_KERNEL ($VMTEST_RELEASE)"
 
 # udev rename, start to exit, of one device (rxe0) to its node GUID name
-# (rdma-core's NAME_GUID, the same name for both): rdmatool's udev
-# command, run as the udev rule runs it, against rdma-core's rdma_rename,
+# (rdma-core's NAME_GUID, the same name for all): rdmatool-udev-rename, as
+# the packaged rule runs it, and rdmatool rename udev, against rdma-core's
+# rdma_rename,
 # which udev runs from rdma-core's rules. --force: rxe0 was named by
 # "rdma link add". Each run is undone, untimed, before the next.
 guid=$(tr -d ':' </sys/class/infiniband/rxe0/node_guid)
 back="rdma dev set rocex$guid name rxe0"
+$bin/labtime -n 10 -after "$back" -label "rename-rdmatool-udev-rename 1" -- \
+	$run/rdmatool-udev-rename --policy guid --force -- rxe0
 $bin/labtime -n 10 -after "$back" -label "rename-rdmatool 1" -- \
 	$run/rdmatool rename udev --policy guid --force -- rxe0
 $bin/labtime -n 10 -after "$back" -label "rename-rdma_rename 1" -- \

@@ -51,7 +51,7 @@ func FuzzParseFilter(f *testing.F) {
 		}
 		// A row holding the number a single lqpn filter names passes it.
 		if len(args) == 2 && strings.ReplaceAll(args[0], "-", "_") == "lqpn" {
-			if n, err := ParseNumber(args[1]); err == nil && n <= 1<<32-1 && !flt.Match(fuzzRow{LQPN: uint32(n)}) {
+			if n, err := parseNumber(args[1]); err == nil && n <= 1<<32-1 && !flt.Match(fuzzRow{LQPN: uint32(n)}) {
 				t.Errorf("Parse(%q) does not match lqpn %d", line, n)
 			}
 		}
@@ -63,12 +63,12 @@ func FuzzParseNumber(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		n, err := ParseNumber(s)
+		n, err := parseNumber(s)
 		if err != nil {
 			return
 		}
-		if back, err := ParseNumber(strconv.FormatUint(n, 10)); err != nil || back != n {
-			t.Errorf("ParseNumber(%q) = %d, which reads back as %d, %v", s, n, back, err)
+		if back, err := parseNumber(strconv.FormatUint(n, 10)); err != nil || back != n {
+			t.Errorf("parseNumber(%q) = %d, which reads back as %d, %v", s, n, back, err)
 		}
 	})
 }

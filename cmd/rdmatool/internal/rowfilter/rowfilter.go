@@ -89,13 +89,13 @@ func Parse(spec Spec, args []string) (Filter, map[string]string, error) {
 		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Int, reflect.Int64:
 			for part := range strings.SplitSeq(value, ",") {
 				lo, hi, isRange := strings.Cut(part, "-")
-				a, err := ParseNumber(lo)
+				a, err := parseNumber(lo)
 				if err != nil {
 					return Filter{}, nil, fmt.Errorf("filter %s: %s is not a number or range", args[i], quote.String(value))
 				}
 				b := a
 				if isRange {
-					if b, err = ParseNumber(hi); err != nil || b < a {
+					if b, err = parseNumber(hi); err != nil || b < a {
 						return Filter{}, nil, fmt.Errorf("filter %s: bad range %s", args[i], quote.String(part))
 					}
 				}
@@ -171,9 +171,9 @@ func (f Filter) Match(row any) bool {
 	return true
 }
 
-// ParseNumber reads a decimal number, or a hex one with 0x (keys are hex):
+// parseNumber reads a decimal number, or a hex one with 0x (keys are hex):
 // "010" is ten, not octal eight.
-func ParseNumber(s string) (uint64, error) {
+func parseNumber(s string) (uint64, error) {
 	if h, ok := strings.CutPrefix(strings.ToLower(s), "0x"); ok {
 		return strconv.ParseUint(h, 16, 64)
 	}
