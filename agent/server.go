@@ -103,7 +103,7 @@ func bindStaged(tmp, staged string) (*net.UnixListener, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: tmp, Err: err}
 	}
-	defer unix.Close(fd) //nolint:errcheck // O_PATH: nothing to flush
+	defer unix.Close(fd)
 	viaFD := "/proc/self/fd/" + strconv.Itoa(fd) + "/s"
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: viaFD, Net: "unix"})
 	if err == nil || !errors.Is(err, os.ErrNotExist) {
