@@ -195,6 +195,14 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		kept.load(st, d.Now())
 	}
 	srv := newServer(agentapi.Handler(st.State, o.Version), log, idleTimeout)
+	var hup chan os.Signal
+	if o.Reload != nil {
+		// Before the agent says it listens: a SIGHUP from then on
+		// reloads, it no longer kills the agent.
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds(), "reconcile_seconds", o.Reconcile.Seconds())
 	logPolicy(log, o.Policy)
 	var msrv *http.Server
@@ -247,7 +255,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	})
 	if o.Reload != nil {
 		g.Go(func() error {
-			reloadOnHUP(gctx, o.Reload, o.ResetHelper, st, log)
+			reloadOnHUP(gctx, hup, o.Reload, o.ResetHelper, st, log)
 			return nil
 		})
 	}
@@ -593,7 +601,8 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 // still waiting for it.
 const reloadSlow = 10 * time.Second
 
-// reloadOnHUP applies reload's options on every SIGHUP until ctx ends. A
+// reloadOnHUP applies reload's options on every SIGHUP (hup, which Run
+// has signal.Notify fill before it logs that it listens) until ctx ends. A
 // reload that fails changes nothing. SIGHUPs that come during a reload make
 // one more reload after it; a reload still running after reloadSlow is
 // logged, once.
@@ -603,10 +612,7 @@ const reloadSlow = 10 * time.Second
 // it (a file system that hangs), and the agent stops on SIGTERM whatever a
 // reload is doing. That goroutine, when ctx has ended, is the one the
 // agent leaves behind, waited for by nobody: the process exits under it.
-func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), helper []string, st *state, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, reload func() (Reloadable, error), helper []string, st *state, log *slog.Logger) {
 	type result struct {
 		r   Reloadable
 		err error
