@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/rdmatool/rdmatool/agentapi"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/opfile"
 	"github.com/rdmatool/rdmatool/rename"
@@ -33,13 +35,13 @@ const maxConfigSize = 1 << 20
 // key is optional: one the file leaves out is nil. Apply lays the file
 // under the command line's flags.
 type Config struct {
-	Socket         *absPath  `yaml:"socket"`
-	MetricsAddress *text     `yaml:"metrics_address"`
-	Interval       *duration `yaml:"interval"`
-	Reconcile      *duration `yaml:"reconcile"`
-	Retain         *duration `yaml:"retain"`
-	Probes         *boolean  `yaml:"probes"`
-	MaxQP          maxQP     `yaml:"max_qp"`
+	Socket         *socketPath     `yaml:"socket"`
+	MetricsAddress *metricsAddress `yaml:"metrics_address"`
+	Interval       *duration       `yaml:"interval"`
+	Reconcile      *duration       `yaml:"reconcile"`
+	Retain         *duration       `yaml:"retain"`
+	Probes         *boolean        `yaml:"probes"`
+	MaxQP          maxQP           `yaml:"max_qp"`
 	// Rename is the rename policies applied to devices as they appear
 	// ("map,guid"; "" for none), NamesMap the map policy's file,
 	// RenameForce whether user-assigned names are replaced too.
@@ -140,8 +142,10 @@ func (e *ConfigError) Error() string {
 	}
 	if e.Key != "" {
 		key := e.Key
-		if strings.ContainsFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) {
-			key = strconv.Quote(key) // a key with a line break stays on one line
+		if len(key) > quote.Max || strings.ContainsFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) {
+			// A key with a line break stays on one line, a long one is
+			// cut.
+			key = quote.String(key)
 		}
 		b.WriteString(": " + key)
 	}
@@ -406,17 +410,6 @@ func scalar(n *yaml.Node, want string) error {
 	return nil
 }
 
-// text is a string: any scalar but null.
-type text string
-
-func (t *text) UnmarshalYAML(n *yaml.Node) error {
-	if err := scalar(n, "a string"); err != nil {
-		return err
-	}
-	*t = text(n.Value)
-	return nil
-}
-
 // absPath is an absolute path.
 type absPath string
 
@@ -425,9 +418,40 @@ func (p *absPath) UnmarshalYAML(n *yaml.Node) error {
 		return err
 	}
 	if !strings.HasPrefix(n.Value, "/") {
-		return refuse(n, "%q: want an absolute path", n.Value)
+		return refuse(n, "%s: want an absolute path", quote.String(n.Value))
 	}
 	*p = absPath(n.Value)
+	return nil
+}
+
+// socketPath is the agent's socket: an absolute path that a unix socket
+// can have (agentapi.CheckSocketPath).
+type socketPath string
+
+func (p *socketPath) UnmarshalYAML(n *yaml.Node) error {
+	var abs absPath
+	if err := abs.UnmarshalYAML(n); err != nil {
+		return err
+	}
+	if err := agentapi.CheckSocketPath(n.Value); err != nil {
+		return refuse(n, "%s: %w", quote.String(n.Value), err)
+	}
+	*p = socketPath(abs)
+	return nil
+}
+
+// metricsAddress is HOST:PORT, or "" for no metrics
+// (CheckMetricsAddress).
+type metricsAddress string
+
+func (a *metricsAddress) UnmarshalYAML(n *yaml.Node) error {
+	if err := scalar(n, "HOST:PORT, or \"\" for none"); err != nil {
+		return err
+	}
+	if err := CheckMetricsAddress(n.Value); err != nil {
+		return refuse(n, "%s: %w", quote.String(n.Value), err)
+	}
+	*a = metricsAddress(n.Value)
 	return nil
 }
 
@@ -439,7 +463,7 @@ func (p *optionalPath) UnmarshalYAML(n *yaml.Node) error {
 		return err
 	}
 	if n.Value != "" && !strings.HasPrefix(n.Value, "/") {
-		return refuse(n, "%q: want an absolute path, or \"\" for none", n.Value)
+		return refuse(n, "%s: want an absolute path, or \"\" for none", quote.String(n.Value))
 	}
 	*p = optionalPath(n.Value)
 	return nil
@@ -472,7 +496,7 @@ type boolean bool
 func (b *boolean) UnmarshalYAML(n *yaml.Node) error {
 	var v bool
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&v) != nil {
-		return refuse(n, "%q: want true or false", n.Value)
+		return refuse(n, "%s: want true or false", quote.String(n.Value))
 	}
 	*b = boolean(v)
 	return nil
@@ -510,9 +534,9 @@ func parseDuration(n *yaml.Node, least time.Duration) (time.Duration, error) {
 	d, err := time.ParseDuration(n.Value)
 	if err != nil || d < least {
 		if least > 0 {
-			return 0, refuse(n, "%q: want a duration of at least %s, such as 30s or 5m", n.Value, least)
+			return 0, refuse(n, "%s: want a duration of at least %s, such as 30s or 5m", quote.String(n.Value), least)
 		}
-		return 0, refuse(n, "%q: want a duration, 0s or more, such as 30s or 5m", n.Value)
+		return 0, refuse(n, "%s: want a duration, 0s or more, such as 30s or 5m", quote.String(n.Value))
 	}
 	return d, nil
 }
@@ -530,7 +554,7 @@ type threshold float64
 func (t *threshold) UnmarshalYAML(n *yaml.Node) error {
 	f, ok := number(n)
 	if !ok || !(f > 0 && f <= 1) {
-		return refuse(n, "%q: want a share of max_qp above 0 and at most 1, such as 0.8", n.Value)
+		return refuse(n, "%s: want a share of max_qp above 0 and at most 1, such as 0.8", quote.String(n.Value))
 	}
 	*t = threshold(f)
 	return nil
@@ -542,7 +566,7 @@ type share float64
 func (s *share) UnmarshalYAML(n *yaml.Node) error {
 	f, ok := number(n)
 	if !ok {
-		return refuse(n, "%q: want a share of max_qp from 0 to 1, such as 0.9", n.Value)
+		return refuse(n, "%s: want a share of max_qp from 0 to 1, such as 0.9", quote.String(n.Value))
 	}
 	*s = share(f)
 	return nil
@@ -554,7 +578,7 @@ type count int
 func (c *count) UnmarshalYAML(n *yaml.Node) error {
 	var v int
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < 0 {
-		return refuse(n, "%q: want a whole number, 0 or more", n.Value)
+		return refuse(n, "%s: want a whole number, 0 or more", quote.String(n.Value))
 	}
 	*c = count(v)
 	return nil
@@ -610,7 +634,7 @@ func (m *maxQP) UnmarshalYAML(n *yaml.Node) error {
 			return &valueError{node: n, entry: k.Value, line: at.Line, err: err}
 		}
 		if k.Kind != yaml.ScalarNode || v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
-			return refuseEntry(v, fmt.Errorf("%q: want a positive number", v.Value))
+			return refuseEntry(v, fmt.Errorf("%s: want a positive number", quote.String(v.Value)))
 		}
 		if _, dup := limits[k.Value]; dup {
 			return refuseEntry(k, errors.New("given twice"))

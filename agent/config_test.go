@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/agentapi"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
 	"github.com/rdmatool/rdmatool/rename"
@@ -46,7 +47,7 @@ max_qp:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Socket: ptr[absPath]("/run/x/agent.sock"), MetricsAddress: ptr[text]("[::1]:9999"), Interval: ptr(duration(30 * time.Second)),
+	want := Config{Socket: ptr[socketPath]("/run/x/agent.sock"), MetricsAddress: ptr[metricsAddress]("[::1]:9999"), Interval: ptr(duration(30 * time.Second)),
 		Reconcile: ptr(duration(10 * time.Minute)), Retain: ptr(duration(time.Hour)), Probes: ptr[boolean](false), MaxQP: maxQP{"mlx5_0": 131072, "rxe0": 1024}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
@@ -96,6 +97,19 @@ func TestParseConfigErrors(t *testing.T) {
 		{"probes: yes\n", `agent: config a.yaml:1: probes: "yes": want true or false`},
 		{"socket: agent.sock\n", `agent: config a.yaml:1: socket: "agent.sock": want an absolute path`},
 		{"socket: {a: b}\n", `agent: config a.yaml:1: socket: want a string`},
+		// A unix socket's path holds 107 bytes: checked as --socket is.
+		{"socket: /" + strings.Repeat("s", 107) + "\n", `agent: config a.yaml:1: socket: "/sss` + strings.Repeat("s", 60) + `" (108 bytes): a unix socket's path holds at most 107 bytes`},
+		{"socket: \"/run/a\\0b\"\n", `agent: config a.yaml:1: socket: "/run/a\x00b": a path has no NUL byte`},
+		// The metrics address is checked as --metrics-address is, at its
+		// line.
+		{"interval: 10s\nmetrics_address: 127.0.0.1:99999\n", `agent: config a.yaml:2: metrics_address: "127.0.0.1:99999": port "99999" is not a number up to 65535`},
+		{"metrics_address: localhost\n", `agent: config a.yaml:1: metrics_address: "localhost": want HOST:PORT, such as 127.0.0.1:10095`},
+		{"metrics_address: [a]\n", `agent: config a.yaml:1: metrics_address: want HOST:PORT, or "" for none`},
+		// What the file says is quoted cut.
+		{"interval: " + strings.Repeat("x", 100000) + "\n", `agent: config a.yaml:1: interval: "` + strings.Repeat("x", 64) + `" (100000 bytes): want a duration of at least 1s`},
+		{strings.Repeat("k", 1000) + ": 1\n", `agent: config a.yaml:1: "` + strings.Repeat("k", 64) + `" (1000 bytes): unknown key`},
+		{"max_qp:\n  " + strings.Repeat("d", 1000) + ": x\n", `agent: config a.yaml:2: "max_qp.` + strings.Repeat("d", 57) + `" (1007 bytes): "x": want a positive number`},
+		{"policy:\n  mode: " + strings.Repeat("m", 100000) + "\n", `agent: config a.yaml:2: policy.mode: "` + strings.Repeat("m", 64) + `" (100000 bytes): want observe or reset`},
 		{"state_file: state.json\n", `agent: config a.yaml:1: state_file: "state.json": want an absolute path, or "" for none`},
 		{"state_file:\n", `agent: config a.yaml:1: state_file: want a string`},
 		{"state_interval: 0s\n", `agent: config a.yaml:1: state_interval: "0s": want a duration of at least 1s`},
@@ -155,8 +169,8 @@ func TestParseConfigErrors(t *testing.T) {
 	} {
 		_, err := parseConfig("a.yaml", []byte(tt.in))
 		var ce *ConfigError
-		if err == nil || !strings.HasPrefix(err.Error(), tt.want) || !errors.As(err, &ce) || strings.Contains(err.Error(), "\n") {
-			t.Errorf("parseConfig(%q) = %v; want one line starting %q", tt.in, err, tt.want)
+		if err == nil || !strings.HasPrefix(err.Error(), tt.want) || !errors.As(err, &ce) || strings.Contains(err.Error(), "\n") || len(err.Error()) > 1024 {
+			t.Errorf("parseConfig(%s) = %v; want one short line starting %q", quote.String(tt.in), err, tt.want)
 		}
 	}
 }

@@ -14,15 +14,23 @@
 // and watchdog. Before those start it restores the history from the state
 // file (stateFile), which it saves every StateInterval and when it stops;
 // the file is read through opfile and written by writeAtomic. LoadConfig
-// reads the configuration file, ReloadFrom reloads it on SIGHUP, and
-// Policy is the remediation policy, whose resets run reset.Run.
+// reads the configuration file, ReloadFrom reloads it on SIGHUP
+// (reloadOnHUP, on a goroutine of its own that Run stops waiting for when
+// ctx ends, so that a reload stuck in a read never holds back SIGTERM),
+// and Policy is the remediation policy, whose resets run reset.Run. Run
+// logs through repeatLimiter, which logs an identical warning once a
+// minute; CheckMetricsAddress is the check of the metrics address, the
+// flag's and the configuration's, and agentapi.CheckSocketPath the
+// socket's.
 //
 // The observation itself (the history, the scans, the probes' events, the
 // one-shot check qp-leaks runs without an agent) is package watch's; the
 // socket API's answers and its client are package agentapi's. The package
 // decides no leak (package leakwatch does) and speaks no kernel interface
 // itself; it only reads the boot's id (/proc/sys/kernel/random/boot_id),
-// which tells a state file saved in this boot from an older one.
+// which tells a state file saved in this boot from an older one, and binds
+// its socket through /proc/self/fd, so that the path it stages the socket
+// at is no longer than the socket's own.
 //
 // # Privileges
 //

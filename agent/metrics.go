@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rdmatool/rdmatool/agentapi/query"
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/reset"
@@ -339,15 +340,37 @@ func metricsHandler(st *state, log *slog.Logger) http.Handler {
 	return mux
 }
 
+// CheckMetricsAddress refuses an address the metrics cannot be served on
+// whatever the host: one that is not HOST:PORT, or whose port is not a
+// number up to 65535. "" (no metrics) passes. The flag, the
+// configuration's key and Run check it before anything starts. The error
+// says why, without the address or the package: the caller names the
+// setting.
+func CheckMetricsAddress(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return fmt.Errorf("want HOST:PORT, such as %s", DefaultMetricsAddress)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %s is not a number up to 65535", quote.String(port))
+	}
+	return nil
+}
+
+// metricsAddressError is Run's error for a metrics address that cannot be
+// served on: err is why.
+func metricsAddressError(addr string, err error) error {
+	return fmt.Errorf("agent: metrics address %s: %w", quote.String(addr), err)
+}
+
 // listenMetrics opens the metrics listener; a bad or busy address is an
 // error at start, not a silent agent without metrics.
 func listenMetrics(addr string) (net.Listener, error) {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil || port == "" {
-		return nil, fmt.Errorf("agent: metrics address %q: want HOST:PORT, such as %s", addr, DefaultMetricsAddress)
-	}
-	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return nil, fmt.Errorf("agent: metrics address %q: port %q is not a number up to 65535", addr, port)
+	if err := CheckMetricsAddress(addr); err != nil {
+		return nil, metricsAddressError(addr, err)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -355,7 +378,7 @@ func listenMetrics(addr string) (net.Listener, error) {
 		if errors.As(err, &op) {
 			err = op.Err
 		}
-		return nil, fmt.Errorf("agent: metrics address %s: %w", addr, err)
+		return nil, metricsAddressError(addr, err)
 	}
 	return ln, nil
 }

@@ -23,7 +23,7 @@ import (
 func TestLabMetrics(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
 	const addr = "127.0.0.1:19095"
-	logs, exited, stop := labAgent(t, "--socket", filepath.Join(t.TempDir(), "agent.sock"), "--interval", "1s", "--metrics-address", addr)
+	logs, exited, stop, _ := labAgent(t, "--socket", filepath.Join(t.TempDir(), "agent.sock"), "--interval", "1s", "--metrics-address", addr)
 
 	guid := func(dev string) string {
 		b, err := os.ReadFile("/sys/class/infiniband/" + dev + "/node_guid")
@@ -119,9 +119,10 @@ func TestLabMetrics(t *testing.T) {
 }
 
 // labAgent starts `rdmatool agent` with args in the guest and returns its
-// log, a channel closed when it exits, and stop: SIGTERM, and the agent
-// must exit 0 within 30s. The agent is killed at the end of the test.
-func labAgent(t *testing.T, args ...string) (logs *strings.Builder, exited <-chan struct{}, stop func()) {
+// log, a channel closed when it exits, stop: SIGTERM, and the agent must
+// exit 0 within 30s; and its process, for other signals. The agent is
+// killed at the end of the test.
+func labAgent(t *testing.T, args ...string) (logs *strings.Builder, exited <-chan struct{}, stop func(), proc *os.Process) {
 	t.Helper()
 	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"agent"}, args...)...)
 	logs = &strings.Builder{}
@@ -143,7 +144,7 @@ func labAgent(t *testing.T, args ...string) (logs *strings.Builder, exited <-cha
 		if code := cmd.ProcessState.ExitCode(); code != 0 {
 			t.Errorf("agent exited %d: %s", code, logs.String())
 		}
-	}
+	}, cmd.Process
 }
 
 // waitLab polls cond every 200ms until it holds, failing after timeout or

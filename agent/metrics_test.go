@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -9,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -257,12 +260,26 @@ func TestRunServesMetrics(t *testing.T) {
 		t.Fatalf("Run on a busy metrics port: %v", err)
 	}
 	ln.Close()
+	// A malformed address is refused before anything starts or logs
+	// (it was after the warning that netlink is not there).
+	var logs syncBuffer
+	dials := 0
+	early := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: func() (watch.Netlink, error) {
+		dials++
+		return host.Dial(), nil
+	}}
 	for _, bad := range []string{"localhost", "127.0.0.1:http", "127.0.0.1:70000", ":"} {
 		o := opts
 		o.MetricsAddress = bad
-		if err := Run(context.Background(), d, o); err == nil || !strings.Contains(err.Error(), "metrics address") {
+		if err := Run(context.Background(), early, o); err == nil || !strings.HasPrefix(err.Error(), "agent: metrics address "+strconv.Quote(bad)+": ") {
 			t.Errorf("Run with metrics address %q: %v", bad, err)
 		}
+	}
+	if dials != 0 || logs.String() != "" {
+		t.Errorf("Run with a malformed metrics address dialed netlink %d times and logged %q before refusing it", dials, logs.String())
+	}
+	if _, err := os.Lstat(opts.Socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Run with a malformed metrics address made its socket: %v", err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

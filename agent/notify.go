@@ -22,9 +22,17 @@ func notifyStopping() {
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 }
 
-// watchdog pets systemd's watchdog (WatchdogSec=) at half its period until
-// ctx ends, for as long as the history answers: a deadlocked agent stops
-// petting and systemd restarts it. Without a watchdog it returns at once.
+// minPet is the shortest time between two pets of the watchdog, whatever
+// its period: a period of a microsecond (WATCHDOG_USEC=1) would otherwise
+// be a busy loop.
+const minPet = 100 * time.Millisecond
+
+// watchdog pets systemd's watchdog (WatchdogSec=) at half its period, at
+// most every minPet, until ctx ends, for as long as the history answers: a
+// deadlocked agent stops petting and systemd restarts it. Without a
+// watchdog it returns at once. A pet that fails is logged when the
+// failure is new (another error, or the first after a pet that
+// succeeded), and the first pet that succeeds again too.
 func watchdog(ctx context.Context, st *state, log *slog.Logger) {
 	period, err := daemon.SdWatchdogEnabled(false)
 	if err != nil {
@@ -34,8 +42,9 @@ func watchdog(ctx context.Context, st *state, log *slog.Logger) {
 	if period == 0 {
 		return
 	}
-	tick := time.NewTicker(period / 2)
+	tick := time.NewTicker(max(period/2, minPet))
 	defer tick.Stop()
+	failed := "" // the last pet's error
 	for {
 		select {
 		case <-ctx.Done():
@@ -43,8 +52,14 @@ func watchdog(ctx context.Context, st *state, log *slog.Logger) {
 		case <-tick.C:
 		}
 		st.Status() // blocks if the history is stuck behind its lock
-		if _, err := daemon.SdNotify(false, daemon.SdNotifyWatchdog); err != nil {
+		_, err := daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+		switch {
+		case err != nil && err.Error() != failed:
+			failed = err.Error()
 			log.Warn("sd_notify WATCHDOG failed", "err", err)
+		case err == nil && failed != "":
+			failed = ""
+			log.Info("sd_notify WATCHDOG succeeded again")
 		}
 	}
 }

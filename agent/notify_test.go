@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +69,28 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	next("STOPPING=1")
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+// A watchdog period of a microsecond and a NOTIFY_SOCKET nobody listens on
+// (what made 190,000 warnings in 2 s) give one warning for the failing
+// pets, which come at most every 100 ms.
+func TestWatchdogBrokenNotifySocket(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("NOTIFY_SOCKET", filepath.Join(dir, "nobody"))
+	t.Setenv("WATCHDOG_USEC", "1")
+	var logs syncBuffer
+	d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: dialer(rdmanltest.NewHost(rxe))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: filepath.Join(dir, "agent.sock"), NoProbes: true, retry: time.Hour})
+	}()
+	waitFor(t, "the first failed pet", func() bool { return strings.Contains(logs.String(), "sd_notify WATCHDOG failed") })
+	// Pets go on failing: five more at most, or 50,000 before.
+	time.Sleep(500 * time.Millisecond)
+	stopRun(t, cancel, done)
+	if n := strings.Count(logs.String(), "sd_notify WATCHDOG failed"); n != 1 {
+		t.Errorf("%d warnings of failed pets in 500 ms, want 1", n)
 	}
 }

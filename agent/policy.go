@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
@@ -102,7 +103,7 @@ func (p Policy) Check() error {
 	}
 	switch {
 	case p.Mode != PolicyObserve && p.Mode != PolicyReset:
-		return bad("mode", "%q: want %s or %s", p.Mode, PolicyObserve, PolicyReset)
+		return bad("mode", "%s: want %s or %s", quote.String(p.Mode), PolicyObserve, PolicyReset)
 	case p.DryRun && p.Mode != PolicyReset:
 		return bad("dry_run", "set with mode %s, which never resets: a dry run needs mode %s", p.Mode, PolicyReset)
 	case !(p.QPUse >= 0 && p.QPUse <= 1): // NaN too

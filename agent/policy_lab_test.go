@@ -54,7 +54,7 @@ policy:
 		t.Fatal(err)
 	}
 	const addr = "127.0.0.1:19096"
-	logs, exited, stop := labAgent(t, "--config", config, "--socket", filepath.Join(t.TempDir(), "agent.sock"),
+	logs, exited, stop, _ := labAgent(t, "--config", config, "--socket", filepath.Join(t.TempDir(), "agent.sock"),
 		"--interval", "1s", "--metrics-address", addr)
 	metric := func(name string, kv ...string) float64 {
 		return deviceValue("http://"+addr+"/metrics", "rxe0", guid, name, kv...)

@@ -109,10 +109,12 @@ type Reloadable struct {
 // of its own every Interval, all into one State, and saves the history to
 // StateFile. Then it stops every goroutine it started, closes the probes
 // and the socket (removing its file), saves the history and returns nil.
-// It returns an error when it cannot start: the socket cannot be made,
-// another agent listens on it, or netlink fails for a reason other than
-// ib_core not being loaded; and when serving the socket fails. Nothing in
-// the state file, or in saving it, stops the agent: it is logged.
+// It returns an error when it cannot start: the metrics address is
+// malformed (checked before anything starts or logs), the socket or the
+// metrics listener cannot be made, another agent listens on the socket,
+// or netlink fails for a reason other than ib_core not being loaded; and
+// when serving the socket fails. Nothing in the state file, or in saving
+// it, stops the agent: it is logged.
 //
 // Without probes (no privilege, no BTF, NoProbes) it runs on netlink only
 // and says why; while ib_core is not loaded it waits for it, trying
@@ -143,6 +145,13 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	if err := checkPolicy(o.Policy, o.ResetHelper); err != nil {
 		return err
 	}
+	if err := CheckMetricsAddress(o.MetricsAddress); err != nil {
+		return metricsAddressError(o.MetricsAddress, err) // before anything starts or logs
+	}
+	// A warning that comes again and again, identical, is logged once a
+	// minute with how many came.
+	limiter := newRepeatLimiter(d.Log.Handler(), repeatWindow, d.Now)
+	d.Log = slog.New(limiter)
 	log := d.Log.With("source", "agent")
 	nl, err := d.Dial()
 	if err != nil && !errors.Is(err, syscall.EPROTONOSUPPORT) {
@@ -186,6 +195,14 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		kept.load(st, d.Now())
 	}
 	srv := newServer(agentapi.Handler(st.State, o.Version), log, idleTimeout)
+	var hup chan os.Signal
+	if o.Reload != nil {
+		// Before the agent says it listens: a SIGHUP from then on
+		// reloads, it no longer kills the agent.
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds(), "reconcile_seconds", o.Reconcile.Seconds())
 	logPolicy(log, o.Policy)
 	var msrv *http.Server
@@ -238,7 +255,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	})
 	if o.Reload != nil {
 		g.Go(func() error {
-			reloadOnHUP(gctx, o.Reload, o.ResetHelper, st, log)
+			reloadOnHUP(gctx, hup, o.Reload, o.ResetHelper, st, log)
 			return nil
 		})
 	}
@@ -260,6 +277,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	if kept != nil { // every goroutine is done: the history is whole
 		kept.saveLogged(st, d.Now(), true)
 	}
+	limiter.flush(context.WithoutCancel(ctx))
 	log.Info("stopped")
 	return err
 }
@@ -579,19 +597,54 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 	}
 }
 
-// reloadOnHUP applies reload's options on every SIGHUP until ctx ends. A
-// reload that fails changes nothing.
-func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), helper []string, st *state, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// reloadSlow is how long a reload may take before the agent says it is
+// still waiting for it.
+const reloadSlow = 10 * time.Second
+
+// reloadOnHUP applies reload's options on every SIGHUP (hup, which Run
+// has signal.Notify fill before it logs that it listens) until ctx ends. A
+// reload that fails changes nothing. SIGHUPs that come during a reload make
+// one more reload after it; a reload still running after reloadSlow is
+// logged, once.
+//
+// Each reload runs on a goroutine of its own, which reloadOnHUP waits for
+// only until ctx ends: reading the file can block where nothing interrupts
+// it (a file system that hangs), and the agent stops on SIGTERM whatever a
+// reload is doing. That goroutine, when ctx has ended, is the one the
+// agent leaves behind, waited for by nobody: the process exits under it.
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, reload func() (Reloadable, error), helper []string, st *state, log *slog.Logger) {
+	type result struct {
+		r   Reloadable
+		err error
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
 		}
-		r, err := reload()
+		done := make(chan result, 1) // the reload never blocks on its result
+		go func() {
+			r, err := reload()
+			done <- result{r, err}
+		}()
+		slow := time.NewTimer(reloadSlow)
+		var res result
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				slow.Stop()
+				log.Warn("stopping during a configuration reload, which is left unfinished")
+				return
+			case <-slow.C:
+				log.Warn("configuration reload still running", "duration_seconds", reloadSlow.Seconds())
+			case res = <-done:
+				slow.Stop()
+				break wait
+			}
+		}
+		r, err := res.r, res.err
 		if err == nil && r.Policy != nil {
 			err = checkPolicy(*r.Policy, helper)
 		}
@@ -600,7 +653,7 @@ func reloadOnHUP(ctx context.Context, reload func() (Reloadable, error), helper 
 			continue
 		}
 		st.reload(r)
-		log.Info("configuration reloaded", "reconcile_seconds", r.Reconcile.Seconds(), "max_qp", r.MaxQP)
+		log.Info("configuration reloaded", "reconcile_seconds", r.Reconcile.Seconds(), "max_qp", loggedMaxQP(r.MaxQP))
 		if r.Policy != nil {
 			logPolicy(log, *r.Policy)
 		}

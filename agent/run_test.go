@@ -2,9 +2,15 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,5 +124,62 @@ func TestRunPerDevice(t *testing.T) {
 	}
 	if n := host.Open(); n != 0 {
 		t.Errorf("%d netlink clients left open", n)
+	}
+}
+
+// SIGTERM stops the agent whatever a reload is doing: a reload blocked
+// for good (a file system that hangs) holds back neither the cancellation
+// nor Run's return, and is logged as still running.
+func TestRunStopsDuringReload(t *testing.T) {
+	// Keep SIGHUP from killing the test binary whatever the timing.
+	ignore := make(chan os.Signal, 1)
+	signal.Notify(ignore, syscall.SIGHUP)
+	defer signal.Stop(ignore)
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	reloaded := make(chan struct{})
+	reload := func() (Reloadable, error) {
+		once.Do(func() { close(entered) })
+		<-release
+		defer close(reloaded)
+		return Reloadable{}, errors.New("released")
+	}
+	// The reload is released, and its goroutine ends, before the test
+	// returns.
+	t.Cleanup(func() {
+		close(release)
+		<-reloaded
+	})
+	var logs syncBuffer
+	d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: dialer(rdmanltest.NewHost(rxe))}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, NoProbes: true, retry: time.Hour, Reload: reload})
+	}()
+	waitFor(t, "the agent answering", func() bool {
+		_, err := askStatus(context.Background(), sock)
+		return err == nil
+	})
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	select {
+	case <-entered:
+	case <-time.After(time.Minute):
+		t.Fatal("SIGHUP did not reload")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop within 10s of its cancellation while a reload was blocked")
+	}
+	if !strings.Contains(logs.String(), `msg="stopping during a configuration reload, which is left unfinished"`) {
+		t.Errorf("log:\n%s", logs.String())
 	}
 }

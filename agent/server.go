@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/rdmatool/rdmatool/agentapi"
+	"github.com/rdmatool/rdmatool/internal/quote"
+	"golang.org/x/sys/unix"
 )
 
 // The agent serves agentapi.Handler on its unix socket: this file makes
@@ -36,9 +39,19 @@ func newServer(h http.Handler, log *slog.Logger, idle time.Duration) *http.Serve
 // when missing, a stale socket left by an agent that died is replaced, and
 // the socket is 0600 before it can accept anyone (it is made in a private
 // directory and renamed into place). Closing the listener removes the
-// file. listen fails when another agent answers on path or when path is
-// something other than a socket.
+// file. listen fails when path is longer than a unix socket's path can be
+// (agentapi.CheckSocketPath), when another agent answers on path, or when
+// path is something other than a socket.
+//
+// The socket is bound through the private directory's descriptor
+// (/proc/self/fd/N/s), so that the staged path is no longer than path
+// whatever the directory's: a path a unix socket can have is one the agent
+// can listen on. Without /proc it is bound at its own path, which must
+// then fit too.
 func listen(path string) (net.Listener, error) {
+	if err := agentapi.CheckSocketPath(path); err != nil {
+		return nil, fmt.Errorf("agent: listen on %s: %w", quote.String(path), err)
+	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("agent: create %s: %w", dir, err)
@@ -61,7 +74,7 @@ func listen(path string) (net.Listener, error) {
 	}
 	defer os.RemoveAll(tmp)
 	staged := filepath.Join(tmp, "s")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: staged, Net: "unix"})
+	ln, err := bindStaged(tmp, staged)
 	if err != nil {
 		return nil, fmt.Errorf("agent: listen on %s: %w", path, err)
 	}
@@ -80,6 +93,26 @@ func listen(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("agent: listen on %s: %w", path, err)
 	}
 	return &socketListener{UnixListener: ln, path: path, file: fi}, nil
+}
+
+// bindStaged binds a unix socket at staged, the file s in the directory
+// tmp: through tmp's descriptor in /proc/self/fd where there is one, at
+// staged itself where not.
+func bindStaged(tmp, staged string) (*net.UnixListener, error) {
+	fd, err := unix.Open(tmp, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: tmp, Err: err}
+	}
+	defer unix.Close(fd)
+	viaFD := "/proc/self/fd/" + strconv.Itoa(fd) + "/s"
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: viaFD, Net: "unix"})
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return ln, err
+	}
+	if len(staged) > agentapi.MaxSocketPath { // no /proc, and too long
+		return nil, fmt.Errorf("bind %s: without /proc/self/fd the socket is made at this path, longer than the %d bytes a unix socket's path holds", staged, agentapi.MaxSocketPath)
+	}
+	return net.ListenUnix("unix", &net.UnixAddr{Name: staged, Net: "unix"})
 }
 
 // socketListener removes its socket file on Close, unless another agent

@@ -150,6 +150,44 @@ func TestListen(t *testing.T) {
 	}
 }
 
+// Any path a unix socket can have is one the agent listens on, however
+// deep its directory (the socket was staged in a directory below it, at a
+// path up to 18 bytes longer, and a short name in a deep directory failed
+// with "bind: invalid argument"); a longer one is refused, saying why.
+func TestListenLongPath(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, strings.Repeat("d", agentapi.MaxSocketPath-len(tmp)-3))
+	sock := filepath.Join(dir, "a")
+	if len(sock) != agentapi.MaxSocketPath {
+		t.Fatalf("socket path of %d bytes, want %d", len(sock), agentapi.MaxSocketPath)
+	}
+	ln, err := listen(sock)
+	if err != nil {
+		t.Fatalf("listen on a path of %d bytes: %v", len(sock), err)
+	}
+	defer ln.Close()
+	fi, err := os.Lstat(sock)
+	if err != nil || fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket %v, %v; want a socket 0600", fi, err)
+	}
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	conn.Close()
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want only the socket", len(entries))
+	}
+	long := sock + "b"
+	want := `agent: listen on "` + long[:64] + `" (108 bytes): a unix socket's path holds at most 107 bytes`
+	if _, err := listen(long); err == nil || err.Error() != want {
+		t.Errorf("listen on a path of 108 bytes: %v; want %q", err, want)
+	}
+	if _, err := os.Lstat(long); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a socket made at a path of 108 bytes: %v", err)
+	}
+}
+
 // Run without ib_core: it serves the socket, keeps trying netlink and the
 // probes every retry, and on cancel removes the socket and returns nil.
 func TestRunWaitsForIBCore(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/watch"
@@ -155,7 +156,7 @@ func (s *state) setDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 // describeFacts is a log value for a device's facts.
 func describeFacts(f watch.DeviceFacts) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "provider %q, LAST_WQE_REACHED %s", f.Provider, f.LastWQE)
+	fmt.Fprintf(&b, "provider %s, LAST_WQE_REACHED %s", quote.String(f.Provider), f.LastWQE)
 	if f.MaxQP > 0 {
 		fmt.Fprintf(&b, ", max_qp %d", f.MaxQP)
 	} else {

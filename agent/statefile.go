@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/opfile"
 )
@@ -122,7 +123,7 @@ func (f *stateFile) read(st *state) (stateHeader, int, error) {
 		return failed(fmt.Errorf("not an rdmatool agent state file: %w", err))
 	}
 	if h.Magic != stateMagic {
-		return failed(fmt.Errorf("not an rdmatool agent state file: magic %q", h.Magic))
+		return failed(fmt.Errorf("not an rdmatool agent state file: magic %s", quote.String(h.Magic)))
 	}
 	if h.Version != leakwatch.SavedVersion {
 		return failed(fmt.Errorf("version %d; this agent reads version %d", h.Version, leakwatch.SavedVersion))

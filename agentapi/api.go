@@ -1,6 +1,9 @@
 package agentapi
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rdmatool/rdmatool/leakwatch"
@@ -17,11 +20,33 @@ import (
 // object, {"error":"..."}: 400 for a bad or malformed query, 404 for a
 // device the agent does not see or a path it does not serve (paths are
 // taken as they come, never cleaned or redirected), 405 with Allow: GET,
-// HEAD for another method. Values quoted back in an error are cut at
+// HEAD for another method, 503 for a device asked about while the agent
+// cannot list the devices at all (the listing's error). Values quoted back in an error are cut at
 // 64 bytes (query.Quote); package query reads the parameters.
 
 // DefaultSocket is where the agent listens and the CLI asks.
 const DefaultSocket = "/run/rdmatool/agent.sock"
+
+// MaxSocketPath is the longest path a unix socket can be bound to or
+// connected at: sun_path (108 bytes, include/uapi/linux/un.h) less the
+// NUL.
+const MaxSocketPath = 107
+
+// CheckSocketPath refuses a path no agent can listen on and no client
+// connect at: one with a NUL byte, or longer than MaxSocketPath bytes. It
+// is the check of the agent's socket (its flag and its configuration's
+// key) and of the socket a client asks; "" passes, for the caller to say
+// what it means. The error says why, without the path or the package: the
+// caller names what the path is for.
+func CheckSocketPath(p string) error {
+	switch {
+	case strings.IndexByte(p, 0) >= 0:
+		return errors.New("a path has no NUL byte")
+	case len(p) > MaxSocketPath:
+		return fmt.Errorf("a unix socket's path holds at most %d bytes", MaxSocketPath)
+	}
+	return nil
+}
 
 // AnswerWriteTimeout is how long the agent takes at most to write an
 // answer, from reading the request: a report about tens of thousands of

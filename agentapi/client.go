@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"syscall"
 	"time"
@@ -42,10 +43,48 @@ type dialError struct{ err error }
 func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
+// answerIdle is how long the client waits at most for the next bytes of
+// the agent's answer, from the connection on: an agent that stalls is an
+// error after it, whatever ctx allows. Between the headers and the body
+// the agent evaluates the rules, which takes seconds about tens of
+// thousands of QPs.
+const answerIdle = 30 * time.Second
+
+// stallError is an agent that sent nothing for idle in the middle of its
+// answer (or before it, without a headerTimeout). It matches
+// os.ErrDeadlineExceeded.
+type stallError struct {
+	idle time.Duration
+	err  error
+}
+
+func (e *stallError) Error() string {
+	return "the agent sent nothing for " + e.idle.String()
+}
+func (e *stallError) Unwrap() error { return e.err }
+
+// idleConn is a connection whose every read must return within idle.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	if err := c.SetReadDeadline(time.Now().Add(c.idle)); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = &stallError{c.idle, err}
+	}
+	return n, err
+}
+
 // get asks the agent on socket for path and decodes the JSON answer into v.
-// A headerTimeout above 0 bounds the wait for the answer to begin; ctx
-// bounds the whole exchange.
-func get(ctx context.Context, socket, path string, query url.Values, v any, headerTimeout time.Duration) error {
+// A headerTimeout above 0 bounds the wait for the answer to begin, idle
+// the wait for each next read of it from the connection on (Ask and
+// AskStatus give answerIdle), and ctx the whole exchange.
+func get(ctx context.Context, socket, path string, query url.Values, v any, headerTimeout, idle time.Duration) error {
 	tr := &http.Transport{
 		ResponseHeaderTimeout: headerTimeout,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -54,7 +93,7 @@ func get(ctx context.Context, socket, path string, query url.Values, v any, head
 			if err != nil {
 				return nil, &dialError{err}
 			}
-			return c, nil
+			return &idleConn{Conn: c, idle: idle}, nil
 		},
 		DisableKeepAlives: true,
 	}
@@ -69,6 +108,10 @@ func get(ctx context.Context, socket, path string, query url.Values, v any, head
 		var de *dialError
 		if errors.As(err, &de) && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
 			return &AskError{socket, fmt.Errorf("%w (%w)", ErrNoAgent, de.err)}
+		}
+		var se *stallError
+		if errors.As(err, &se) {
+			return &AskError{socket, se}
 		}
 		return &AskError{socket, err}
 	}
@@ -105,8 +148,9 @@ var errorPrefix = []byte(`{"error":`)
 // Ask asks the agent listening on socket for its qp-leaks report on q:
 // Device, MinAge, Rules, MaxQP, Limit, and SkipProbeRules, which asks the
 // agent to skip the rules that need probes (no_probes=1; the agent gives
-// its own reason). Each is not sent. The caller's ctx bounds the wait, and
-// timeout (above 0) the wait for the answer to begin. A missing socket, or
+// its own reason). Each is not sent. The caller's ctx bounds the wait,
+// timeout (above 0) the wait for the answer to begin, and 30 seconds the
+// wait for each next part of it once it has begun. A missing socket, or
 // one nobody accepts on, gives an error wrapping ErrNoAgent; every failure
 // is an *AskError.
 func Ask(ctx context.Context, socket string, q leakwatch.Query, timeout time.Duration) (CheckReport, error) {
@@ -126,7 +170,7 @@ func Ask(ctx context.Context, socket string, q leakwatch.Query, timeout time.Dur
 	}
 	v.Set("limit", strconv.Itoa(q.Limit))
 	var rep CheckReport
-	if err := get(ctx, socket, "/v1/qp-leaks", v, &rep, timeout); err != nil {
+	if err := get(ctx, socket, "/v1/qp-leaks", v, &rep, timeout, answerIdle); err != nil {
 		return CheckReport{}, err
 	}
 	if rep.Source != "agent" || rep.Findings == nil || rep.ObservedSince.IsZero() {
@@ -136,10 +180,11 @@ func Ask(ctx context.Context, socket string, q leakwatch.Query, timeout time.Dur
 }
 
 // AskStatus asks the agent listening on socket for its status (the
-// devices it lists, and why it cannot list them). Its errors are Ask's.
+// devices it lists, and why it cannot list them), waiting at most 30
+// seconds for each part of the answer. Its errors are Ask's.
 func AskStatus(ctx context.Context, socket string) (Status, error) {
 	var st Status
-	if err := get(ctx, socket, "/v1/status", nil, &st, 0); err != nil {
+	if err := get(ctx, socket, "/v1/status", nil, &st, 0, answerIdle); err != nil {
 		return Status{}, err
 	}
 	if st.Started.IsZero() {

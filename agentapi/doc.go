@@ -5,9 +5,12 @@
 // query reads the qp-leaks question's parameters. What the socket serves,
 // as an operator sees it, is docs/agent.md.
 //
-// The package serves and dials what it is given: making the socket file
-// (its mode, a stale socket left by an agent that died) and the server's
-// timeouts are the daemon's (package agent). It imports no eBPF,
+// The package serves and dials what it is given, and checks that a socket
+// path is one a unix socket can have (CheckSocketPath, for the agent's
+// socket and the client's): making the socket file (its mode, a stale
+// socket left by an agent that died) and the server's timeouts are the
+// daemon's (package agent). The client waits at most 30 seconds for each
+// next part of an answer, however long its context allows. It imports no eBPF,
 // Prometheus or systemd library, so a client links none of them.
 //
 // # Privileges

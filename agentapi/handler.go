@@ -33,7 +33,10 @@ type Source interface {
 
 // Handler answers the API's requests from src, as the agent of version
 // version: GET /v1/qp-leaks and GET /v1/status (and HEAD), errors as
-// {"error":"..."} with the status the API documents.
+// {"error":"..."} with the status the API documents. Asked about a device
+// it does not have while it has none and its status has an error (the
+// device listing's: the agent cannot read RDMA netlink), it answers that
+// error, not that the device is missing.
 func Handler(src Source, version string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		endpoint := r.URL.Path
@@ -67,6 +70,12 @@ func Handler(src Source, version string) http.Handler {
 			return
 		}
 		if !src.HasDevice(q.Device) {
+			if st := src.Status(); len(st.Devices) == 0 && st.ScanError != "" {
+				// No device is known because none can be listed: that is
+				// the answer, not that this one is missing.
+				writeError(w, http.StatusServiceUnavailable, fmt.Errorf("agent: cannot list the RDMA devices to find %s: %s", quote(q.Device), st.ScanError))
+				return
+			}
 			writeError(w, http.StatusNotFound, fmt.Errorf("agent: no RDMA device %s", quote(q.Device)))
 			return
 		}

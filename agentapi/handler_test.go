@@ -31,9 +31,10 @@ var (
 // 17, owned by pid 42 (app, in /system.slice/app.service), has been in ERR
 // since t0, and it is a minute later.
 type source struct {
-	mu      sync.Mutex
-	w       *leakwatch.Watcher
-	devices []string
+	mu        sync.Mutex
+	w         *leakwatch.Watcher
+	devices   []string
+	scanError string
 }
 
 func newSource() *source {
@@ -49,7 +50,7 @@ func newSource() *source {
 func (s *source) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Status{Started: s.w.Started(), Probes: "off", LastScanSeconds: -1, Devices: slices.Clone(s.devices), QPs: s.w.LiveQPs()}
+	return Status{Started: s.w.Started(), Probes: "off", LastScanSeconds: -1, Devices: slices.Clone(s.devices), QPs: s.w.LiveQPs(), ScanError: s.scanError}
 }
 
 func (s *source) HasDevice(dev string) bool {
@@ -141,7 +142,7 @@ func FuzzHandler(f *testing.F) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		switch rec.Code {
-		case 200, 400, 404, 405:
+		case 200, 400, 404, 405, 503:
 		default:
 			t.Fatalf("%s %q: status %d", method, target, rec.Code)
 		}
@@ -244,6 +245,35 @@ func TestBadQueries(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `agent: no RDMA device "mlx5_0" (HTTP 404)`) || errors.Is(err, ErrNoAgent) {
 		t.Errorf("Ask for an unknown device: %v", err)
 	}
+}
+
+// Asked about a device while it cannot list any, the agent answers the
+// listing's error with 503, not that the device is missing (it said "no
+// RDMA device" about any); asked about every device, it answers its
+// report, which says the same in scan_error.
+func TestNoDeviceListing(t *testing.T) {
+	src := newSource()
+	src.devices, src.scanError = nil, "rdmanl: open netlink socket: protocol not supported"
+	sock := serve(t, src)
+	body := rawGet(t, sock, "/v1/qp-leaks?dev=rxe0", http.StatusServiceUnavailable)
+	if want := `{"error":"agent: cannot list the RDMA devices to find \"rxe0\": rdmanl: open netlink socket: protocol not supported"}` + "\n"; body != want {
+		t.Errorf("body %s, want %s", body, want)
+	}
+	_, err := Ask(t.Context(), sock, leakwatch.Query{Device: "rxe0"}, 0)
+	if want := `agent: cannot list the RDMA devices to find "rxe0": rdmanl: open netlink socket: protocol not supported (HTTP 503)`; err == nil || !strings.HasSuffix(err.Error(), want) || errors.Is(err, ErrNoAgent) {
+		t.Errorf("Ask about rxe0: %v; want ...%s", err, want)
+	}
+	rawGet(t, sock, "/v1/qp-leaks", http.StatusOK)
+	// An agent that lists devices, or has not listed any yet, does not
+	// have the one asked about.
+	src.mu.Lock()
+	src.devices = []string{"siw0"}
+	src.mu.Unlock()
+	rawGet(t, sock, "/v1/qp-leaks?dev=rxe0", http.StatusNotFound)
+	src.mu.Lock()
+	src.devices, src.scanError = nil, ""
+	src.mu.Unlock()
+	rawGet(t, sock, "/v1/qp-leaks?dev=rxe0", http.StatusNotFound)
 }
 
 // Methods other than GET and HEAD get 405 with Allow, as HTTP says.

@@ -50,6 +50,9 @@ func newAgentCmd(g *globals) *cobra.Command {
 			if err := checkSocketPath("--socket", o.Socket, true); err != nil {
 				return err
 			}
+			if err := agent.CheckMetricsAddress(o.MetricsAddress); err != nil {
+				return fmt.Errorf("--metrics-address %s: %w", quote.String(o.MetricsAddress), err)
+			}
 			if err := checkPath("--config", configPath); err != nil {
 				return err
 			}

@@ -71,6 +71,10 @@ func TestAgentFlagsRefused(t *testing.T) {
 		{[]string{"--max-qp", "rxe0=5", "--max-qp", "rxe0=6"}, `rdmatool: --max-qp: leakwatch: max_qp "rxe0=5" and "rxe0=6": one limit per device`},
 		{[]string{"--log-format", "xml"}, `rdmatool: --log-format "xml": want text or json`},
 		{[]string{"--policy", strings.Repeat("p", 1<<20)}, `rdmatool: --policy "` + strings.Repeat("p", 64) + `" (1048576 bytes): want observe or reset`},
+		// Checked before the agent starts (it was by the agent, after its
+		// warning that netlink is not there: two lines).
+		{[]string{"--metrics-address", "127.0.0.1:99999"}, `rdmatool: --metrics-address "127.0.0.1:99999": port "99999" is not a number up to 65535`},
+		{[]string{"--metrics-address", "localhost"}, `rdmatool: --metrics-address "localhost": want HOST:PORT, such as 127.0.0.1:10095`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -98,9 +102,16 @@ func TestAgentFlagsRefused(t *testing.T) {
 	if _, err := os.Stat(state); err != nil {
 		t.Errorf("no history saved: %v", err)
 	}
-	// The longest path a unix socket takes is 107 bytes.
+	// The longest path a unix socket takes is 107 bytes: the agent
+	// serves one that long, however deep its directory (a short name in
+	// a deep directory failed with "bind: invalid argument").
 	code, _, stderr := runAgentFlags(t, "--socket", "/"+strings.Repeat("s", 107))
 	if code != 2 || !strings.Contains(stderr, "(108 bytes): a unix socket's path holds at most 107 bytes") {
 		t.Errorf("agent --socket of 108 bytes: exit %d, stderr %q", code, stderr)
+	}
+	tmp := t.TempDir()
+	deep := filepath.Join(tmp, strings.Repeat("d", 107-len(tmp)-3), "a")
+	if code, _, stderr := runAgentFlags(t, "--socket", deep); len(deep) != 107 || code != 0 || !strings.Contains(stderr, "msg=listening") {
+		t.Errorf("agent --socket of %d bytes: exit %d, stderr %q; want it started, then stopped (0)", len(deep), code, stderr)
 	}
 }

@@ -96,9 +96,10 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 
 // agentCause is err, the agent's refusal of a question about o.Device,
 // unless the agent cannot read RDMA netlink at all: it then knows no
-// device, and answers "no RDMA device" about any, which is not what is
-// wrong. Its status says what is, and that is the error, in the words
-// watch.Check has for the question about every device.
+// device, and refuses a question about any (with the listing's error, or
+// "no RDMA device" from an agent older than that answer). Its status says
+// what is wrong, and that is the error, in the words watch.Check has for
+// the question about every device.
 func agentCause(ctx context.Context, o watch.CheckOptions, err error) error {
 	var ask *agentapi.AskError
 	if o.Device == "" || !errors.As(err, &ask) || errors.Is(err, agentapi.ErrNoAgent) ||

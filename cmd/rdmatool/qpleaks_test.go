@@ -343,7 +343,13 @@ func TestAgentConfigRefused(t *testing.T) {
 	// A good policy file; a flag that contradicts it is refused as well.
 	pol := filepath.Join(dir, "policy.yaml")
 	conflict := filepath.Join(dir, "conflict.yaml")
-	for path, body := range map[string]string{pol: "policy:\n  stale_qps: 10\n", conflict: "policy:\n  mode: reset\n  method: netdev-bounce\n"} {
+	// The socket and metrics_address are checked as their flags are, at
+	// their line (a bad metrics_address was the agent's error, without
+	// the file and line, after its warning that netlink is not there).
+	port := filepath.Join(dir, "port.yaml")
+	longSocket := filepath.Join(dir, "socket.yaml")
+	for path, body := range map[string]string{pol: "policy:\n  stale_qps: 10\n", conflict: "policy:\n  mode: reset\n  method: netdev-bounce\n",
+		port: "interval: 10s\nmetrics_address: 127.0.0.1:99999\n", longSocket: "socket: /" + strings.Repeat("s", 107) + "\n"} {
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -357,6 +363,8 @@ func TestAgentConfigRefused(t *testing.T) {
 		{[]string{"--config", pol, "--policy-dry-run"}, "rdmatool: agent: policy.dry_run: set with mode observe, which never resets: a dry run needs mode reset\n"},
 		{[]string{"--config", pol, "--policy", "fix"}, "rdmatool: --policy \"fix\": want observe or reset\n"},
 		{[]string{"--config", conflict}, "rdmatool: agent: config " + conflict + ":3: policy.method: netdev-bounce keeps every QP: it cannot free a device's QPs\n"},
+		{[]string{"--config", port}, "rdmatool: agent: config " + port + ":2: metrics_address: \"127.0.0.1:99999\": port \"99999\" is not a number up to 65535\n"},
+		{[]string{"--config", longSocket}, "rdmatool: agent: config " + longSocket + ":1: socket: \"/" + strings.Repeat("s", 63) + "\" (108 bytes): a unix socket's path holds at most 107 bytes\n"},
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"agent", "--socket", filepath.Join(dir, "s")}, tt.args...)...)
 		if code != 2 || stdout != "" || stderr != tt.want {

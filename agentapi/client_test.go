@@ -1,0 +1,68 @@
+package agentapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stallingAgent serves, on a socket in a temporary directory until the test
+// ends, an agent that answers every request with status 200 and headers
+// (unless stallHeaders), the body part (Content-Length 1000 unless
+// chunked), and then nothing more.
+func stallingAgent(t *testing.T, stallHeaders, chunked bool, part string) string {
+	t.Helper()
+	return serveWith(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !stallHeaders {
+			w.Header().Set("Content-Type", "application/json")
+			if !chunked {
+				w.Header().Set("Content-Length", "1000")
+			}
+			w.WriteHeader(http.StatusOK)
+			w.Write([]byte(part))
+			http.NewResponseController(w).Flush()
+		}
+		<-r.Context().Done() // the server's Close at the end of the test
+	})})
+}
+
+// An agent that stalls, after its headers or before them, is an error
+// once it has sent nothing for the idle time, even under a context without
+// a deadline: qp-leaks waited forever on one.
+func TestGetStalled(t *testing.T) {
+	tests := []struct {
+		name                  string
+		stallHeaders, chunked bool
+		part                  string
+	}{
+		{name: "after the headers"},
+		{name: "within the body", part: `{"findings":[`},
+		{name: "within a chunked body", chunked: true, part: `{"findings":[`},
+		{name: "before the headers", stallHeaders: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sock := stallingAgent(t, tt.stallHeaders, tt.chunked, tt.part)
+			const idle = 200 * time.Millisecond
+			errc := make(chan error, 1)
+			go func() {
+				var st Status
+				errc <- get(context.Background(), sock, "/v1/status", nil, &st, 0, idle)
+			}()
+			select {
+			case err := <-errc:
+				var ae *AskError
+				if !errors.As(err, &ae) || !errors.Is(err, os.ErrDeadlineExceeded) ||
+					!strings.HasSuffix(err.Error(), sock+": the agent sent nothing for 200ms") && !strings.HasSuffix(err.Error(), sock+": read the answer: the agent sent nothing for 200ms") {
+					t.Errorf("get from an agent that stalls %s: %v; want an *AskError saying it sent nothing for 200ms", tt.name, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("get from an agent that stalls %s: still waiting after 30s", tt.name)
+			}
+		})
+	}
+}
