@@ -50,7 +50,7 @@ const udevNamesFile = "/var/lib/rdmatool-system-test/udev-names.json"
 // Precedence: udev evaluates the rules of every file first, running
 // rdma-core's PROGRAM (rdma_rename %k NAME_FALLBACK) as it goes, and only
 // then the RUN programs, so rdma-core acts first and rdmatool's
-// `rename udev` second (udevadm test shows that order). NAME_FALLBACK
+// rdmatool-udev-rename second (udevadm test shows that order). NAME_FALLBACK
 // names devices with an onboard index or a PCI function; rxe and siw have
 // neither (their sysfs devices are virtual, even on a PCI NIC's netdev), so
 // rdma_rename leaves them and rdmatool names them: by names.conf, else by
@@ -108,7 +108,7 @@ func TestSystemUdevNames(t *testing.T) {
 		name := want["0000:00ff:fe00:0401"]
 		out := guest(t, "udevadm", "test", "--action=add", "/sys/class/infiniband/"+name)
 		program := strings.Index(out, "Running PROGRAM 'rdma_rename "+name+" NAME_FALLBACK'")
-		run := strings.Index(out, "run: '/usr/sbin/rdmatool rename udev -- '"+name+"''")
+		run := strings.Index(out, "run: '/lib/udev/rdmatool-udev-rename -- '"+name+"''")
 		if program < 0 || run < 0 || program > run {
 			t.Errorf("udevadm test: rdma-core's PROGRAM at %d, rdmatool's RUN at %d; want both, rdma-core's first:\n%s", program, run, out)
 		}
