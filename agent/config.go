@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -158,9 +159,14 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // checks the configuration file at path. A missing file is an empty
 // Config when optional (the default path), an error otherwise. Unknown
 // keys, values of the wrong type, durations below a second and malformed
-// max_qp entries are errors naming the key and line.
-func LoadConfig(path string, optional bool) (Config, error) {
-	b, err := opfile.Read(path, maxConfigSize)
+// max_qp entries are errors naming the key and line. When ctx ends before
+// the read does (a file on a hung file system), LoadConfig returns
+// ctx.Err() at once.
+func LoadConfig(ctx context.Context, path string, optional bool) (Config, error) {
+	b, err := opfile.ReadContext(ctx, path, maxConfigSize)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return Config{}, err
+	}
 	if errors.Is(err, fs.ErrNotExist) && optional {
 		return Config{}, nil
 	}
@@ -730,7 +736,7 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 // exhaustion_threshold, the rename keys, state_file, state_interval), is
 // an error and nothing is reloaded.
 func ReloadFrom(path string, optional bool, base, running RunOptions, given func(key string) bool) (Reloadable, error) {
-	c, err := LoadConfig(path, optional)
+	c, err := LoadConfig(context.Background(), path, optional) // reloadOnHUP stops waiting on SIGTERM
 	if err != nil {
 		return Reloadable{}, err
 	}

@@ -241,10 +241,10 @@ func TestDefaultConfigFile(t *testing.T) {
 
 func TestLoadConfigMissing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.yaml")
-	if c, err := LoadConfig(path, true); err != nil || !cmp.Equal(c, Config{}) {
+	if c, err := LoadConfig(context.Background(), path, true); err != nil || !cmp.Equal(c, Config{}) {
 		t.Errorf("missing optional file: %+v, %v", c, err)
 	}
-	if _, err := LoadConfig(path, false); err == nil || err.Error() != "agent: config "+path+": no such file or directory" {
+	if _, err := LoadConfig(context.Background(), path, false); err == nil || err.Error() != "agent: config "+path+": no such file or directory" {
 		t.Errorf("missing file asked for: %v", err)
 	}
 }
@@ -273,7 +273,7 @@ func TestLoadConfigNotAFile(t *testing.T) {
 		big:  "agent: config " + big + ": larger than 1048576 bytes",
 	} {
 		for _, optional := range []bool{false, true} {
-			_, err := LoadConfig(path, optional)
+			_, err := LoadConfig(context.Background(), path, optional)
 			var ce *ConfigError
 			if err == nil || err.Error() != want || !errors.As(err, &ce) || ce.Path != path {
 				t.Errorf("LoadConfig(%s, optional %v) = %v, want %q", path, optional, err, want)
@@ -293,7 +293,7 @@ func TestApplyAndReload(t *testing.T) {
 	given := func(key string) bool { return key == "reconcile" }
 	base := RunOptions{Interval: 10 * time.Second, Reconcile: time.Minute, MaxQP: map[string]uint64{"siw0": 5},
 		StateFile: "/var/lib/x.json", StateInterval: DefaultStateInterval}
-	c, err := LoadConfig(path, false)
+	c, err := LoadConfig(context.Background(), path, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,9 @@
 // policy, the metrics server (newCollector) and systemd's notifications
 // and watchdog. Before those start it restores the history from the state
 // file (stateFile), which it saves every StateInterval and when it stops;
-// the file is read through opfile and written by writeAtomic. LoadConfig
-// reads the configuration file, ReloadFrom reloads it on SIGHUP
+// the file is read through opfile and written by writeAtomic; Run stops
+// waiting for that read when ctx ends (opfile.Await), as LoadConfig does
+// for the configuration file it reads. ReloadFrom reloads it on SIGHUP
 // (reloadOnHUP, on a goroutine of its own that Run stops waiting for when
 // ctx ends, so that a reload stuck in a read never holds back SIGTERM),
 // and Policy is the remediation policy, whose resets run reset.Run. Run

@@ -19,6 +19,7 @@ import (
 	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/opfile"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/reset"
@@ -192,7 +193,21 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	var kept *stateFile
 	if o.StateFile != "" { // the history of the agent that ran before, before anything adds to it
 		kept = newStateFile(o.StateFile, d.ProcRoot, o.Version, log)
-		kept.load(st, d.Now())
+		// A state file on a hung file system must not keep SIGTERM
+		// from stopping the agent: the load is abandoned, and with it
+		// the history it was filling, and nothing is saved over the file.
+		if _, err := opfile.Await(ctx, func() (struct{}, error) { kept.load(st, d.Now()); return struct{}{}, nil }); err != nil {
+			log.Warn("stopping while the state file is read, which is left unfinished", "path", o.StateFile)
+			if nl != nil {
+				nl.Close()
+			}
+			ln.Close()
+			if mln != nil {
+				mln.Close()
+			}
+			log.Info("stopped")
+			return nil
+		}
 	}
 	srv := newServer(agentapi.Handler(st.State, o.Version), log, idleTimeout)
 	var hup chan os.Signal

@@ -14,7 +14,9 @@
 // callers parse the bytes and name file and line in their own errors.
 // Open does the same for a caller that reads the file in pieces (the
 // agent's state file, decoded as a stream), and can refuse a symbolic link
-// at the path rather than follow it.
+// at the path rather than follow it. ReadContext and Await give up waiting
+// when a context ends, so a read stuck on a hung file system never keeps
+// the agent from stopping.
 //
 // It only reads, needs no privileges beyond read access to the file, and
 // uses the standard library and golang.org/x/sys/unix only.

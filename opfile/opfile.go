@@ -1,6 +1,7 @@
 package opfile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +55,37 @@ func Read(path string, maxSize int64) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// ReadContext is Read that gives up when ctx ends first, returning
+// ctx.Err() without waiting for the read: a file on a hung file system
+// (NFS, FUSE) blocks its read in the kernel, where no signal reaches it,
+// and the caller must still be able to stop. The abandoned read finishes,
+// or not, in a goroutine of its own.
+func ReadContext(ctx context.Context, path string, maxSize int64) ([]byte, error) {
+	return Await(ctx, func() ([]byte, error) { return Read(path, maxSize) })
+}
+
+// Await runs f in a goroutine of its own and returns its result, or
+// ctx.Err() as soon as ctx ends, leaving f to finish unobserved: how a
+// caller that reads an operator's file in pieces (Open) stays stoppable.
+func Await[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1) // f never blocks on its result
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
 }
 
 // File is a regular file Open opened, to be read in pieces: a read past

@@ -1,6 +1,7 @@
 package opfile
 
 import (
+	"context"
 	"errors"
 	"io"
 	"io/fs"
@@ -180,5 +181,40 @@ func TestOpen(t *testing.T) {
 	b, err := io.ReadAll(f)
 	if len(b) != 16 || !errors.Is(err, ErrTooLarge) || err.Error() != "opfile: "+file+": larger than 16 bytes" {
 		t.Errorf("read %d bytes of a file grown past the cap, %v; want 16 and ErrTooLarge", len(b), err)
+	}
+}
+
+// A read that never returns (as on a hung NFS mount) must not keep the
+// caller: Await gives up when the context ends, and otherwise returns
+// what the read gave.
+func TestAwaitStopsWaiting(t *testing.T) {
+	stuck := make(chan struct{})
+	defer close(stuck)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := Await(ctx, func() ([]byte, error) { <-stuck; return nil, nil })
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Await = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Await still waits for a stuck read after its context ended")
+	}
+
+	file := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(file, []byte("interval: 10s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ReadContext(context.Background(), file, 100)
+	if err != nil || string(b) != "interval: 10s\n" {
+		t.Errorf("ReadContext = %q, %v", b, err)
+	}
+	if _, err := ReadContext(context.Background(), filepath.Join(t.TempDir(), "none"), 100); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadContext of a missing file = %v, want fs.ErrNotExist", err)
 	}
 }

@@ -81,7 +81,13 @@ func newAgentCmd(g *globals) *cobra.Command {
 			}
 			// The file first, then the command line over it.
 			optional := !cmd.Flags().Changed("config")
-			conf, err := agent.LoadConfig(configPath, optional)
+			conf, err := agent.LoadConfig(cmd.Context(), configPath, optional)
+			if err != nil && cmd.Context().Err() != nil {
+				// SIGTERM while the read hangs (a hung file system): a
+				// stop, not a failure.
+				log.Warn("stopping while the configuration is read, which is left unfinished", "source", "agent", "path", configPath)
+				return nil
+			}
 			if err != nil {
 				return err
 			}
