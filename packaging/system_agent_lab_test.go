@@ -60,6 +60,10 @@ func TestSystemAgent(t *testing.T) {
 		t.Fatalf("after enable --now: %v\n%s", p, unitLog(t, agentUnit, cursor))
 	}
 
+	// Not root: a user of its own (DynamicUser=) holding exactly the
+	// unit's capabilities, effective through AmbientCapabilities=.
+	checkAgentCredentials(t)
+
 	// What it learned of each device, under the unit's device allow list.
 	type learned struct {
 		dev     vmtest.Device
@@ -227,5 +231,34 @@ func TestSystemAgent(t *testing.T) {
 	}
 	if out, err := guestErr("dpkg-query", "-W", "-f=${Status}", "rdmatool"); err == nil && !strings.Contains(out, "not-installed") {
 		t.Errorf("dpkg after purge: %s", out)
+	}
+}
+
+// checkAgentCredentials asserts that the running agent is not root and
+// holds the capabilities of the unit's CapabilityBoundingSet, no more and
+// no fewer, as effective ones.
+func checkAgentCredentials(t *testing.T) {
+	t.Helper()
+	pid := unitProps(t, agentUnit, "MainPID")["MainPID"]
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatalf("the agent's status: %v", err)
+	}
+	fields := map[string]string{}
+	for line := range strings.Lines(string(status)) {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = strings.TrimSpace(v)
+		}
+	}
+	if uid := strings.Fields(fields["Uid"]); len(uid) != 4 || slices.Contains(uid, "0") {
+		t.Errorf("the agent runs with uids %q, want a user of its own (DynamicUser=yes), not root", fields["Uid"])
+	}
+	const want = 1<<unix.CAP_NET_ADMIN | 1<<unix.CAP_BPF | 1<<unix.CAP_PERFMON | 1<<unix.CAP_SYS_ADMIN |
+		1<<unix.CAP_SYS_PTRACE | 1<<unix.CAP_DAC_READ_SEARCH
+	for _, k := range []string{"CapEff", "CapBnd", "CapAmb"} {
+		got, err := strconv.ParseUint(fields[k], 16, 64)
+		if err != nil || got != want {
+			t.Errorf("the agent's %s = %s, want %016x (the unit's CapabilityBoundingSet)", k, fields[k], uint64(want))
+		}
 	}
 }
