@@ -164,6 +164,11 @@ func TestSystemAgent(t *testing.T) {
 	if p := unitProps(t, agentUnit, "MainPID", "ActiveState"); p["MainPID"] != pid || p["ActiveState"] != "active" {
 		t.Errorf("after the refused reload: %v, want the same agent (pid %s) active", p, pid)
 	}
+	// Hostile files in its place (issue 24), each refused by the reload
+	// with the agent kept as it was: a named pipe (a plain read hung the
+	// agent), a link to /dev/zero (a plain read grew it to 1.5 GB), a file
+	// over the 1 MiB cap, a NaN threshold.
+	hostileConfig(t, config, pid, cursor)
 	if err := os.WriteFile(config, []byte("max_qp:\n  rxe0: 1234\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +210,35 @@ func TestSystemAgent(t *testing.T) {
 		t.Errorf("systemd-analyze security rates the loaded unit %.1f, worse than the file's %.1f:\n%s", rating, unitExposure, out)
 	}
 
+	// A named pipe as the configuration at start: the start fails at once
+	// with exit status 2 and the file named, rather than hang in open().
+	if err := os.Remove(config); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(config, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startCursor := journalCursor(t)
+	start = time.Now()
+	if out, err := guestErr("systemctl", "restart", agentUnit); err == nil {
+		t.Errorf("systemctl restart with a named pipe as %s succeeded:\n%s", config, out)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the refused start took %s", d)
+	}
+	if log := unitLog(t, agentUnit, startCursor); !strings.Contains(log, "rdmatool: agent: config "+config+": not a regular file (a named pipe)") ||
+		!strings.Contains(log, "status=2/INVALIDARGUMENT") {
+		t.Errorf("the refused start's log does not name the file and exit 2:\n%s", log)
+	}
+	if err := os.Remove(config); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(config, []byte("max_qp:\n  rxe0: 1234\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	guest(t, "systemctl", "reset-failed", agentUnit)
+	guest(t, "systemctl", "restart", agentUnit)
+
 	w.Release(30 * time.Second)
 	start = time.Now()
 	guest(t, "systemctl", "stop", agentUnit)
@@ -221,7 +255,8 @@ func TestSystemAgent(t *testing.T) {
 	guest(t, "apt-get", "purge", "-y", "rdmatool")
 	for _, f := range []string{"/usr/sbin/rdmatool", "/lib/systemd/system/" + agentUnit,
 		"/lib/udev/rules.d/70-rdmatool-naming.rules", "/etc/rdmatool", "/usr/share/doc/rdmatool",
-		"/etc/systemd/system/multi-user.target.wants/" + agentUnit, "/run/rdmatool"} {
+		"/etc/systemd/system/multi-user.target.wants/" + agentUnit, "/run/rdmatool",
+		"/var/lib/rdmatool", "/var/lib/private/rdmatool"} {
 		if _, err := os.Lstat(f); err == nil {
 			t.Errorf("purge left %s", f)
 		}
@@ -260,5 +295,48 @@ func checkAgentCredentials(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("the agent's %s = %s, want %016x (the unit's CapabilityBoundingSet)", k, fields[k], uint64(want))
 		}
+	}
+}
+
+// hostileConfig puts hostile files in place of the agent's configuration,
+// one at a time, and reloads: each reload is refused with the cause
+// logged, and the agent (pid) stays active with its metrics answering.
+func hostileConfig(t *testing.T, config, pid, cursor string) {
+	t.Helper()
+	cases := []struct {
+		name, cause string
+		put         func() error
+	}{
+		{"a named pipe", "not a regular file (a named pipe)", func() error { return unix.Mkfifo(config, 0o644) }},
+		{"a link to /dev/zero", "not a regular file (a character device)", func() error { return os.Symlink("/dev/zero", config) }},
+		{"a file of 2 MiB", "larger than 1048576 bytes", func() error {
+			return os.WriteFile(config, []byte("#"+strings.Repeat(" ", 2<<20)+"\n"), 0o644)
+		}},
+		{"a NaN threshold", "exhaustion_threshold", func() error {
+			return os.WriteFile(config, []byte("exhaustion_threshold: .nan\n"), 0o644)
+		}},
+	}
+	for _, c := range cases {
+		if err := os.Remove(config); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if err := c.put(); err != nil {
+			t.Fatal(err)
+		}
+		at := journalCursor(t)
+		guest(t, "systemctl", "reload", agentUnit)
+		waitFor(t, 30*time.Second, "the reload of "+c.name+" refused", func() bool {
+			log := unitLog(t, agentUnit, at)
+			return strings.Contains(log, "configuration reload refused, keeping the running one") && strings.Contains(log, c.cause)
+		}, func() string { return unitLog(t, agentUnit, at) })
+		if p := unitProps(t, agentUnit, "MainPID", "ActiveState"); p["MainPID"] != pid || p["ActiveState"] != "active" {
+			t.Errorf("after %s as the configuration: %v, want the same agent (pid %s) active\n%s", c.name, p, pid, unitLog(t, agentUnit, cursor))
+		}
+		if v := metricValue(agentMetricsURL, "rdmatool_device_max_qps", "device", "rxe0"); v != 1234 {
+			t.Errorf("after %s as the configuration max_qp of rxe0 is %v, want the running configuration's 1234", c.name, v)
+		}
+	}
+	if err := os.Remove(config); err != nil {
+		t.Fatal(err)
 	}
 }
