@@ -26,46 +26,71 @@ import (
 // (after its first scan and, with probes, after they attached).
 func qpLeaks(t *testing.T, args ...string) func() agentapi.CheckReport {
 	t.Helper()
-	cmd := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"qp-leaks", "-j", "-v"}, args...)...)
-	var out strings.Builder
-	cmd.Stdout = &out
-	stderr, err := cmd.StderrPipe()
+	w := startQPLeaks(t, args...)
+	w.watching(t)
+	return w.done
+}
+
+// watcher is a `rdmatool qp-leaks -j -v` running in the background.
+type watcher struct {
+	cmd     *exec.Cmd
+	out     strings.Builder
+	logs    *strings.Builder
+	started chan struct{} // closed when it logs that it watches
+	t       *testing.T
+}
+
+// startQPLeaks starts `rdmatool qp-leaks -j -v` with args.
+func startQPLeaks(t *testing.T, args ...string) *watcher {
+	t.Helper()
+	w := &watcher{t: t, logs: &strings.Builder{}, started: make(chan struct{})}
+	w.cmd = exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"qp-leaks", "-j", "-v"}, args...)...)
+	w.cmd.Stdout = &w.out
+	stderr, err := w.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	watching := make(chan struct{})
-	var logs strings.Builder
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			logs.WriteString(sc.Text() + "\n")
+			w.logs.WriteString(sc.Text() + "\n")
 			if strings.Contains(sc.Text(), `msg=watching`) {
-				close(watching)
+				close(w.started)
 			}
 		}
 	}()
+	return w
+}
+
+// watching waits until the watcher logs that it watches.
+func (w *watcher) watching(t *testing.T) {
+	t.Helper()
 	select {
-	case <-watching:
+	case <-w.started:
 	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("qp-leaks did not start watching: %s", logs.String())
+		w.cmd.Process.Kill()
+		t.Fatalf("qp-leaks did not start watching: %s", w.logs.String())
 	}
-	return func() agentapi.CheckReport {
-		t.Helper()
-		err := cmd.Wait()
-		var rep agentapi.CheckReport
-		if jerr := json.Unmarshal([]byte(out.String()), &rep); jerr != nil {
-			t.Fatalf("qp-leaks: %v; output %q; log %s", err, out.String(), logs.String())
-		}
-		code := cmd.ProcessState.ExitCode()
-		if want := map[bool]int{true: 1, false: 0}[len(rep.Findings) > 0]; code != want {
-			t.Errorf("exit status %d with %d findings, want %d", code, len(rep.Findings), want)
-		}
-		return rep
+}
+
+// done waits for the end of the watch and returns its report; the exit
+// status must say whether there were findings.
+func (w *watcher) done() agentapi.CheckReport {
+	t := w.t
+	t.Helper()
+	err := w.cmd.Wait()
+	var rep agentapi.CheckReport
+	if jerr := json.Unmarshal([]byte(w.out.String()), &rep); jerr != nil {
+		t.Fatalf("qp-leaks: %v; output %q; log %s", err, w.out.String(), w.logs.String())
 	}
+	code := w.cmd.ProcessState.ExitCode()
+	if want := map[bool]int{true: 1, false: 0}[len(rep.Findings) > 0]; code != want {
+		t.Errorf("exit status %d with %d findings, want %d", code, len(rep.Findings), want)
+	}
+	return rep
 }
 
 type leak struct {
@@ -104,16 +129,26 @@ func check(t *testing.T, rep agentapi.CheckReport, want []leak) {
 
 var watchArgs = []string{"--watch", "9s", "--min-age", "4s", "--interval", "1s"}
 
-// withProbes runs a scenario with the probes and again with --no-probes.
-func withProbes(t *testing.T, run func(t *testing.T, probes bool, args []string)) {
+// verdict checks what one watch of a scenario reported.
+type verdict func(t *testing.T, rep agentapi.CheckReport, probes bool)
+
+// withProbes watches one run of a scenario twice at once, with the probes
+// and with --no-probes (args after watchArgs for both), and checks each
+// report in a subtest of its own: the scenario runs its workloads once
+// both watch and returns the check. The watches are wall-clock windows
+// that leave the guest idle, so running them side by side halves the
+// scenario's time without changing what either sees.
+func withProbes(t *testing.T, args []string, scenario func(t *testing.T) verdict) {
 	t.Helper()
+	with := startQPLeaks(t, append(slices.Clone(watchArgs), args...)...)
+	without := startQPLeaks(t, append(append(slices.Clone(watchArgs), args...), "--no-probes")...)
+	with.watching(t)
+	without.watching(t)
+	check := scenario(t)
+	reports := map[bool]agentapi.CheckReport{true: with.done(), false: without.done()}
 	for _, probes := range []bool{true, false} {
 		t.Run(fmt.Sprintf("probes=%v", probes), func(t *testing.T) {
-			args := slices.Clone(watchArgs)
-			if !probes {
-				args = append(args, "--no-probes")
-			}
-			run(t, probes, args)
+			check(t, reports[probes], probes)
 		})
 	}
 }
@@ -204,48 +239,50 @@ func checkOwner(t *testing.T, rep agentapi.CheckReport, cgroup string) {
 
 func TestLabLeftInErr(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE)
-	withProbes(t, func(t *testing.T, probes bool, args []string) {
-		done := qpLeaks(t, append(args, "--dev", "rxe0")...)
+	withProbes(t, []string{"--dev", "rxe0"}, func(t *testing.T) verdict {
 		w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "2", "--to", "ERR", "--hold", "stdin")
 		w.WaitFor("ready", 30*time.Second)
 		cgroup := moveToCgroup(t, w.PID())
 		healthy := vmtest.StartWorkload(t, "--dev", "rxe0", "--pairs", "--qps", "2", "--to", "RTS", "--hold", "stdin")
 		healthy.WaitFor("ready", 30*time.Second)
-		rep := done()
-		check(t, rep, expect("stale-error-qp", w, "rxe0"))
-		checkSkipped(t, rep, probes)
-		checkOwner(t, rep, cgroup)
-		w.Release(30 * time.Second)
-		healthy.Release(30 * time.Second)
+		t.Cleanup(func() {
+			w.Release(30 * time.Second)
+			healthy.Release(30 * time.Second)
+		})
+		return func(t *testing.T, rep agentapi.CheckReport, probes bool) {
+			check(t, rep, expect("stale-error-qp", w, "rxe0"))
+			checkSkipped(t, rep, probes)
+			checkOwner(t, rep, cgroup)
+		}
 	})
 }
 
 func TestLabNeverConnected(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE)
-	withProbes(t, func(t *testing.T, probes bool, args []string) {
-		done := qpLeaks(t, args...)
+	withProbes(t, nil, func(t *testing.T) verdict {
 		w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "3", "--to", "INIT", "--hold", "stdin")
 		w.WaitFor("ready", 30*time.Second)
-		rep := done()
-		check(t, rep, expect("never-connected-qp", w, "rxe0"))
-		checkSkipped(t, rep, probes)
-		w.Release(30 * time.Second)
+		t.Cleanup(func() { w.Release(30 * time.Second) })
+		return func(t *testing.T, rep agentapi.CheckReport, probes bool) {
+			check(t, rep, expect("never-connected-qp", w, "rxe0"))
+			checkSkipped(t, rep, probes)
+		}
 	})
 }
 
 func TestLabHealthyChurn(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
-	withProbes(t, func(t *testing.T, probes bool, args []string) {
-		done := qpLeaks(t, args...)
+	withProbes(t, nil, func(t *testing.T) verdict {
 		churn := vmtest.StartWorkload(t, "--dev", "rxe0", "--churn", "3000")
 		spec := vmtest.StartWorkload(t, "--dev", "rxe0", "--pairs", "--qps", "2", "--srq", "--to", "RTS", "--teardown", "spec", "--last-wqe-timeout-ms", "500")
 		siw := vmtest.StartWorkload(t, "--dev", "siw0", "--pairs", "--qps", "1", "--srq", "--connect", "cm", "--addr", vmtest.SIWAddr, "--to", "RTS", "--teardown", "marker")
 		churn.Wait(120 * time.Second)
 		spec.Wait(60 * time.Second)
 		siw.Wait(60 * time.Second)
-		rep := done()
-		check(t, rep, nil)
-		checkSkipped(t, rep, probes)
+		return func(t *testing.T, rep agentapi.CheckReport, probes bool) {
+			check(t, rep, nil)
+			checkSkipped(t, rep, probes)
+		}
 	})
 }
 
@@ -255,27 +292,29 @@ func TestLabHealthyChurn(t *testing.T) {
 // really never connected, next to it, do.
 func TestLabIWARPConnectionHeld(t *testing.T) {
 	vmtest.Require(t, vmtest.SIW)
-	withProbes(t, func(t *testing.T, probes bool, args []string) {
-		// Two workloads start on a slow TCG guest (6.1 takes seconds to
-		// connect siw pairs): watch long enough for the idle QPs to reach
-		// --min-age before the end.
-		done := qpLeaks(t, append(args, "--watch", "16s")...)
+	// Two workloads start on a slow TCG guest (6.1 takes seconds to
+	// connect siw pairs): watch long enough for the idle QPs to reach
+	// --min-age before the end.
+	withProbes(t, []string{"--watch", "16s"}, func(t *testing.T) verdict {
 		w := vmtest.StartWorkload(t, "--dev", "siw0", "--pairs", "--qps", "2", "--connect", "cm", "--addr", vmtest.SIWAddr, "--hold", "stdin")
 		idle := vmtest.StartWorkload(t, "--dev", "siw0", "--qps", "2", "--to", "INIT", "--hold", "stdin")
 		w.WaitFor("ready", 30*time.Second)
 		idle.WaitFor("ready", 30*time.Second)
-		rep := done()
-		// The QPs left in INIT are never connected, where rdmatool can
-		// know their state: from the probes, or from netlink where siw
-		// reports it.
-		var want []leak
-		if probes || vmtest.Fact(t, "netlink shows siw QP state") {
-			want = expect("never-connected-qp", idle, "siw0")
+		t.Cleanup(func() {
+			w.Release(30 * time.Second)
+			idle.Release(30 * time.Second)
+		})
+		return func(t *testing.T, rep agentapi.CheckReport, probes bool) {
+			// The QPs left in INIT are never connected, where rdmatool
+			// can know their state: from the probes, or from netlink
+			// where siw reports it.
+			var want []leak
+			if probes || vmtest.Fact(t, "netlink shows siw QP state") {
+				want = expect("never-connected-qp", idle, "siw0")
+			}
+			check(t, rep, want)
+			checkSkipped(t, rep, probes)
 		}
-		check(t, rep, want)
-		checkSkipped(t, rep, probes)
-		w.Release(30 * time.Second)
-		idle.Release(30 * time.Second)
 	})
 }
 
@@ -283,17 +322,17 @@ func TestLabIWARPConnectionHeld(t *testing.T) {
 // that netlink can see.
 func TestLabSRQDestroyedFromRTS(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE)
-	withProbes(t, func(t *testing.T, probes bool, args []string) {
-		done := qpLeaks(t, args...)
+	withProbes(t, nil, func(t *testing.T) verdict {
 		w := vmtest.StartWorkload(t, "--dev", "rxe0", "--pairs", "--qps", "1", "--srq", "--to", "RTS", "--teardown", "direct")
 		w.Wait(60 * time.Second)
-		rep := done()
-		checkSkipped(t, rep, probes)
-		if !probes {
-			check(t, rep, nil)
-			return
+		return func(t *testing.T, rep agentapi.CheckReport, probes bool) {
+			checkSkipped(t, rep, probes)
+			if !probes {
+				check(t, rep, nil)
+				return
+			}
+			check(t, rep, expect("srq-destroy-without-last-wqe", w, "rxe0"))
 		}
-		check(t, rep, expect("srq-destroy-without-last-wqe", w, "rxe0"))
 	})
 }
 
@@ -304,22 +343,22 @@ func TestLabSRQQPInErr(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
 	for _, dev := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
 		t.Run(string(dev), func(t *testing.T) {
-			withProbes(t, func(t *testing.T, probes bool, args []string) {
-				done := qpLeaks(t, append(args, "--dev", string(dev))...)
+			withProbes(t, []string{"--dev", string(dev)}, func(t *testing.T) verdict {
 				w := vmtest.StartWorkload(t, "--dev", string(dev), "--qps", "2", "--srq", "--to", "ERR", "--hold", "stdin")
 				w.WaitFor("ready", 30*time.Second)
-				rep := done()
-				w.Release(30 * time.Second)
-				checkSkipped(t, rep, probes)
-				switch {
-				case !probes && dev == vmtest.SIW && !vmtest.Fact(t, "netlink shows siw QP state"):
-					check(t, rep, nil)
-				case !probes:
-					check(t, rep, expect("stale-error-qp", w, string(dev)))
-				case vmtest.EmitsLastWQE(t, dev):
-					check(t, rep, expect("last-wqe-unhandled", w, string(dev)))
-				default:
-					check(t, rep, expect("last-wqe-not-emitted", w, string(dev)))
+				t.Cleanup(func() { w.Release(30 * time.Second) })
+				return func(t *testing.T, rep agentapi.CheckReport, probes bool) {
+					checkSkipped(t, rep, probes)
+					switch {
+					case !probes && dev == vmtest.SIW && !vmtest.Fact(t, "netlink shows siw QP state"):
+						check(t, rep, nil)
+					case !probes:
+						check(t, rep, expect("stale-error-qp", w, string(dev)))
+					case vmtest.EmitsLastWQE(t, dev):
+						check(t, rep, expect("last-wqe-unhandled", w, string(dev)))
+					default:
+						check(t, rep, expect("last-wqe-not-emitted", w, string(dev)))
+					}
 				}
 			})
 		})
