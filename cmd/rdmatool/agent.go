@@ -23,7 +23,7 @@ import (
 )
 
 func newAgentCmd(g *globals) *cobra.Command {
-	o := agent.RunOptions{Policy: agent.DefaultPolicy()}
+	o := agent.RunOptions{Policy: agent.DefaultPolicy(), Retain: leakwatch.DefaultRetain}
 	var maxQP []string
 	var logFormat, configPath, renamePolicies, namesMap string
 	var renameForce bool
