@@ -214,28 +214,35 @@ var stateOrder = map[string]int{"RESET": 0, "INIT": 1, "RTR": 2, "RTS": 3, "ERR"
 func TestLabTraceSRQLifecycle(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
 	for _, d := range []vmtest.Device{vmtest.RXE, vmtest.SIW} {
-		for _, mode := range []string{"fentry", "kprobes"} {
-			t.Run(fmt.Sprintf("%s %s on %s", d, mode, vmtest.Kernel()), func(t *testing.T) {
-				args := []string{"--dev", string(d)}
-				if mode == "kprobes" {
-					args = append(args, "--kprobes")
-				}
-				tr := startTrace(t, args...)
-				w := vmtest.StartWorkload(t, append([]string{"--dev", string(d), "--pairs", "--qps", "1", "--srq", "--to", "ERR",
-					"--teardown", "spec", "--last-wqe-timeout-ms", "500", "--hold", "stdin"}, connectArgs(d)...)...)
-				ready := w.WaitFor("ready", time.Minute)
-				srqn := srqnOf(t, d, ready.PID)
-				qps := w.QPs()
-				w.Release(time.Minute)
-				evs := tr.stop(t)
-				if len(qps) != 2 {
-					t.Fatalf("workload made %d QPs, want 2", len(qps))
-				}
-				for _, qp := range qps {
-					checkSRQLifecycle(t, d, ready.PID, srqn, qp.QPN, evs)
-				}
-			})
-		}
+		t.Run(fmt.Sprintf("%s on %s", d, vmtest.Kernel()), func(t *testing.T) {
+			// Both attach modes trace one run of the workload side by
+			// side: each tracer has probes and a ring buffer of its own.
+			modes := []string{"fentry", "kprobes"}
+			tracers := map[string]*traceRun{
+				"fentry":  startTrace(t, "--dev", string(d)),
+				"kprobes": startTrace(t, "--dev", string(d), "--kprobes"),
+			}
+			w := vmtest.StartWorkload(t, append([]string{"--dev", string(d), "--pairs", "--qps", "1", "--srq", "--to", "ERR",
+				"--teardown", "spec", "--last-wqe-timeout-ms", "500", "--hold", "stdin"}, connectArgs(d)...)...)
+			ready := w.WaitFor("ready", time.Minute)
+			srqn := srqnOf(t, d, ready.PID)
+			qps := w.QPs()
+			w.Release(time.Minute)
+			evs := map[string][]traceLine{}
+			for _, mode := range modes {
+				evs[mode] = tracers[mode].stop(t)
+			}
+			if len(qps) != 2 {
+				t.Fatalf("workload made %d QPs, want 2", len(qps))
+			}
+			for _, mode := range modes {
+				t.Run(mode, func(t *testing.T) {
+					for _, qp := range qps {
+						checkSRQLifecycle(t, d, ready.PID, srqn, qp.QPN, evs[mode])
+					}
+				})
+			}
+		})
 	}
 }
 
