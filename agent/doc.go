@@ -37,9 +37,10 @@
 //
 // Netlink scans need none; the probes need what package bpf says, and
 // without them the agent runs on netlink only. Owners are read through
-// /proc; other users' zombie contexts need root with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE. The
-// policy's resets need what reset.Run needs (CAP_NET_ADMIN; for the PCI
-// methods CAP_SYS_ADMIN and a writable /sys). The state file needs its
+// /proc; other users' zombie contexts need CAP_DAC_READ_SEARCH and
+// CAP_SYS_PTRACE (root or not). The policy's resets need what reset.Run
+// needs (CAP_NET_ADMIN; for the PCI methods CAP_SYS_ADMIN, a writable /sys
+// and, for a user other than root, CAP_DAC_OVERRIDE). The state file needs its
 // directory writable (the unit's StateDirectory, /var/lib/rdmatool).
 // packaging/systemd has the unit that grants them.
 package agent
