@@ -39,7 +39,14 @@ type hardening struct {
 	Caps     []int    // capability numbers kept
 	Syscalls []int    // x86_64 system call numbers allowed
 	Writable []string // RuntimeDirectory, ReadWritePaths
+	// UID, when not 0, is the user the agent runs as (DynamicUser=), with
+	// Caps as ambient capabilities (AmbientCapabilities=); the writable
+	// directories are its own.
+	UID int
 }
+
+// dynamicUID stands for the uid DynamicUser= allocates (61184-65519).
+const dynamicUID = 61184
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(hardenEnv); spec != "" {
@@ -123,6 +130,12 @@ func hardenAndExec(spec string, argv []string) error {
 			}
 		}
 	}
+	// As root, with the bounding set dropped: then the user, if any.
+	if h.UID != 0 {
+		if err := becomeUser(h); err != nil {
+			return err
+		}
+	}
 	// A classic BPF filter: other architectures and every call not in
 	// the list get EPERM.
 	const (
@@ -147,6 +160,48 @@ func hardenAndExec(spec string, argv []string) error {
 	}
 	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, hardenEnv+"=") })
 	return unix.Exec(argv[0], argv, env)
+}
+
+// becomeUser switches to h.UID (group too, no supplementary groups),
+// owning the writable directories, and keeps h.Caps as permitted,
+// inheritable and ambient capabilities, which the exec then makes
+// effective: what systemd does for DynamicUser= with AmbientCapabilities=.
+func becomeUser(h hardening) error {
+	for _, d := range h.Writable {
+		if err := os.Chown(d, h.UID, h.UID); err != nil {
+			return err
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("keepcaps: %w", err)
+	}
+	if err := unix.Setgroups(nil); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := unix.Setresgid(h.UID, h.UID, h.UID); err != nil {
+		return fmt.Errorf("setresgid: %w", err)
+	}
+	if err := unix.Setresuid(h.UID, h.UID, h.UID); err != nil {
+		return fmt.Errorf("setresuid: %w", err)
+	}
+	var mask uint64
+	for _, c := range h.Caps {
+		mask |= 1 << c
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := [2]unix.CapUserData{
+		{Effective: uint32(mask), Permitted: uint32(mask), Inheritable: uint32(mask)},
+		{Effective: uint32(mask >> 32), Permitted: uint32(mask >> 32), Inheritable: uint32(mask >> 32)},
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	for _, c := range h.Caps {
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c), 0, 0); err != nil {
+			return fmt.Errorf("ambient capability %d: %w", c, err)
+		}
+	}
+	return nil
 }
 
 // unitHardening reads the unit's capabilities, the syscall list made from
@@ -176,6 +231,12 @@ func unitHardening(t *testing.T) hardening {
 		}
 	}
 	h.Writable = []string{"/run/" + unitKey(t, "RuntimeDirectory")}
+	if unitKey(t, "DynamicUser") == "yes" {
+		if amb := unitKey(t, "AmbientCapabilities"); amb != unitKey(t, "CapabilityBoundingSet") {
+			t.Fatalf("AmbientCapabilities=%s, CapabilityBoundingSet=%s: the wrapper gives the agent the bounding set as ambient capabilities", amb, unitKey(t, "CapabilityBoundingSet"))
+		}
+		h.UID = dynamicUID
+	}
 	return h
 }
 
@@ -318,6 +379,9 @@ func TestLabHardenedAgent(t *testing.T) {
 	if st["CapBnd"] != want || st["CapEff"] != want || st["NoNewPrivs"] != "1" || st["Seccomp"] != "2" {
 		t.Errorf("agent runs with CapBnd %s CapEff %s NoNewPrivs %s Seccomp %s, want %s %s 1 2",
 			st["CapBnd"], st["CapEff"], st["NoNewPrivs"], st["Seccomp"], want, want)
+	}
+	if uid := strings.Fields(st["Uid"]); h.UID == 0 || len(uid) != 4 || uid[0] != strconv.Itoa(h.UID) || st["CapAmb"] != want {
+		t.Errorf("agent runs with uids %s, CapAmb %s; want uid %d (the unit's DynamicUser=) with ambient %s", st["Uid"], st["CapAmb"], h.UID, want)
 	}
 	mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", a.cmd.Process.Pid))
 	if err != nil {
