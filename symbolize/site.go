@@ -107,10 +107,10 @@ var (
 	// ErrNoFile: the mapping that holds the address has no file: anonymous
 	// memory (JIT code among it), the heap, the stack, the vDSO.
 	ErrNoFile = errors.New("mapping has no file")
-	// ErrFileReplaced: the path the process mapped names another file now
-	// (an upgrade replaced it) and the mapped one could not be opened
-	// through /proc/PID/map_files.
-	ErrFileReplaced = errors.New("mapped file replaced at its path")
+	// ErrFileReplaced: the mapped file was deleted, or its path names
+	// another file now (an upgrade replaced it), and the mapped one could
+	// not be opened through /proc/PID/map_files.
+	ErrFileReplaced = errors.New("mapped file deleted or replaced")
 	// ErrRestricted: /proc/kallsyms shows every address as zero, as it does
 	// for a reader without CAP_SYSLOG or under kernel.kptr_restrict=2.
 	ErrRestricted = errors.New("kernel addresses hidden (kallsyms reads zero)")
