@@ -80,9 +80,10 @@ func buildID(f *elf.File) string {
 }
 
 // noteBuildID reads the notes of one segment or section and returns the
-// build ID of the first "GNU" NT_GNU_BUILD_ID note. Notes are namesz,
-// descsz and type words, then the name and the descriptor, each padded to
-// the segment's alignment (4, or 8 for the 64-bit property notes).
+// build ID of the first "GNU" NT_GNU_BUILD_ID note. A note is namesz, descsz
+// and type words, the name, then the descriptor, each of the last two
+// padded to the segment's alignment from the note's start (4, or 8 for the
+// 64-bit property notes), as glibc's ELF_NOTE_NEXT_OFFSET counts.
 func noteBuildID(r io.Reader, bo binary.ByteOrder, align uint64) string {
 	b, err := io.ReadAll(io.LimitReader(r, maxNoteBytes))
 	if err != nil && len(b) == 0 {
@@ -93,27 +94,21 @@ func noteBuildID(r io.Reader, bo binary.ByteOrder, align uint64) string {
 		pad = 8
 	}
 	roundUp := func(n uint64) uint64 { return (n + pad - 1) &^ (pad - 1) }
-	for len(b) >= 12 {
+	for uint64(len(b)) >= 12 {
 		namesz, descsz, typ := uint64(bo.Uint32(b)), uint64(bo.Uint32(b[4:])), bo.Uint32(b[8:])
-		b = b[12:]
-		nameEnd := roundUp(namesz)
-		if nameEnd > uint64(len(b)) {
+		descStart := roundUp(12 + namesz) // the words fit in uint64 without overflow
+		if descStart+descsz > uint64(len(b)) {
 			return ""
 		}
-		name := b[:namesz]
-		b = b[nameEnd:]
-		descEnd := roundUp(descsz)
-		if descsz > uint64(len(b)) {
-			return ""
-		}
-		desc := b[:descsz]
+		name, desc := b[12:12+namesz], b[descStart:descStart+descsz]
 		if typ == ntGNUBuildID && string(name) == "GNU\x00" && descsz > 0 {
 			return hex.EncodeToString(desc)
 		}
-		if descEnd > uint64(len(b)) {
+		next := roundUp(descStart + descsz)
+		if next > uint64(len(b)) {
 			return ""
 		}
-		b = b[descEnd:]
+		b = b[next:]
 	}
 	return ""
 }
