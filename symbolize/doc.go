@@ -25,8 +25,11 @@
 // Parsed files are cached by build ID (and symbol table sizes: a stripped
 // copy keeps its build ID), or by device, inode, size and mtime when there
 // is no build ID, at most maxFiles of them, least recently used out, with
-// their resolved sites: many QPs share one site. A site served from the
-// cache costs a read of maps and a stat of the file.
+// their resolved sites: many QPs share one site. A mapping whose file was
+// found through map_files is remembered per process, and used again while
+// its map_files entry names the same file, so a site served from the cache
+// costs a stat and no read of maps (which grows with the process's
+// mappings).
 //
 // # Kernel addresses
 //

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,11 +38,21 @@ const maxSitesPerFile = 1024
 // it holds one entry per distinct file mapped).
 const maxIdents = 1024
 
+// maxRecentPIDs and maxRecentPerPID bound the mappings remembered per
+// process (recentMapping): the processes creating QPs on a host, and the
+// files their QPs are created from (the application, a middleware library).
+// The table is emptied when full; a process's oldest mapping goes first.
+const (
+	maxRecentPIDs   = 4096
+	maxRecentPerPID = 16
+)
+
 // User symbolizes addresses of user processes: it finds the address's
 // mapping in /proc/PID/maps, opens the mapped file as the process sees it
 // and reads the file's build ID, segments and function symbols. Each file
-// is parsed once (see maxFiles) and each site resolved once per file; a
-// call on a cached site reads maps and stats the file, nothing more.
+// is parsed once (see maxFiles) and each site resolved once per file. A
+// call on a cached site stats the mapped file through map_files, and reads
+// maps only for a mapping not seen before (or through /proc/PID/root).
 //
 // A User is safe for concurrent use.
 type User struct {
@@ -53,9 +64,17 @@ type User struct {
 	parsing singleflight.Group
 
 	mu     sync.Mutex
-	lru    *list.List               // *elfFile, most recently used first
-	files  map[string]*list.Element // by elfFile.key
-	idents map[fileIdent]string     // a file's identity to its elfFile.key
+	lru    *list.List                 // *elfFile, most recently used first
+	files  map[string]*list.Element   // by elfFile.key
+	idents map[fileIdent]string       // a file's identity to its elfFile.key
+	recent map[uint32][]recentMapping // by pid: mappings found through map_files
+}
+
+// recentMapping is a mapping whose file was found through map_files, and
+// that file's identity.
+type recentMapping struct {
+	m  mapping
+	id fileIdent
 }
 
 // fileIdent is what stat says of a file: it tells a file that changed or
@@ -73,6 +92,7 @@ func NewUser(procRoot string) *User {
 		lru:      list.New(),
 		files:    map[string]*list.Element{},
 		idents:   map[fileIdent]string{},
+		recent:   map[uint32][]recentMapping{},
 	}
 }
 
@@ -104,23 +124,11 @@ func (u *User) CallSite(pid uint32, ret uint64) (Site, error) {
 
 func (u *User) site(pid uint32, addr uint64, call bool) (Site, error) {
 	dir := filepath.Join(u.procRoot, strconv.FormatUint(uint64(pid), 10))
-	m, err := u.mapping(dir, pid, addr)
-	if err != nil {
-		return Site{}, err
-	}
-	if !m.hasFile() {
-		what := m.path
-		if what == "" {
-			what = "anonymous memory"
-		}
-		return Site{Path: m.path}, fmt.Errorf("symbolize: pid %d address %#x in %s: %w", pid, addr, quote.String(what), ErrNoFile)
-	}
-	off := addr - m.start + m.pgoff
-	partial := Site{Path: m.path, Offset: off}
-	name, id, err := u.stat(dir, pid, m)
+	m, name, id, partial, err := u.locate(dir, pid, addr)
 	if err != nil {
 		return partial, err
 	}
+	off := partial.Offset
 	req := siteReq{off: off, call: call}
 	u.mu.Lock()
 	e := u.byIdent(id)
@@ -162,6 +170,33 @@ func (u *User) site(pid uint32, addr uint64, call bool) (Site, error) {
 	return s, nil
 }
 
+// locate finds the mapping that holds addr, and the file it maps: the name
+// to open it by and its identity. On an error, partial is what is known.
+func (u *User) locate(dir string, pid uint32, addr uint64) (m mapping, name string, id fileIdent, partial Site, err error) {
+	if m, name, id, ok := u.recentMapping(dir, pid, addr); ok {
+		return m, name, id, Site{Path: m.path, Offset: addr - m.start + m.pgoff}, nil
+	}
+	if m, err = u.mapping(dir, pid, addr); err != nil {
+		return mapping{}, "", fileIdent{}, Site{}, err
+	}
+	if !m.hasFile() {
+		what := m.path
+		if what == "" {
+			what = "anonymous memory"
+		}
+		return m, "", fileIdent{}, Site{Path: m.path}, fmt.Errorf("symbolize: pid %d address %#x in %s: %w", pid, addr, quote.String(what), ErrNoFile)
+	}
+	partial = Site{Path: m.path, Offset: addr - m.start + m.pgoff}
+	name, id, viaMapFiles, err := u.stat(dir, pid, m)
+	if err != nil {
+		return m, "", fileIdent{}, partial, err
+	}
+	if viaMapFiles {
+		u.noteMapping(pid, m, id)
+	}
+	return m, name, id, partial, nil
+}
+
 // mapping returns the mapping of the process in dir that holds addr.
 func (u *User) mapping(dir string, pid uint32, addr uint64) (mapping, error) {
 	f, err := os.Open(filepath.Join(dir, "maps"))
@@ -190,26 +225,75 @@ func (u *User) mapping(dir string, pid uint32, addr uint64) (mapping, error) {
 // CAP_CHECKPOINT_RESTORE), else through /proc/PID/root and m's path (the
 // process's root and mount namespace; the file found must have the mapped
 // inode).
-func (u *User) stat(dir string, pid uint32, m mapping) (string, fileIdent, error) {
+func (u *User) stat(dir string, pid uint32, m mapping) (name string, id fileIdent, viaMapFiles bool, err error) {
 	if u.mapFiles {
-		name := filepath.Join(dir, "map_files", strconv.FormatUint(m.start, 16)+"-"+strconv.FormatUint(m.end, 16))
+		name := mapFilesName(dir, m)
 		if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() {
-			return name, identOf(fi), nil
+			return name, identOf(fi), true, nil
 		}
 	}
 	p, deleted := strings.CutSuffix(m.path, " (deleted)")
 	if deleted || !filepath.IsAbs(p) || filepath.Clean(p) != p {
-		return "", fileIdent{}, fmt.Errorf("symbolize: open %s of pid %d: %w", quote.String(m.path), pid, ErrFileReplaced)
+		return "", fileIdent{}, false, fmt.Errorf("symbolize: open %s of pid %d: %w", quote.String(m.path), pid, ErrFileReplaced)
 	}
-	name := filepath.Join(dir, "root", p)
+	name = filepath.Join(dir, "root", p)
 	fi, err := os.Stat(name)
 	if err != nil {
-		return "", fileIdent{}, u.fileErr(dir, pid, m, err)
+		return "", fileIdent{}, false, u.fileErr(dir, pid, m, err)
 	}
-	if id := identOf(fi); !fi.Mode().IsRegular() || id.ino != m.inode {
-		return "", fileIdent{}, fmt.Errorf("symbolize: open %s of pid %d: %w", quote.String(m.path), pid, ErrFileReplaced)
+	if id = identOf(fi); !fi.Mode().IsRegular() || id.ino != m.inode {
+		return "", fileIdent{}, false, fmt.Errorf("symbolize: open %s of pid %d: %w", quote.String(m.path), pid, ErrFileReplaced)
 	}
-	return name, identOf(fi), nil
+	return name, id, false, nil
+}
+
+// mapFilesName is m's entry in the process's map_files directory.
+func mapFilesName(dir string, m mapping) string {
+	return filepath.Join(dir, "map_files", strconv.FormatUint(m.start, 16)+"-"+strconv.FormatUint(m.end, 16))
+}
+
+// recentMapping returns a mapping of pid that held an address asked for
+// before and holds addr, if its map_files entry still exists and names the
+// same file: then maps need not be read, which costs more the more
+// mappings the process has. A mapping unmapped, split or replaced since
+// has no such entry, or one with another file.
+func (u *User) recentMapping(dir string, pid uint32, addr uint64) (mapping, string, fileIdent, bool) {
+	if !u.mapFiles {
+		return mapping{}, "", fileIdent{}, false
+	}
+	u.mu.Lock()
+	i := slices.IndexFunc(u.recent[pid], func(r recentMapping) bool { return addr >= r.m.start && addr < r.m.end })
+	var r recentMapping
+	if i >= 0 {
+		r = u.recent[pid][i]
+	}
+	u.mu.Unlock()
+	if i < 0 {
+		return mapping{}, "", fileIdent{}, false
+	}
+	name := mapFilesName(dir, r.m)
+	if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() && identOf(fi) == r.id {
+		return r.m, name, r.id, true
+	}
+	u.mu.Lock()
+	u.recent[pid] = slices.DeleteFunc(u.recent[pid], func(o recentMapping) bool { return o == r })
+	u.mu.Unlock()
+	return mapping{}, "", fileIdent{}, false
+}
+
+// noteMapping records a mapping of pid whose file was found through
+// map_files with identity id, for recentMapping.
+func (u *User) noteMapping(pid uint32, m mapping, id fileIdent) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.recent[pid]; !ok && len(u.recent) >= maxRecentPIDs {
+		clear(u.recent)
+	}
+	rs := u.recent[pid]
+	if len(rs) >= maxRecentPerPID {
+		rs = rs[1:]
+	}
+	u.recent[pid] = append(rs, recentMapping{m, id})
 }
 
 // fileErr is the error of a file that could not be opened: the process's

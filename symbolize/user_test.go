@@ -346,3 +346,49 @@ func TestUserCacheBound(t *testing.T) {
 		t.Errorf("put of a cached key: %+v, %d files", e, u.lru.Len())
 	}
 }
+
+// TestUserRecentMapping follows a mapping found through map_files without
+// reading maps again, for as long as its map_files entry names the same
+// file: here a fixture /proc whose map_files entry is a copy of tiny.elf.
+func TestUserRecentMapping(t *testing.T) {
+	tiny, err := os.ReadFile("testdata/tiny.elf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const entry = "20/map_files/400000-401000"
+	root := fixtureProc(t, map[string]string{
+		"20/maps": "00400000-00401000 r-xp 00000000 fd:01 42 /usr/bin/tiny\n",
+		entry:     string(tiny),
+	})
+	u := NewUser(root)
+	want := Site{Path: "/usr/bin/tiny", BuildID: tinyBuildID, Offset: 0x149, Symbol: "caller", SymbolOffset: 1}
+	check := func(when string) {
+		t.Helper()
+		got, err := u.CallSite(20, 0x40014e)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", when, diff)
+		}
+	}
+	check("first")
+	if err := os.Remove(filepath.Join(root, "20/maps")); err != nil {
+		t.Fatal(err)
+	}
+	check("with maps gone") // from the remembered mapping
+	// Another file in the mapping's place: the remembered mapping is
+	// dropped, and maps, read again, is gone.
+	if err := os.Remove(filepath.Join(root, entry)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, entry), append(tiny, 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := u.CallSite(20, 0x40014e); !errors.Is(err, ErrNoProcess) {
+		t.Fatalf("after the file changed: (%+v, %v), want ErrNoProcess", got, err)
+	}
+	if n := len(u.recent[20]); n != 0 {
+		t.Errorf("%d mappings remembered for pid 20, want 0", n)
+	}
+}
