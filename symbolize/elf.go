@@ -114,21 +114,31 @@ func noteBuildID(r io.Reader, bo binary.ByteOrder, align uint64) string {
 }
 
 // fileKey is the cache key of an ELF file: its build ID with the sizes of
-// its symbol tables (a stripped copy keeps the build ID of the file it was
-// stripped from and must not share its symbols), or when it has no build ID
-// the identity of the file, which noBuildID gives.
+// its symbol tables and its PT_LOAD segments (a stripped copy keeps the
+// build ID of the file it was stripped from and must not share its
+// symbols; a copy rewritten by patchelf keeps it too, with its segments
+// moved), or when it has no build ID the identity of the file, which
+// noBuildID gives.
 func fileKey(f *elf.File, id, noBuildID string) string {
 	if id == "" {
 		return "file:" + noBuildID
 	}
-	var symtab, dynsym uint64
-	if s := f.Section(".symtab"); s != nil {
-		symtab = s.Size
+	b := append([]byte("build-id:"), id...)
+	for _, name := range []string{".symtab", ".dynsym"} {
+		var size uint64
+		if s := f.Section(name); s != nil {
+			size = s.Size
+		}
+		b = strconv.AppendUint(append(b, ':'), size, 10)
 	}
-	if s := f.Section(".dynsym"); s != nil {
-		dynsym = s.Size
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			b = strconv.AppendUint(append(b, ':'), p.Off, 16)
+			b = strconv.AppendUint(append(b, '@'), p.Vaddr, 16)
+			b = strconv.AppendUint(append(b, '+'), p.Filesz, 16)
+		}
 	}
-	return "build-id:" + id + ":" + strconv.FormatUint(symtab, 10) + ":" + strconv.FormatUint(dynsym, 10)
+	return string(b)
 }
 
 // parseELF reads what symbolizing needs of f: its PT_LOAD segments and the

@@ -240,7 +240,7 @@ func parseKallsyms(r io.Reader) (*kallsyms, error) {
 		}
 		t.syms = append(t.syms, s)
 	}
-	t.names = names.String()
+	t.names = strings.Clone(names.String()) // without the builder's spare capacity
 	return t, nil
 }
 
