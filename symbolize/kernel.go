@@ -154,7 +154,7 @@ func (k *Kernel) read(loaded modules) (*kallsyms, error) {
 	if err != nil {
 		return nil, fmt.Errorf("symbolize: read %s: %w", name, err)
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read only
 	t, err := parseKallsyms(f)
 	if err != nil {
 		return nil, fmt.Errorf("symbolize: read %s: %w", name, err)

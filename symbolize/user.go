@@ -148,7 +148,7 @@ func (u *User) site(pid uint32, addr uint64, call bool) (Site, error) {
 		if f, err = openFile(name); err != nil {
 			return partial, u.fileErr(dir, pid, m, err)
 		}
-		defer f.Close()
+		defer f.Close() //nolint:errcheck // read only
 	}
 	if e == nil {
 		if e, err = u.load(f, id); err != nil {
@@ -206,7 +206,7 @@ func (u *User) mapping(dir string, pid uint32, addr uint64) (mapping, error) {
 		}
 		return mapping{}, fmt.Errorf("symbolize: read maps of pid %d: %w", pid, err)
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read only
 	m, found, lines, err := findMapping(f, addr)
 	switch {
 	case errors.Is(err, syscall.ESRCH) || err == nil && lines == 0:
