@@ -21,11 +21,12 @@
 // (what a uprobe reads on entry) and names the call instruction before it.
 //
 // Parsing is debug/elf's; what is read by hand (maps lines, build ID notes,
-// x86 call instructions before a return address, kallsyms) is fuzzed.
+// x86 call instructions before a return address, kallsyms) is fuzzed. A
+// file that is not ELF is an error, remembered like a parsed file.
 // Parsed files are cached by build ID (and symbol table sizes: a stripped
 // copy keeps its build ID), or by device, inode, size and mtime when there
-// is no build ID, at most maxFiles of them, least recently used out, with
-// their resolved sites: many QPs share one site. A mapping whose file was
+// is no build ID, at most 32 of them, the least recently used going first,
+// with their resolved sites: many QPs share one site. A mapping whose file was
 // found through map_files is remembered per process, and used again while
 // its map_files entry names the same file, so a site served from the cache
 // costs a stat and no read of maps (which grows with the process's

@@ -22,6 +22,9 @@ type elfFile struct {
 	names   string    // funcSym names, end to end
 	// sites caches resolved sites by request; guarded by User.mu.
 	sites map[siteReq]Site
+	// notELF is why a file that debug/elf could not read is not ELF; the
+	// rest is then empty.
+	notELF error
 }
 
 // siteReq is a resolved request: a file offset, and whether it was a return

@@ -144,16 +144,17 @@ func (u *User) site(pid uint32, addr uint64, call bool) (Site, error) {
 	}
 
 	var f *os.File
-	if e == nil || call { // to parse it, or to read the call before addr
+	if e == nil || call && e.notELF == nil { // to parse it, or to read the call before addr
 		if f, err = openFile(name); err != nil {
 			return partial, u.fileErr(dir, pid, m, err)
 		}
 		defer f.Close() //nolint:errcheck // read only
 	}
 	if e == nil {
-		if e, err = u.load(f, id); err != nil {
-			return partial, fmt.Errorf("symbolize: read ELF %s of pid %d: %w", quote.String(m.path), pid, err)
-		}
+		e = u.load(f, id)
+	}
+	if e.notELF != nil {
+		return partial, fmt.Errorf("symbolize: read ELF %s of pid %d: %w", quote.String(m.path), pid, e.notELF)
 	}
 	var s Site
 	if call {
@@ -328,13 +329,19 @@ func (id fileIdent) String() string {
 }
 
 // load returns the parsed form of the ELF file f, from the cache when a
-// file with its key (its build ID and symbol table sizes) was parsed
-// before, and records id as that file's identity. Concurrent loads of one
-// key parse it once.
-func (u *User) load(f *os.File, id fileIdent) (*elfFile, error) {
+// file with its key (its build ID, symbol table sizes and segments) was
+// parsed before, and records id as that file's identity. Concurrent loads
+// of one key parse it once. A file that is not ELF is cached too, by its
+// identity, with the error in notELF, so that it is not read again.
+func (u *User) load(f *os.File, id fileIdent) *elfFile {
 	ef, err := elf.NewFile(f)
 	if err != nil {
-		return nil, err
+		e := &elfFile{key: "file:" + id.String(), notELF: err}
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		e = u.put(e)
+		u.remember(id, e.key)
+		return e
 	}
 	bid := buildID(ef)
 	key := fileKey(ef, bid, id.String())
@@ -353,7 +360,7 @@ func (u *User) load(f *os.File, id fileIdent) (*elfFile, error) {
 	u.mu.Lock()
 	u.remember(id, key)
 	u.mu.Unlock()
-	return e, nil
+	return e
 }
 
 // get returns the cached file with key and marks it used; u.mu held.
