@@ -9,28 +9,30 @@
 //
 // User.Site and User.CallSite take a pid and an address in that process,
 // live: the mapping is found in /proc/PID/maps, and the file opened through
-// /proc/PID/map_files/START-END (the mapped file itself, even deleted or
-// replaced since), else through /proc/PID/root and the mapped path, so that
-// a process in its own mount namespace or chroot resolves its own copy of
-// the file. The file offset is the mapping's offset plus the address's
-// distance from the mapping's start; the ELF's PT_LOAD program headers turn
-// it into the link-time address the symbols use, the same way for PIE and
-// fixed-address executables and for shared libraries. Symbols are the
-// sized function symbols of .symtab, else of .dynsym (the nearest one
-// before the address where sizes are 0). CallSite takes a return address
-// (what a uprobe reads on entry) and names the call instruction before it.
+// /proc/PID/map_files/START-END (the mapped file itself: in another mount
+// namespace, under a chroot, deleted or replaced since), else through
+// /proc/PID/root and the path maps shows, which is right for a process in
+// its own mount namespace: its paths are its own, and it resolves its own
+// copy of the file. The file offset is the mapping's offset plus the
+// address's distance from the mapping's start; the ELF's PT_LOAD program
+// headers turn it into the link-time address the symbols use, the same way
+// for PIE and fixed-address executables and for shared libraries. Symbols
+// are the sized function symbols of .symtab, else of .dynsym (the nearest
+// one before the address where sizes are 0). CallSite takes a return
+// address (what a uprobe reads on entry) and names the call instruction
+// before it.
 //
 // Parsing is debug/elf's; what is read by hand (maps lines, build ID notes,
-// x86 call instructions before a return address, kallsyms) is fuzzed. A
-// file that is not ELF is an error, remembered like a parsed file.
-// Parsed files are cached by build ID (and symbol table sizes: a stripped
-// copy keeps its build ID), or by device, inode, size and mtime when there
-// is no build ID, at most 32 of them, the least recently used going first,
-// with their resolved sites: many QPs share one site. A mapping whose file was
-// found through map_files is remembered per process, and used again while
-// its map_files entry names the same file, so a site served from the cache
-// costs a stat and no read of maps (which grows with the process's
-// mappings).
+// x86 call instructions before a return address, kallsyms) is fuzzed.
+// Parsed files are cached by build ID, with their symbol table sizes and
+// segments (a stripped or patched copy keeps the build ID), or by device,
+// inode, size and mtime when there is no build ID: at most 32 files, the
+// least recently used going first, each with its resolved sites, since many
+// QPs share one site. A file that is not ELF is remembered as such. A
+// mapping whose file was found through map_files is remembered per process
+// and used again while its map_files entry names the same file, so a site
+// served from the cache costs a stat and no read of maps (which grows with
+// the process's mappings).
 //
 // # Kernel addresses
 //
