@@ -8,7 +8,8 @@ import (
 )
 
 // BenchmarkUserCallSite times a call site of a live qpwork: cached (the
-// agent's case for every QP after the first from one site), and uncached
+// agent's case for every QP after the first from one site; without
+// map_files, maps is read each time), and uncached
 // in a new User (the first QP from a file: parsing it), for qpwork and for
 // an address in libc (a 2 MB library with some 3,000 dynamic symbols).
 func BenchmarkUserCallSite(b *testing.B) {
@@ -17,17 +18,24 @@ func BenchmarkUserCallSite(b *testing.B) {
 		b.Fatal("qpwork did not start")
 	}
 	libc := libcText(b, q.pid)
-	b.Run("cached", func(b *testing.B) {
-		u := NewUser("/proc")
-		if _, err := u.CallSite(q.pid, q.ret); err != nil {
-			b.Fatal(err)
+	for _, mapFiles := range []bool{true, false} {
+		name := "cached"
+		if !mapFiles {
+			name = "cached without map_files" // maps read each time
 		}
-		for b.Loop() {
+		b.Run(name, func(b *testing.B) {
+			u := NewUser("/proc")
+			u.mapFiles = mapFiles
 			if _, err := u.CallSite(q.pid, q.ret); err != nil {
 				b.Fatal(err)
 			}
-		}
-	})
+			for b.Loop() {
+				if _, err := u.CallSite(q.pid, q.ret); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	for _, c := range []struct {
 		name string
 		addr uint64
