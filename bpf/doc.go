@@ -16,10 +16,15 @@
 // Tracer.Mode report the outcome. Kprobes are attached one by one (Debian's
 // 6.1 has no kprobe_multi).
 //
-//   - ib_create_qp_user, ib_create_qp_kernel (return): the new QP, its
-//     device, number, type and SRQ (with the SRQ's restrack number), the
-//     calling task, and for kernel QPs the creating module (restrack
-//     kern_name: "ib_core" for the GSI QP of a new device).
+//   - ib_create_qp_user, ib_create_qp_kernel (return; with kprobes, the
+//     entry as well): the new QP, its device, number, type and SRQ (with
+//     the SRQ's restrack number), the calling task, and for kernel QPs the
+//     creating module (restrack kern_name: "ib_core" for the GSI QP of a
+//     new device). A create the provider refused (max_qp reached, a queue
+//     larger than max_qp_wr) is recorded too, with the errno as Result and
+//     the device, the requested type and the creating module from the
+//     arguments; checks that uverbs makes before calling ib_create_qp_user
+//     (a bad PD handle) fail before any probe sees them.
 //   - _ib_modify_qp (entry and return): every kernel and user modify; the
 //     new state when the mask has IB_QP_STATE, and the result.
 //   - ib_destroy_qp_user: the QP's fields at entry (it is freed before the
@@ -46,6 +51,54 @@
 // written when it returns, so an async event raised during the call can come
 // first in the stream: order by Event.Time. Device names are read from the
 // kernel at each event, so they follow renames.
+//
+// # Creation sites
+//
+// With Options.Sites, a create records where it was made. A kernel QP's
+// record names its kernel stack (at most 32 frames, read once per distinct
+// stack from a BPF stack map that holds 1024 of them; a stack whose hash
+// bucket another holds is not kept) and Event.Stack has its return
+// addresses. bpf_get_stackid serves fexit and kretprobe programs alike on
+// every kernel of the matrix, and a stack id keeps the record small; under
+// fexit the first frames are the BPF program's and its trampoline's.
+//
+// For a user QP, uprobes on the QP-creating functions of libibverbs
+// (ibv_create_qp, both symbol versions) and librdmacm (rdma_create_qp,
+// rdma_create_qp_ex, rdma_create_ep) record, per thread, the return address
+// of the outermost such call in progress ([sp] at entry on x86, the link
+// register on arm64) and its function, through the uprobe's BPF cookie
+// (kernel 5.15+); the matching uretprobes end it. ib_create_qp_user runs in
+// that thread inside the call and copies them into its record:
+// Event.Via and Event.ViaReturn, which symbolize.User.CallSite turns into
+// the application's call site, also in binaries without frame pointers. A
+// call through rdma_create_qp keeps rdma_create_qp's caller, not
+// librdmacm's own call of ibv_create_qp. ibv_create_qp_ex is a static
+// inline function of verbs.h: it calls ibv_create_qp when it asks for
+// nothing more (that create has a site), the provider directly otherwise
+// (no site); so do direct provider calls (mlx5dv_create_qp). A call the
+// application leaves by longjmp keeps its thread's state until a call from
+// as high on the stack begins.
+//
+// Uprobes attach to files (inodes), not processes. Open attaches them to
+// the host's own libibverbs and librdmacm (the library directories under
+// /proc/1/root and /) and to those every process maps (/proc/PID/maps),
+// each file once, by the device and inode maps shows. A library file is
+// opened through /proc/PID/map_files (the mapped file itself, also in
+// another mount namespace, under a chroot or deleted since) and else
+// through /proc/PID/root, so a container's own copy gets its own uprobes.
+// When Events sees a user QP create without a site from a process not
+// scanned yet, it attaches the libraries that process maps: the process's
+// first create through its own copy of a library has no site, its later
+// ones have. Tracer.AttachLibraries does the same for a caller that learns
+// of a process sooner. A library statically linked into an application is
+// not found.
+//
+// Uprobes refused (no uprobe support, lockdown) or a library that cannot
+// be read or probed do not fail Open: creates then have no site, and
+// Tracer.Sites says why (its first failure, logged at Warn once). Each
+// call of a probed function, in any process that maps a probed library,
+// takes two traps into the kernel (entry and return) while the Tracer is
+// open.
 //
 // # Delivery
 //
@@ -80,7 +133,10 @@
 // to infinity, which kernels before 5.11 charge BPF memory to; without
 // CAP_SYS_RESOURCE that may fail, and only such kernels then refuse (an
 // EPERM whose error names the limit). Linking the package makes no bpf()
-// call: the first one is Open's.
+// call: the first one is Open's. Creation sites also read other users'
+// /proc/PID/maps and /proc/PID/root (CAP_SYS_PTRACE) and follow
+// /proc/PID/map_files (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE; without it
+// the root path is used).
 //
 // # Module references
 //
@@ -93,5 +149,5 @@
 // with Options.Kprobes, ib_core can be unloaded under a running Tracer,
 // whose probes then stop firing (measured in the lab on 6.12). Nothing is
 // pinned in bpffs; Close, or the process's exit, removes every program,
-// link and map.
+// link and map, uprobes included.
 package bpf

@@ -119,4 +119,20 @@ type Event struct {
 	Probe string
 	// Duration is how long a drain took (drain end).
 	Duration time.Duration
+	// Via and ViaReturn are where a user QP was created (qp_create by
+	// ib_create_qp_user, with Options.Sites): Via is the library function
+	// the application called, the outermost of ibv_create_qp,
+	// rdma_create_qp, rdma_create_qp_ex and rdma_create_ep in progress in
+	// the creating thread (so a QP made by rdma_create_qp, which calls
+	// ibv_create_qp, names rdma_create_qp), and ViaReturn the address in
+	// process PID that call returns to: symbolize.User.CallSite(PID,
+	// ViaReturn) names the call. Via is "" when no uprobe saw the call (see
+	// the package documentation for when).
+	Via       string
+	ViaReturn uint64
+	// Stack is the kernel stack of a kernel QP create (qp_create by
+	// ib_create_qp_kernel, with Options.Sites): return addresses,
+	// innermost first, at most 32, the first ones in the probe's own BPF
+	// program and trampoline under fentry. Nil when it was not captured.
+	Stack []uint64
 }

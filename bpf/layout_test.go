@@ -23,6 +23,7 @@ func TestRecordLayout(t *testing.T) {
 	}{
 		{"ts_ns", unsafe.Offsetof(r.TsNs), offTS},
 		{"duration_ns", unsafe.Offsetof(r.DurationNs), offDuration},
+		{"user_ret (union with duration_ns)", unsafe.Offsetof(r.DurationNs), offUserRet},
 		{"kind", unsafe.Offsetof(r.Kind), offKind},
 		{"probe", unsafe.Offsetof(r.Probe), offProbe},
 		{"qp_type", unsafe.Offsetof(r.QpType), offQPType},
@@ -35,7 +36,9 @@ func TestRecordLayout(t *testing.T) {
 		{"tid", unsafe.Offsetof(r.Tid), offTID},
 		{"ib_event", unsafe.Offsetof(r.IbEvent), offIBEvent},
 		{"port", unsafe.Offsetof(r.Port), offPort},
+		{"kstack_id (union with port)", unsafe.Offsetof(r.Port), offKStackID},
 		{"new_state", unsafe.Offsetof(r.NewState), offNewState},
+		{"user_fn", unsafe.Offsetof(r.UserFn), offUserFn},
 		{"comm", unsafe.Offsetof(r.Comm), offComm},
 		{"dev_name", unsafe.Offsetof(r.DevName), offDevName},
 		{"str", unsafe.Offsetof(r.Str), offStr},
@@ -44,6 +47,16 @@ func TestRecordLayout(t *testing.T) {
 		if int(tt.got) != tt.want {
 			t.Errorf("offsetof(%s) = %d, decoder reads %d", tt.field, tt.got, tt.want)
 		}
+	}
+	spec, err := loadQp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := spec.Maps["stacks"].ValueSize, uint32(stackDepth*8); got != want {
+		t.Errorf("map stacks: values of %d bytes, the reader reads %d", got, want)
+	}
+	if got, want := spec.Maps["stacks"].KeySize, uint32(4); got != want {
+		t.Errorf("map stacks: keys of %d bytes, want %d (the stack id)", got, want)
 	}
 	for name, n := range map[string]int{"comm": len(r.Comm), "dev_name": len(r.DevName), "str": len(r.Str)} {
 		want := nameLen
@@ -90,12 +103,20 @@ func TestProbeSpecsMatchObject(t *testing.T) {
 			t.Errorf("%s: needs an fentry/fexit and a kprobe/kretprobe variant", ps.function)
 		}
 	}
+	// The creation-site uprobes (sites_linux.go), attached to libraries
+	// rather than kernel functions.
+	for name, section := range map[string]string{"uprobe_lib_entry": "uprobe", "uretprobe_lib_return": "uretprobe"} {
+		used[name] = true
+		if p, ok := spec.Programs[name]; !ok || p.SectionName != section {
+			t.Errorf("program %s: want it in section %q: %+v", name, section, p)
+		}
+	}
 	for name := range spec.Programs {
 		if !used[name] {
 			t.Errorf("program %s is in the object but no probe uses it", name)
 		}
 	}
-	if got := reflect.TypeOf(qpQpEvent{}).NumField(); got != 20 {
+	if got := reflect.TypeOf(qpQpEvent{}).NumField(); got != 21 {
 		t.Errorf("struct qp_event has %d fields (with padding); update the decoder and this test", got)
 	}
 }

@@ -24,6 +24,11 @@ type Options struct {
 	// BufferBytes is the ring buffer's size: a power of two, at least one
 	// page. Zero means 4 MiB, room for about 20,000 records.
 	BufferBytes int
+	// Sites captures where QPs are created: Event.Via and ViaReturn for
+	// user QPs, through uprobes on the verbs libraries that processes map
+	// (see Tracer.AttachLibraries and Tracer.Sites), and Event.Stack for
+	// kernel QPs.
+	Sites bool
 }
 
 // defaultBufferBytes is the ring buffer size when Options.BufferBytes is 0.

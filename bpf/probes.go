@@ -57,8 +57,10 @@ type probeSpec struct {
 // probeSpecs lists the probes in the order they are attached. A function
 // that does not exist on a kernel is skipped, unless required.
 var probeSpecs = []probeSpec{
-	{id: 1, function: "ib_create_qp_user", fexit: "fexit_create_qp_user", kretprobe: "kretprobe_create_qp_user", required: true},
-	{id: 2, function: "ib_create_qp_kernel", fexit: "fexit_create_qp_kernel", kretprobe: "kretprobe_create_qp_kernel", required: true},
+	{id: 1, function: "ib_create_qp_user", fexit: "fexit_create_qp_user",
+		kprobe: "kprobe_create_qp_user", kretprobe: "kretprobe_create_qp_user", required: true},
+	{id: 2, function: "ib_create_qp_kernel", fexit: "fexit_create_qp_kernel",
+		kprobe: "kprobe_create_qp_kernel", kretprobe: "kretprobe_create_qp_kernel", required: true},
 	{id: 3, function: "_ib_modify_qp", fentry: "fentry_modify_qp", fexit: "fexit_modify_qp",
 		kprobe: "kprobe_modify_qp", kretprobe: "kretprobe_modify_qp", required: true},
 	{id: 4, function: "ib_destroy_qp_user", fentry: "fentry_destroy_qp", fexit: "fexit_destroy_qp",

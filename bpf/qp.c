@@ -8,6 +8,13 @@
  * record is a struct qp_event in the ring buffer "events"; bpf/record.go
  * decodes it at fixed offsets, so the layout below is an ABI: change both or
  * neither (TestRecordLayout checks them against each other).
+ *
+ * Creation sites: uprobes on the QP-creating functions of libibverbs and
+ * librdmacm (sites.go attaches them, with a cookie naming the function)
+ * remember, per thread, where the application's outermost call to them
+ * returns to; a user QP create in ib_core, which runs in that thread inside
+ * the call, copies it into its record. A kernel QP create records the
+ * kernel stack's id in the map "stacks".
  */
 
 #include "ib.h"
@@ -50,6 +57,16 @@ enum probe {
 
 #define FLAG_ON_SRQ (1 << 0)
 #define FLAG_HAS_STATE (1 << 1)
+#define FLAG_USER_SITE (1 << 2) /* user_ret and user_fn are set */
+#define FLAG_KSTACK (1 << 3)    /* kstack_id is set */
+
+/* The library functions the uprobes name by their cookie: libFuncs in sites.go. */
+enum lib_fn {
+	FN_IBV_CREATE_QP = 1,
+	FN_RDMA_CREATE_QP = 2,
+	FN_RDMA_CREATE_QP_EX = 3,
+	FN_RDMA_CREATE_EP = 4,
+};
 
 /* Counter slots in the per-CPU array "counters": Stats in tracer_linux.go. */
 #define COUNTER_LOST 0      /* ring buffer full: record dropped */
@@ -57,8 +74,11 @@ enum probe {
 #define COUNTER_SLOTS 2
 
 struct qp_event {
-	__u64 ts_ns;       /*   0: bpf_ktime_get_ns (CLOCK_MONOTONIC) */
-	__u64 duration_ns; /*   8: drain end: time since the drain began */
+	__u64 ts_ns; /*   0: bpf_ktime_get_ns (CLOCK_MONOTONIC) */
+	union {
+		__u64 duration_ns; /*   8: drain end: time since the drain began */
+		__u64 user_ret;    /*   8: QP create, FLAG_USER_SITE: where the library call returns */
+	};
 	__u8 kind;         /*  16 */
 	__u8 probe;        /*  17 */
 	__u8 qp_type;      /*  18 */
@@ -70,9 +90,13 @@ struct qp_event {
 	__u32 pid;         /*  36: tgid */
 	__u32 tid;         /*  40 */
 	__u32 ib_event;    /*  44 */
-	__u32 port;        /*  48 */
+	union {
+		__u32 port;      /*  48: device events */
+		__s32 kstack_id; /*  48: QP create, FLAG_KSTACK: the stack's id in "stacks" */
+	};
 	__u8 new_state;    /*  52 */
-	__u8 pad[3];       /*  53 */
+	__u8 user_fn;      /*  53: QP create, FLAG_USER_SITE: enum lib_fn */
+	__u8 pad[2];       /*  54 */
 	char comm[16];     /*  56 */
 	char dev_name[64]; /*  72 */
 	char str[64];      /* 136: kernel owner (create) or new name (rename) */
@@ -94,6 +118,7 @@ struct call {
 	__u64 ts_ns;
 	__u64 arg0;
 	__u64 arg1;
+	__u64 arg2;
 };
 
 struct {
@@ -146,8 +171,49 @@ struct {
 	__type(value, struct task_calls);
 } task_calls SEC(".maps");
 
+/*
+ * The outermost call in progress of a thread into a QP-creating library
+ * function: where it returns to, the stack pointer at its entry, the
+ * function (its uprobe's cookie) and how many such calls are nested in it
+ * (rdma_create_qp calls ibv_create_qp). A return the uprobes missed (a
+ * longjmp out of the library) leaves depth above 0: the next entry then
+ * sees from the stack pointer that the call is over. LRU: a thread that
+ * exits inside a call leaves an entry that ages out.
+ */
+struct user_call {
+	__u64 ret;
+	__u64 sp;
+	__u32 depth;
+	__u32 fn;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct user_call);
+} user_calls SEC(".maps");
+
+/*
+ * Kernel stacks of kernel QP creates, by bpf_get_stackid: many creates
+ * share one stack, stored once. A stack whose hash bucket holds another is
+ * not stored (no BPF_F_REUSE_STACKID: an id the reader has yet to look up
+ * never changes its stack); its record has no FLAG_KSTACK.
+ */
+#define STACK_DEPTH 32
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 1024); /* 1 without Options.Sites */
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
 /* Records in the ring before the reader is woken: set by the loader. */
 const volatile __u64 wakeup_bytes = 1 << 18;
+
+/* Whether kernel QP creates record their stack (not 0): Options.Sites. */
+const volatile __u32 kernel_stacks = 0;
 
 static __always_inline void count(__u32 slot)
 {
@@ -251,11 +317,11 @@ static __always_inline struct call_key key_of(__u8 probe)
 	return k;
 }
 
-/* enter records the time of a call and up to two arguments. */
-static __always_inline void enter(__u8 probe, __u64 arg0, __u64 arg1)
+/* enter records the time of a call and up to three arguments. */
+static __always_inline void enter(__u8 probe, __u64 arg0, __u64 arg1, __u64 arg2)
 {
 	struct call_key k = key_of(probe);
-	struct call c = {.ts_ns = bpf_ktime_get_ns(), .arg0 = arg0, .arg1 = arg1};
+	struct call c = {.ts_ns = bpf_ktime_get_ns(), .arg0 = arg0, .arg1 = arg1, .arg2 = arg2};
 
 	bpf_map_update_elem(&calls, &k, &c, BPF_ANY);
 }
@@ -277,18 +343,67 @@ static __always_inline bool leave(__u8 probe, struct call *c)
 
 /* ---- What each function records, shared by both attach modes. ---- */
 
-/* QP create returned qp (or an ERR_PTR). */
-static __always_inline void on_create(__u8 probe, struct ib_qp *qp, bool direct)
+/*
+ * The arguments of a QP create that a failed one is recorded with: the
+ * device, the requested type and, for a kernel QP, the creating module.
+ * dev, attr and owner may be NULL (a kretprobe whose entry was not seen).
+ * Failures are rare, so they are read through bpf_probe_read_kernel in
+ * both attach modes.
+ */
+struct create_args {
+	struct ib_device *dev;
+	struct ib_qp_init_attr *attr;
+	const char *owner;
+};
+
+/*
+ * The creation site of a user QP: the outermost library call of this thread
+ * in progress, if a uprobe saw it begin.
+ */
+static __always_inline void fill_user_site(struct qp_event *e)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct user_call *c = bpf_map_lookup_elem(&user_calls, &id);
+
+	if (!c || !c->depth)
+		return;
+	e->user_ret = c->ret;
+	e->user_fn = c->fn;
+	e->flags |= FLAG_USER_SITE;
+}
+
+/*
+ * QP create returned qp (or an ERR_PTR). ctx is the program's context, for
+ * the kernel stack of a kernel QP.
+ */
+static __always_inline void on_create(void *ctx, __u8 probe, struct ib_qp *qp, struct create_args a,
+				      bool direct)
 {
 	struct qp_event *e = reserve(KIND_QP_CREATE, probe, bpf_ktime_get_ns());
 
 	if (!e)
 		return;
 	fill_task(e);
-	if (IS_ERR_VALUE(qp))
+	if (IS_ERR_VALUE(qp)) {
 		e->result = (__s32)(long)qp;
-	else
+		fill_dev(e, a.dev, false);
+		if (a.attr)
+			e->qp_type = BPF_CORE_READ(a.attr, qp_type);
+		if (a.owner)
+			bpf_probe_read_kernel_str(&e->str, sizeof(e->str), a.owner);
+	} else {
 		fill_qp(e, qp, direct);
+	}
+	if (probe == PROBE_CREATE_QP_USER) {
+		fill_user_site(e);
+	} else if (kernel_stacks) {
+		long id = bpf_get_stackid(ctx, &stacks, 0);
+
+		if (id >= 0) {
+			e->kstack_id = id;
+			e->flags |= FLAG_KSTACK;
+		}
+	}
 	submit(e);
 }
 
@@ -456,17 +571,25 @@ static __always_inline void on_rename_entry(struct ib_device *dev, const char *n
 
 /* ---- fentry / fexit: arguments are ctx[0..n-1], the return ctx[n]. ---- */
 
+/* ib_create_qp_user(dev, pd, attr, udata, uobj, caller) */
 SEC("fexit/ib_create_qp_user")
 int fexit_create_qp_user(__u64 *ctx)
 {
-	on_create(PROBE_CREATE_QP_USER, (struct ib_qp *)ctx[6], true);
+	struct create_args a = {.dev = (struct ib_device *)ctx[0], .attr = (struct ib_qp_init_attr *)ctx[2]};
+
+	on_create(ctx, PROBE_CREATE_QP_USER, (struct ib_qp *)ctx[6], a, true);
 	return 0;
 }
 
+/* ib_create_qp_kernel(pd, attr, caller) */
 SEC("fexit/ib_create_qp_kernel")
 int fexit_create_qp_kernel(__u64 *ctx)
 {
-	on_create(PROBE_CREATE_QP_KERNEL, (struct ib_qp *)ctx[3], true);
+	struct ib_pd *pd = (struct ib_pd *)ctx[0];
+	struct create_args a = {.dev = BPF_CORE_READ(pd, device), .attr = (struct ib_qp_init_attr *)ctx[1],
+				.owner = (const char *)ctx[2]};
+
+	on_create(ctx, PROBE_CREATE_QP_KERNEL, (struct ib_qp *)ctx[3], a, true);
 	return 0;
 }
 
@@ -669,17 +792,54 @@ int fexit_drain_rq(__u64 *ctx)
  * the arguments was recorded by the matching kprobe.
  */
 
+/*
+ * The creates' entries keep what a failed create is recorded with. Their
+ * returns record every create, seen entry or not: a create in progress
+ * while the probes were attached has no arguments, which only a failure
+ * needs.
+ */
+SEC("kprobe/ib_create_qp_user")
+int kprobe_create_qp_user(struct kprobe_regs *ctx)
+{
+	enter(PROBE_CREATE_QP_USER, KP_ARG1(ctx), KP_ARG3(ctx), 0);
+	return 0;
+}
+
+SEC("kprobe/ib_create_qp_kernel")
+int kprobe_create_qp_kernel(struct kprobe_regs *ctx)
+{
+	struct ib_pd *pd = (struct ib_pd *)KP_ARG1(ctx);
+
+	enter(PROBE_CREATE_QP_KERNEL, (__u64)BPF_CORE_READ(pd, device), KP_ARG2(ctx), KP_ARG3(ctx));
+	return 0;
+}
+
+static __always_inline void kretprobe_create(struct kprobe_regs *ctx, __u8 probe)
+{
+	struct call_key k = key_of(probe);
+	struct call *c = bpf_map_lookup_elem(&calls, &k);
+	struct create_args a = {};
+
+	if (c) {
+		a.dev = (struct ib_device *)c->arg0;
+		a.attr = (struct ib_qp_init_attr *)c->arg1;
+		a.owner = (const char *)c->arg2;
+		bpf_map_delete_elem(&calls, &k);
+	}
+	on_create(ctx, probe, (struct ib_qp *)KP_RET(ctx), a, false);
+}
+
 SEC("kretprobe/ib_create_qp_user")
 int kretprobe_create_qp_user(struct kprobe_regs *ctx)
 {
-	on_create(PROBE_CREATE_QP_USER, (struct ib_qp *)KP_RET(ctx), false);
+	kretprobe_create(ctx, PROBE_CREATE_QP_USER);
 	return 0;
 }
 
 SEC("kretprobe/ib_create_qp_kernel")
 int kretprobe_create_qp_kernel(struct kprobe_regs *ctx)
 {
-	on_create(PROBE_CREATE_QP_KERNEL, (struct ib_qp *)KP_RET(ctx), false);
+	kretprobe_create(ctx, PROBE_CREATE_QP_KERNEL);
 	return 0;
 }
 
@@ -693,7 +853,7 @@ int kprobe_modify_qp(struct kprobe_regs *ctx)
 
 	if (mask & IB_QP_STATE)
 		state = BPF_CORE_READ(attr, qp_state);
-	enter(PROBE_MODIFY_QP, KP_ARG1(ctx), (state << 32) | mask);
+	enter(PROBE_MODIFY_QP, KP_ARG1(ctx), (state << 32) | mask, 0);
 	return 0;
 }
 
@@ -764,7 +924,7 @@ int kprobe_dispatch_event(struct kprobe_regs *ctx)
 SEC("kprobe/ib_register_device")
 int kprobe_register_device(struct kprobe_regs *ctx)
 {
-	enter(PROBE_REGISTER_DEVICE, KP_ARG1(ctx), 0);
+	enter(PROBE_REGISTER_DEVICE, KP_ARG1(ctx), 0, 0);
 	return 0;
 }
 
@@ -805,7 +965,7 @@ int kprobe_drain_qp(struct kprobe_regs *ctx)
 	struct ib_qp *qp = (struct ib_qp *)KP_ARG1(ctx);
 
 	on_drain(KIND_DRAIN_START, PROBE_DRAIN_QP, qp, bpf_ktime_get_ns(), 0, false);
-	enter(PROBE_DRAIN_QP, (__u64)qp, 0);
+	enter(PROBE_DRAIN_QP, (__u64)qp, 0, 0);
 	return 0;
 }
 
@@ -826,7 +986,7 @@ int kprobe_drain_rq(struct kprobe_regs *ctx)
 	struct ib_qp *qp = (struct ib_qp *)KP_ARG1(ctx);
 
 	on_drain(KIND_DRAIN_START, PROBE_DRAIN_RQ, qp, bpf_ktime_get_ns(), 0, false);
-	enter(PROBE_DRAIN_RQ, (__u64)qp, 0);
+	enter(PROBE_DRAIN_RQ, (__u64)qp, 0, 0);
 	return 0;
 }
 
@@ -838,5 +998,65 @@ int kretprobe_drain_rq(struct kprobe_regs *ctx)
 
 	if (leave(PROBE_DRAIN_RQ, &c))
 		on_drain(KIND_DRAIN_END, PROBE_DRAIN_RQ, (struct ib_qp *)c.arg0, now, now - c.ts_ns, false);
+	return 0;
+}
+
+/*
+ * ---- uprobes on the verbs libraries (sites.go attaches them). ----
+ * The entry of a QP-creating library function: a thread's outermost call
+ * records where it returns to and which function it is (the cookie); a
+ * call made inside it (rdma_create_qp calls ibv_create_qp) only counts, so
+ * the site stays the application's call of librdmacm.
+ */
+static __always_inline __u64 entry_return_address(struct kprobe_regs *ctx)
+{
+#if defined(__TARGET_ARCH_x86)
+	__u64 ret = 0;
+
+	bpf_probe_read_user(&ret, sizeof(ret), (const void *)KP_SP(ctx));
+	return ret;
+#else
+	return KP_LR(ctx);
+#endif
+}
+
+SEC("uprobe")
+int uprobe_lib_entry(struct kprobe_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u64 sp = KP_SP(ctx);
+	__u64 ret = entry_return_address(ctx);
+	struct user_call *c = bpf_map_lookup_elem(&user_calls, &id);
+	struct user_call n = {.ret = ret, .sp = sp, .depth = 1};
+
+	/*
+	 * A call inside the outermost one runs on a deeper stack (a lower sp).
+	 * At the same sp, the same return address is the same call seen by a
+	 * second uprobe (one library inode reached through two paths), or a
+	 * tail call; another one is a new call after a return that was missed,
+	 * as is a higher sp.
+	 */
+	if (c && c->depth > 0 && (sp < c->sp || (sp == c->sp && ret == c->ret))) {
+		c->depth++;
+		return 0;
+	}
+	n.fn = (__u32)bpf_get_attach_cookie(ctx);
+	bpf_map_update_elem(&user_calls, &id, &n, BPF_ANY);
+	return 0;
+}
+
+/* The return of a library function: the outermost one's ends the call. */
+SEC("uretprobe")
+int uretprobe_lib_return(struct kprobe_regs *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct user_call *c = bpf_map_lookup_elem(&user_calls, &id);
+
+	if (!c)
+		return 0;
+	if (c->depth > 1)
+		c->depth--;
+	else
+		bpf_map_delete_elem(&user_calls, &id);
 	return 0;
 }

@@ -18,6 +18,7 @@ type qpCall struct {
 	TsNs uint64
 	Arg0 uint64
 	Arg1 uint64
+	Arg2 uint64
 }
 
 type qpCallKey struct {
@@ -44,7 +45,8 @@ type qpQpEvent struct {
 	IbEvent    uint32
 	Port       uint32
 	NewState   uint8
-	Pad        [3]uint8
+	UserFn     uint8
+	Pad        [2]uint8
 	Comm       [16]int8
 	DevName    [64]int8
 	Str        [64]int8
@@ -59,6 +61,14 @@ type qpTaskCalls struct {
 	Rename    qpQpEvent
 }
 
+type qpUserCall struct {
+	_     structs.HostLayout
+	Ret   uint64
+	Sp    uint64
+	Depth uint32
+	Fn    uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -67,7 +77,9 @@ const (
 	qpMapCounters                 = "counters"
 	qpMapEvents                   = "events"
 	qpMapPending                  = "pending"
+	qpMapStacks                   = "stacks"
 	qpMapTaskCalls                = "task_calls"
+	qpMapUserCalls                = "user_calls"
 	qpProgFentryDestroyQp         = "fentry_destroy_qp"
 	qpProgFentryDeviceRename      = "fentry_device_rename"
 	qpProgFentryDispatchEvent     = "fentry_dispatch_event"
@@ -86,6 +98,8 @@ const (
 	qpProgFexitDrainRq            = "fexit_drain_rq"
 	qpProgFexitModifyQp           = "fexit_modify_qp"
 	qpProgFexitRegisterDevice     = "fexit_register_device"
+	qpProgKprobeCreateQpKernel    = "kprobe_create_qp_kernel"
+	qpProgKprobeCreateQpUser      = "kprobe_create_qp_user"
 	qpProgKprobeDestroyQp         = "kprobe_destroy_qp"
 	qpProgKprobeDeviceRename      = "kprobe_device_rename"
 	qpProgKprobeDispatchEvent     = "kprobe_dispatch_event"
@@ -105,6 +119,9 @@ const (
 	qpProgKretprobeDrainRq        = "kretprobe_drain_rq"
 	qpProgKretprobeModifyQp       = "kretprobe_modify_qp"
 	qpProgKretprobeRegisterDevice = "kretprobe_register_device"
+	qpProgUprobeLibEntry          = "uprobe_lib_entry"
+	qpProgUretprobeLibReturn      = "uretprobe_lib_return"
+	qpVarKernelStacks             = "kernel_stacks"
 	qpVarWakeupBytes              = "wakeup_bytes"
 )
 
@@ -168,6 +185,8 @@ type qpProgramSpecs struct {
 	FexitDrainRq            *ebpf.ProgramSpec `ebpf:"fexit_drain_rq"`
 	FexitModifyQp           *ebpf.ProgramSpec `ebpf:"fexit_modify_qp"`
 	FexitRegisterDevice     *ebpf.ProgramSpec `ebpf:"fexit_register_device"`
+	KprobeCreateQpKernel    *ebpf.ProgramSpec `ebpf:"kprobe_create_qp_kernel"`
+	KprobeCreateQpUser      *ebpf.ProgramSpec `ebpf:"kprobe_create_qp_user"`
 	KprobeDestroyQp         *ebpf.ProgramSpec `ebpf:"kprobe_destroy_qp"`
 	KprobeDeviceRename      *ebpf.ProgramSpec `ebpf:"kprobe_device_rename"`
 	KprobeDispatchEvent     *ebpf.ProgramSpec `ebpf:"kprobe_dispatch_event"`
@@ -187,6 +206,8 @@ type qpProgramSpecs struct {
 	KretprobeDrainRq        *ebpf.ProgramSpec `ebpf:"kretprobe_drain_rq"`
 	KretprobeModifyQp       *ebpf.ProgramSpec `ebpf:"kretprobe_modify_qp"`
 	KretprobeRegisterDevice *ebpf.ProgramSpec `ebpf:"kretprobe_register_device"`
+	UprobeLibEntry          *ebpf.ProgramSpec `ebpf:"uprobe_lib_entry"`
+	UretprobeLibReturn      *ebpf.ProgramSpec `ebpf:"uretprobe_lib_return"`
 }
 
 // qpMapSpecs contains maps before they are loaded into the kernel.
@@ -197,14 +218,17 @@ type qpMapSpecs struct {
 	Counters  *ebpf.MapSpec `ebpf:"counters"`
 	Events    *ebpf.MapSpec `ebpf:"events"`
 	Pending   *ebpf.MapSpec `ebpf:"pending"`
+	Stacks    *ebpf.MapSpec `ebpf:"stacks"`
 	TaskCalls *ebpf.MapSpec `ebpf:"task_calls"`
+	UserCalls *ebpf.MapSpec `ebpf:"user_calls"`
 }
 
 // qpVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type qpVariableSpecs struct {
-	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	KernelStacks *ebpf.VariableSpec `ebpf:"kernel_stacks"`
+	WakeupBytes  *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // qpObjects contains all objects after they have been loaded into the kernel.
@@ -231,7 +255,9 @@ type qpMaps struct {
 	Counters  *ebpf.Map `ebpf:"counters"`
 	Events    *ebpf.Map `ebpf:"events"`
 	Pending   *ebpf.Map `ebpf:"pending"`
+	Stacks    *ebpf.Map `ebpf:"stacks"`
 	TaskCalls *ebpf.Map `ebpf:"task_calls"`
+	UserCalls *ebpf.Map `ebpf:"user_calls"`
 }
 
 func (m *qpMaps) Close() error {
@@ -240,7 +266,9 @@ func (m *qpMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.Pending,
+		m.Stacks,
 		m.TaskCalls,
+		m.UserCalls,
 	)
 }
 
@@ -248,7 +276,8 @@ func (m *qpMaps) Close() error {
 //
 // It can be passed to loadQpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type qpVariables struct {
-	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
+	KernelStacks *ebpf.Variable `ebpf:"kernel_stacks"`
+	WakeupBytes  *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // qpPrograms contains all programs after they have been loaded into the kernel.
@@ -273,6 +302,8 @@ type qpPrograms struct {
 	FexitDrainRq            *ebpf.Program `ebpf:"fexit_drain_rq"`
 	FexitModifyQp           *ebpf.Program `ebpf:"fexit_modify_qp"`
 	FexitRegisterDevice     *ebpf.Program `ebpf:"fexit_register_device"`
+	KprobeCreateQpKernel    *ebpf.Program `ebpf:"kprobe_create_qp_kernel"`
+	KprobeCreateQpUser      *ebpf.Program `ebpf:"kprobe_create_qp_user"`
 	KprobeDestroyQp         *ebpf.Program `ebpf:"kprobe_destroy_qp"`
 	KprobeDeviceRename      *ebpf.Program `ebpf:"kprobe_device_rename"`
 	KprobeDispatchEvent     *ebpf.Program `ebpf:"kprobe_dispatch_event"`
@@ -292,6 +323,8 @@ type qpPrograms struct {
 	KretprobeDrainRq        *ebpf.Program `ebpf:"kretprobe_drain_rq"`
 	KretprobeModifyQp       *ebpf.Program `ebpf:"kretprobe_modify_qp"`
 	KretprobeRegisterDevice *ebpf.Program `ebpf:"kretprobe_register_device"`
+	UprobeLibEntry          *ebpf.Program `ebpf:"uprobe_lib_entry"`
+	UretprobeLibReturn      *ebpf.Program `ebpf:"uretprobe_lib_return"`
 }
 
 func (p *qpPrograms) Close() error {
@@ -314,6 +347,8 @@ func (p *qpPrograms) Close() error {
 		p.FexitDrainRq,
 		p.FexitModifyQp,
 		p.FexitRegisterDevice,
+		p.KprobeCreateQpKernel,
+		p.KprobeCreateQpUser,
 		p.KprobeDestroyQp,
 		p.KprobeDeviceRename,
 		p.KprobeDispatchEvent,
@@ -333,6 +368,8 @@ func (p *qpPrograms) Close() error {
 		p.KretprobeDrainRq,
 		p.KretprobeModifyQp,
 		p.KretprobeRegisterDevice,
+		p.UprobeLibEntry,
+		p.UretprobeLibReturn,
 	)
 }
 

@@ -18,6 +18,7 @@ const (
 
 	offTS        = 0   // u64, CLOCK_MONOTONIC ns
 	offDuration  = 8   // u64 ns
+	offUserRet   = 8   // u64, instead of the duration when flagUserSite
 	offKind      = 16  // u8
 	offProbe     = 17  // u8
 	offQPType    = 18  // u8
@@ -30,14 +31,19 @@ const (
 	offTID       = 40  // u32
 	offIBEvent   = 44  // u32
 	offPort      = 48  // u32
+	offKStackID  = 48  // s32, instead of the port when flagKStack
 	offNewState  = 52  // u8
+	offUserFn    = 53  // u8: libFuncs id, when flagUserSite
 	offComm      = 56  // char[16]
 	offDevName   = 72  // char[64]
 	offStr       = 136 // char[64]: kernel owner, or the new name of a rename
 	commLen      = 16
 	nameLen      = 64
+	stackDepth   = 32 // STACK_DEPTH: frames in a kernel stack
 	flagOnSRQ    = 1 << 0
 	flagHasState = 1 << 1
+	flagUserSite = 1 << 2
+	flagKStack   = 1 << 3
 )
 
 // decoder turns records into Events.
@@ -48,11 +54,15 @@ type decoder struct {
 	// The last string of each field: device names, comms and owners repeat
 	// from record to record, so they are reused instead of allocated.
 	lastDev, lastComm, lastStr string
+	// stackID is the kernel stack id of the last record decoded (a
+	// kernel QP create), -1 when it has none: the Tracer looks it up.
+	stackID int32
 }
 
-// decode decodes one record into ev, overwriting every field. Values a
-// newer kernel or object might add (kinds, events, probes) are kept as
-// numbers, never an error; only a record shorter than the layout is.
+// decode decodes one record into ev, overwriting every field, and sets
+// d.stackID. Values a newer kernel or object might add (kinds, events,
+// probes, library functions) are kept as numbers, never an error; only a
+// record shorter than the layout is.
 func (d *decoder) decode(rec []byte, ev *Event) error {
 	if len(rec) < recordSize {
 		return fmt.Errorf("bpf: decode record: %d bytes, want at least %d", len(rec), recordSize)
@@ -78,6 +88,16 @@ func (d *decoder) decode(rec []byte, ev *Event) error {
 		Port:     le.Uint32(rec[offPort:]),
 		Probe:    probeName(rec[offProbe]),
 		Duration: time.Duration(le.Uint64(rec[offDuration:])),
+	}
+	if flags&flagUserSite != 0 {
+		ev.Duration = 0
+		ev.ViaReturn = le.Uint64(rec[offUserRet:])
+		ev.Via = libFuncName(rec[offUserFn])
+	}
+	d.stackID = -1
+	if flags&flagKStack != 0 {
+		ev.Port = 0
+		d.stackID = int32(le.Uint32(rec[offKStackID:]))
 	}
 	str := cString(rec[offStr:offStr+nameLen], &d.lastStr)
 	if ev.Kind == KindDeviceRename {

@@ -26,6 +26,15 @@ func encodeRecord(ev Event, ts uint64) []byte {
 	le := binary.LittleEndian
 	le.PutUint64(b[offTS:], ts)
 	le.PutUint64(b[offDuration:], uint64(ev.Duration))
+	if ev.Via != "" {
+		b[offFlags] |= flagUserSite
+		le.PutUint64(b[offUserRet:], ev.ViaReturn)
+		for _, f := range libFuncs {
+			if f.name == ev.Via {
+				b[offUserFn] = f.id
+			}
+		}
+	}
 	b[offKind] = byte(ev.Kind)
 	for i := range probeSpecs {
 		if probeSpecs[i].function == ev.Probe {
@@ -73,6 +82,10 @@ func TestDecodeRoundTrip(t *testing.T) {
 		{"kernel QP create", Event{Kind: KindQPCreate, DevIndex: 2, DevName: "trcrxe", QPN: 1, QPType: rdmanl.QPTypeGSI,
 			PID: 300, TID: 300, Comm: "rdma", KernOwner: "ib_core", Probe: "ib_create_qp_kernel"}},
 		{"failed create", Event{Kind: KindQPCreate, Result: -12, PID: 1, TID: 1, Comm: "init", Probe: "ib_create_qp_user"}},
+		{"user QP create with its site", Event{Kind: KindQPCreate, DevName: "rxe0", QPN: 18, QPType: rdmanl.QPTypeRC, PID: 4242,
+			TID: 4242, Comm: "qpwork", Probe: "ib_create_qp_user", Via: "rdma_create_qp", ViaReturn: 0x5566_7788_99aa}},
+		{"failed create with its site", Event{Kind: KindQPCreate, DevIndex: 1, DevName: "rxe0", QPType: rdmanl.QPTypeRC, Result: -22,
+			PID: 4242, TID: 4242, Comm: "qpwork", Probe: "ib_create_qp_user", Via: "ibv_create_qp", ViaReturn: 0x401234}},
 		{"modify to ERR", Event{Kind: KindQPModify, DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC, NewState: rdmanl.QPStateErr,
 			HasState: true, PID: 4242, TID: 4242, Comm: "qpwork", Probe: "_ib_modify_qp"}},
 		{"modify without a state", Event{Kind: KindQPModify, DevName: "siw0", QPN: 2, QPType: rdmanl.QPTypeRC, Result: -22,
@@ -115,6 +128,38 @@ func TestDecodeShortRecord(t *testing.T) {
 	rec := append(encodeRecord(Event{Kind: KindQPCreate, QPN: 9}, 0), 1, 2, 3)
 	if err := d.decode(rec, &ev); err != nil || ev.QPN != 9 {
 		t.Errorf("decode of a longer record = %+v, %v", ev, err)
+	}
+}
+
+// TestDecodeStackID: a kernel QP create's stack id is read from where the
+// port of a device event is, and only with its flag.
+func TestDecodeStackID(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		flags    byte
+		field    uint32
+		wantID   int32
+		wantPort uint32
+	}{
+		{"stack id 0", flagKStack, 0, 0, 0},
+		{"stack id 977", flagKStack, 977, 977, 0},
+		{"no stack: the field is the port", 0, 2, -1, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := encodeRecord(Event{Kind: KindQPCreate, Probe: "ib_create_qp_kernel", KernOwner: "nvmet_rdma"}, 1)
+			rec[offFlags] |= tt.flags
+			binary.LittleEndian.PutUint32(rec[offKStackID:], tt.field)
+			d := &decoder{stackID: 5}
+			var ev Event
+			if err := d.decode(rec, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if d.stackID != tt.wantID || ev.Port != tt.wantPort {
+				t.Errorf("stack id %d, port %d; want %d, %d", d.stackID, ev.Port, tt.wantID, tt.wantPort)
+			}
+		})
 	}
 }
 
@@ -226,6 +271,9 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 		if strings.HasPrefix(ev.Probe, "unknown(") {
 			ev2.Probe = ev.Probe // the encoder cannot write unknown ids back
+		}
+		if strings.HasPrefix(ev.Via, "unknown(") {
+			ev2.Via = ev.Via
 		}
 		if diff := cmp.Diff(ev, ev2); diff != "" {
 			t.Fatalf("re-encoded record decodes differently (-first +second):\n%s", diff)

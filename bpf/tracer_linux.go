@@ -42,6 +42,13 @@ type Tracer struct {
 	probes []Probe
 	// memlock is why RLIMIT_MEMLOCK could not be raised, or nil.
 	memlock error
+	// With Options.Sites: the uprobes on the verbs libraries, the kernel
+	// stacks map and the stacks read from it by id (an id keeps its stack:
+	// nothing is deleted, and a stack is never stored over another).
+	sites       *sites
+	stacks      *ebpf.Map
+	stackByID   map[int32][]uint64
+	stackBuffer [stackDepth]uint64
 
 	malformed    atomic.Uint64
 	lastReported atomic.Uint64 // lost total last logged
@@ -62,7 +69,9 @@ type program struct {
 // reported by Probes. Without privileges or BTF it returns an error wrapping
 // ErrNoPrivilege, ErrNoBTF or ErrNoIBCore. Before loading it raises
 // RLIMIT_MEMLOCK to infinity for kernels before 5.11 (see raiseMemlock).
-// Close detaches everything.
+// With Options.Sites it then attaches the creation-site uprobes to the
+// host's verbs libraries and to those every process maps; a failure there
+// is not Open's (Sites reports it). Close detaches everything.
 func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 	size, err := opts.bufferBytes()
 	if err != nil {
@@ -80,6 +89,13 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 		return nil, fmt.Errorf("bpf: open probes: %w", err)
 	}
 	spec.Maps["events"].MaxEntries = uint32(size)
+	if opts.Sites {
+		if err := spec.Variables["kernel_stacks"].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("bpf: open probes: %w", err)
+		}
+	} else {
+		spec.Maps["stacks"].MaxEntries = 1 // never written
+	}
 
 	t := &Tracer{log: log, opts: opts, memlock: memlock}
 	ok := false
@@ -105,8 +121,12 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 		}
 		t.maps[name] = m
 	}
-	t.events, t.counts = t.maps["events"], t.maps["counters"]
-	if err := t.attachAll(spec); err != nil {
+	t.events, t.counts, t.stacks = t.maps["events"], t.maps["counters"], t.maps["stacks"]
+	l, err := t.newLoader(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.attachAll(l); err != nil {
 		return nil, err
 	}
 	if t.reader, err = ringbuf.NewReader(t.events); err != nil {
@@ -120,6 +140,12 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 		}
 	}
 	log.Info("probes attached", "mode", t.Mode().String(), "probes", attached)
+	if opts.Sites {
+		t.stackByID = map[int32][]uint64{}
+		t.sites = openSites(log, l, "/proc")
+		t.sites.attachHost()
+		log.Info("creation site uprobes attached", "libraries", len(t.sites.report().Libraries))
+	}
 	return t, nil
 }
 
@@ -152,24 +178,28 @@ func (l *loader) load(names ...string) (map[string]*ebpf.Program, error) {
 	return progs, nil
 }
 
-func (t *Tracer) attachAll(spec *ebpf.CollectionSpec) error {
+// newLoader reads the BTF the programs are relocated against.
+func (t *Tracer) newLoader(spec *ebpf.CollectionSpec) (*loader, error) {
 	cache := btf.NewCache()
 	kernel, err := cache.Kernel()
 	if err != nil {
-		return fmt.Errorf("bpf: open probes: %w: vmlinux: %w", ErrNoBTF, err)
+		return nil, fmt.Errorf("bpf: open probes: %w: vmlinux: %w", ErrNoBTF, err)
 	}
 	ibCore, err := cache.Module("ib_core")
 	if err != nil {
-		return fmt.Errorf("bpf: open probes: %w: module ib_core: %w", ErrNoBTF, err)
+		return nil, fmt.Errorf("bpf: open probes: %w: module ib_core: %w", ErrNoBTF, err)
 	}
 	// Relocate against vmlinux and ib_core only: other modules carry copies
 	// of the ib_core types, and reading all of them would cost time.
-	l := &loader{
+	return &loader{
 		spec:  spec,
 		maps:  t.maps,
 		cache: cache,
 		opts:  ebpf.ProgramOptions{KernelTypes: kernel, ExtraRelocationTargets: []*btf.Spec{ibCore}},
-	}
+	}, nil
+}
+
+func (t *Tracer) attachAll(l *loader) error {
 	attached := map[string]bool{}
 	for _, ps := range probeSpecs {
 		p := Probe{Function: ps.function}
@@ -345,12 +375,17 @@ func (t *Tracer) Stats() (Stats, error) {
 }
 
 // ProgramStats reports the run count and the time in the kernel of every
-// attached program, in the order they were attached. The kernel counts
-// only while statistics are enabled (sysctl kernel.bpf_stats_enabled=1),
-// which adds two clock reads to every run.
+// attached program, in the order they were attached, the creation-site
+// uprobes' last. The kernel counts only while statistics are enabled
+// (sysctl kernel.bpf_stats_enabled=1), which adds two clock reads to every
+// run.
 func (t *Tracer) ProgramStats() ([]ProgramStat, error) {
 	var out []ProgramStat
-	for _, p := range t.progs {
+	progs := t.progs
+	if t.sites != nil && t.sites.entry != nil {
+		progs = append(slices.Clip(progs), program{"uprobe_lib_entry", t.sites.entry}, program{"uretprobe_lib_return", t.sites.ret})
+	}
+	for _, p := range progs {
 		st, err := p.Stats()
 		if err != nil {
 			return nil, fmt.Errorf("bpf: program statistics: %w", err)
@@ -424,6 +459,10 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 				t.log.Debug("malformed record", "err", err)
 				continue
 			}
+			if t.dec.stackID >= 0 {
+				ev.Stack = t.kernelStack(t.dec.stackID)
+			}
+			t.noteCreate(&ev)
 			if !t.opts.match(&ev) {
 				continue
 			}
@@ -432,6 +471,64 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 			}
 		}
 	}
+}
+
+// kernelStack returns a copy of the stack stored under id, or nil.
+func (t *Tracer) kernelStack(id int32) []uint64 {
+	st, ok := t.stackByID[id]
+	if !ok {
+		if err := t.stacks.Lookup(uint32(id), &t.stackBuffer); err != nil {
+			t.log.Debug("kernel stack not read", "stack_id", id, "err", err)
+			return nil
+		}
+		n := 0
+		for n < len(t.stackBuffer) && t.stackBuffer[n] != 0 {
+			n++
+		}
+		st = slices.Clone(t.stackBuffer[:n])
+		t.stackByID[id] = st
+	}
+	return slices.Clone(st)
+}
+
+// noteCreate attaches the verbs libraries of a process that created a
+// user QP without a site, once per process: the uprobes were not on the
+// library it maps (its own copy, in a container or chroot), so its later
+// creates have sites.
+func (t *Tracer) noteCreate(ev *Event) {
+	if t.sites == nil || ev.Kind != KindQPCreate || ev.Via != "" || ev.PID == 0 || ev.Probe != "ib_create_qp_user" {
+		return
+	}
+	if n, err := t.sites.scan(ev.PID, false); err != nil {
+		t.log.Debug("libraries of a process not attached", "pid", ev.PID, "err", err)
+	} else if n > 0 {
+		t.log.Debug("libraries of a process attached", "pid", ev.PID, "libraries", n)
+	}
+}
+
+// AttachLibraries attaches the creation-site uprobes to the verbs
+// libraries (libibverbs, librdmacm) that process pid maps and that have
+// none yet, and returns how many library files it attached. Events does
+// this by itself for a process whose user QP create had no site; a caller
+// that learns of a new process sooner (one that opened a uverbs device)
+// can call it then, so that the process's first create has a site. It
+// does nothing without Options.Sites. A library that cannot be attached
+// is reported by Sites, not here; the error is reading the process's
+// maps (it has exited) or os.ErrClosed.
+func (t *Tracer) AttachLibraries(pid uint32) (int, error) {
+	if t.sites == nil {
+		return 0, nil
+	}
+	return t.sites.scan(pid, true)
+}
+
+// Sites reports the library files with creation-site uprobes and why
+// some or all are missing (Options.Sites; empty without it).
+func (t *Tracer) Sites() Sites {
+	if t.sites == nil {
+		return Sites{}
+	}
+	return t.sites.report()
 }
 
 // Backlog is the number of bytes of records waiting in the ring buffer. A
@@ -458,6 +555,9 @@ func (t *Tracer) Close() error {
 		var errs []error
 		if t.reader != nil {
 			errs = append(errs, t.reader.Close())
+		}
+		if t.sites != nil {
+			errs = append(errs, t.sites.close())
 		}
 		for _, l := range t.links {
 			errs = append(errs, l.Close())

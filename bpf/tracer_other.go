@@ -36,6 +36,12 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 	return func(func(Event, error) bool) {}
 }
 
+// AttachLibraries attaches nothing.
+func (t *Tracer) AttachLibraries(pid uint32) (int, error) { return 0, nil }
+
+// Sites reports nothing.
+func (t *Tracer) Sites() Sites { return Sites{} }
+
 // Backlog reports nothing waiting.
 func (t *Tracer) Backlog() int { return 0 }
 

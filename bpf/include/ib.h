@@ -34,6 +34,7 @@ typedef _Bool bool;
 
 /* include/uapi/linux/bpf.h: enum bpf_map_type and update flags. */
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_STACK_TRACE 7
 #define BPF_MAP_TYPE_LRU_HASH 9
 #define BPF_MAP_TYPE_RINGBUF 27
 #define BPF_MAP_TYPE_TASK_STORAGE 29
@@ -112,6 +113,14 @@ struct ib_qp_attr {
 	enum ib_qp_state qp_state;
 } __attribute__((preserve_access_index));
 
+struct ib_pd {
+	struct ib_device *device;
+} __attribute__((preserve_access_index));
+
+struct ib_qp_init_attr {
+	enum ib_qp_type qp_type;
+} __attribute__((preserve_access_index));
+
 struct ib_event {
 	struct ib_device *device;
 	union {
@@ -122,9 +131,13 @@ struct ib_event {
 } __attribute__((preserve_access_index));
 
 /*
- * Registers at a kprobe (the uapi layout of bpf_user_pt_regs_t, which is the
- * kprobe program's context): the first arguments and the return value. Only
- * kprobe fallbacks use them; fentry programs get typed arguments.
+ * Registers at a kprobe or uprobe (the uapi layout of bpf_user_pt_regs_t,
+ * which is the context of both): the first arguments, the return value, the
+ * stack pointer and, on arm64, the link register. Kprobe fallbacks read the
+ * arguments (fentry programs get typed ones); the uprobes on the verbs
+ * libraries read where the call returns to: [sp] on x86, which the call
+ * instruction pushed, and the link register on arm64 (KP_LR), both before
+ * the function's first instruction has run.
  */
 #if defined(__TARGET_ARCH_x86)
 struct kprobe_regs {
@@ -136,6 +149,7 @@ struct kprobe_regs {
 #define KP_ARG3(r) ((r)->dx)
 #define KP_ARG4(r) ((r)->cx)
 #define KP_RET(r) ((r)->ax)
+#define KP_SP(r) ((r)->sp)
 #elif defined(__TARGET_ARCH_arm64)
 struct kprobe_regs {
 	unsigned long regs[31];
@@ -146,6 +160,8 @@ struct kprobe_regs {
 #define KP_ARG3(r) ((r)->regs[2])
 #define KP_ARG4(r) ((r)->regs[3])
 #define KP_RET(r) ((r)->regs[0])
+#define KP_SP(r) ((r)->sp)
+#define KP_LR(r) ((r)->regs[30])
 #else
 #error "qp.c: build with bpf2go -target amd64 or arm64 (kprobes read registers)"
 #endif
