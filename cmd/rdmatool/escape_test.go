@@ -84,7 +84,7 @@ func TestTextEscapesNames(t *testing.T) {
 		"trace": func(name string) string {
 			ev := traceEvents[6]
 			ev.DevName, ev.NewName, ev.Comm, ev.KernOwner = name, name, name, name
-			return string(appendTraceText(nil, ev, true))
+			return string(appendTraceText(nil, ev, name, true)) // name as the site, too
 		},
 		"rename": func(name string) string {
 			rep := rename.Report{Renames: []rename.Result{

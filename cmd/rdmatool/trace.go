@@ -26,18 +26,33 @@ func traceLong() string {
 		`not change the state, event "" unless kind is qp_event or device_event; pid 0 and comm "" on ` +
 		`async events, which run in no particular task. kern_owner is the module that created a ` +
 		`kernel QP, "" for user QPs.`
+	sites := "A qp_create line says where the QP was created, when the probes saw it. For a user QP, " +
+		"JSON adds " + strings.Join(jsonFieldNames(reflect.TypeFor[userSiteJSON]()), ", ") + ": the application's " +
+		`call of site_via, the outermost of ibv_create_qp, rdma_create_qp, rdma_create_qp_ex and rdma_create_ep ` +
+		`(uprobes on libibverbs and librdmacm); site is FILE!FUNCTION+0xOFFSET (or the file's offset and build ` +
+		`ID where it has no symbols, "?" when the process was gone), site_file the file as the process maps it, ` +
+		`site_build_id its GNU build ID, site_offset the call instruction's offset in it. For a kernel QP, JSON ` +
+		`adds ` + strings.Join(jsonFieldNames(reflect.TypeFor[kernelSiteJSON]()), ", ") + `: the kernel ` +
+		`functions that led to the create, innermost first, as FUNCTION+0xOFFSET [MODULE] (an address in hex ` +
+		`where kallsyms names none). A text line ends in "at SITE" (with -d, "via FUNCTION" after a user ` +
+		`site). A QP made through a provider directly (ibv_create_qp_ex asking for more than ` +
+		`ibv_create_qp) has no site, nor has a process's first QP made through its own copy of a library ` +
+		`(a container's): the uprobes are attached to it then.`
 	return `Trace the queue pair lifecycle and device events on ib_core with eBPF: QP
 create, modify and destroy, async QP events (LAST_WQE_REACHED among them),
 device events, register, unregister and rename, and drains. One line per
 event (one JSON object per line with -j) until interrupted or --duration.
 
-When the probes are attached, a line saying so goes to stderr. At the end
-the number of events that could not be delivered is printed: on stderr, or
-as a last JSON line {"kind":"summary",...} with -j. With -d, the time each
-program spent in the kernel follows on stderr (counted while sysctl
-kernel.bpf_stats_enabled is 1).
+When the probes are attached, a line saying so goes to stderr, with the
+verbs libraries that the creation-site uprobes are on, or why some or all
+are missing. At the end the number of events that could not be delivered
+is printed: on stderr, or as a last JSON line {"kind":"summary",...} with
+-j. With -d, the time each program spent in the kernel follows on stderr
+(counted while sysctl kernel.bpf_stats_enabled is 1).
 
 ` + wrapWords(fields, 76) + `
+
+` + wrapWords(sites, 76) + `
 
 Needs CAP_BPF and CAP_PERFMON (or root) and a kernel with BTF. fentry probes
 pin ib_core while attached (modprobe -r fails with "in use"); --kprobes
@@ -144,12 +159,14 @@ func uint32s(flag string, vs []uint) ([]uint32, error) {
 // runTrace streams events until ctx ends or the duration is over. It returns
 // ctx's error when interrupted, so the exit status is 130.
 func runTrace(ctx context.Context, g *globals, stdout io.Writer, o bpf.Options, duration time.Duration) error {
+	o.Sites = true
 	tr, err := bpf.Open(g.logger(), o)
 	if err != nil {
 		return err // main adds the hint its cause calls for
 	}
 	defer tr.Close()
-	fmt.Fprintln(g.stderr, "rdmatool trace: "+attachedLine(tr.Probes(), tr.Mode()))
+	fmt.Fprintln(g.stderr, "rdmatool trace: "+attachedLine(tr.Probes(), tr.Mode())+sitesNote(tr.Sites()))
+	sites := newCreationSites(g.logger(), "/proc")
 
 	runCtx := ctx
 	if duration > 0 {
@@ -167,10 +184,11 @@ func runTrace(ctx context.Context, g *globals, stdout io.Writer, o bpf.Options, 
 			return err
 		}
 		events++
+		site := sites.site(&ev)
 		if g.json {
-			line = append(ev.AppendJSON(line[:0]), '\n')
+			line = append(site.appendJSON(ev.AppendJSON(line[:0])), '\n')
 		} else {
-			line = appendTraceText(line[:0], ev, g.details)
+			line = appendTraceText(line[:0], ev, site.short(), g.details)
 		}
 		if _, err := w.Write(line); err != nil {
 			return err
@@ -226,11 +244,25 @@ func attachedLine(probes []bpf.Probe, mode bpf.Mode) string {
 	return line
 }
 
+// sitesNote completes the attach line with where the creation-site
+// uprobes are, and why some or all are missing.
+func sitesNote(s bpf.Sites) string {
+	note := fmt.Sprintf("; sites: uprobes on %d libraries", len(s.Libraries))
+	if len(s.Libraries) > 0 {
+		note += " (" + quote.Text(strings.Join(s.Libraries, ", ")) + ")"
+	}
+	if s.Err != nil {
+		note += ", missing: " + quote.Text(s.Err.Error())
+	}
+	return note
+}
+
 // appendTraceText appends ev as one text line: the JSON words with hyphens,
-// leaving out what does not apply to the event's kind. Names (devices,
-// comm, modules) are escaped (quote.AppendText): a task may call itself
-// anything, ESC and LF included.
-func appendTraceText(b []byte, ev bpf.Event, details bool) []byte {
+// leaving out what does not apply to the event's kind, and "at SITE" where
+// the QP was created when site is not "". Names (devices, comm, modules,
+// sites) are escaped (quote.AppendText): a task may call itself anything,
+// ESC and LF included.
+func appendTraceText(b []byte, ev bpf.Event, site string, details bool) []byte {
 	b = ev.AppendTime(b)
 	b = append(b, ' ')
 	b = append(b, ev.Kind.String()...)
@@ -289,6 +321,12 @@ func appendTraceText(b []byte, ev bpf.Event, details bool) []byte {
 	}
 	if details {
 		word("probe", ev.Probe)
+	}
+	if site != "" {
+		word("at", site)
+		if details && ev.Via != "" {
+			word("via", ev.Via)
+		}
 	}
 	return append(b, '\n')
 }

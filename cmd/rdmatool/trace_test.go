@@ -92,7 +92,7 @@ func TestAppendTraceText(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
-			if got := string(appendTraceText(nil, tt.ev, tt.details)); got != tt.want+"\n" {
+			if got := string(appendTraceText(nil, tt.ev, "", tt.details)); got != tt.want+"\n" {
 				t.Errorf("appendTraceText:\n got %q\nwant %q", got, tt.want+"\n")
 			}
 		})
