@@ -35,6 +35,10 @@
  *   - Every async event is read, printed and acknowledged before any QP is
  *     destroyed, so ibv_destroy_qp() can never wait for an unacked event.
  *   - The only global mutable state is the signal flag.
+ *   - QPs are created in functions of their own, which the compiler may
+ *     neither inline nor clone (SITE_FN): create_qps_verbs, create_qp_rdmacm
+ *     and create_qp_churn. rdmatool's creation sites name them, and the
+ *     lab tests check that they do.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -76,6 +80,17 @@
 #define QPW_QP_WR         16
 #define QPW_PATH_MTU      IBV_MTU_1024
 #define QPW_DRAIN_SLEEP_US 50
+
+/*
+ * A function that creates QPs keeps its name and its own call of the verbs
+ * library: never inlined, cloned (.isra, .constprop) or split (.part).
+ * clang has no noipa; noinline is enough there.
+ */
+#if defined(__clang__)
+#define SITE_FN __attribute__((noinline))
+#else
+#define SITE_FN __attribute__((noipa))
+#endif
 
 /* Sentinel for "no QP number" in error reports. */
 #define NO_QPN (-1L)
@@ -1387,6 +1402,26 @@ static void move_to_err(struct app *a, struct qpent *e)
 /* ------------------------------------------------------------------ */
 /* Setup: raw verbs                                                    */
 
+/* Every QP, through ibv_create_qp. */
+SITE_FN static void create_qps_verbs(struct app *a)
+{
+	long i;
+
+	for (i = 0; i < a->nq; i++) {
+		struct qpent *e = &a->q[i];
+		struct ibv_qp_init_attr ia;
+
+		e->on_srq = a->srq && (a->o.srq_every <= 1 || i % a->o.srq_every == 0);
+		fill_qp_init_attr(a, &ia, e);
+		e->qp = ibv_create_qp(a->pd, &ia);
+		if (!e->qp)
+			fail(a, "ibv_create_qp", NO_QPN, err_of(-1), NULL);
+		e->qpn = e->qp->qp_num;
+		e->state = IBV_QPS_RESET;
+		a->created++;
+	}
+}
+
 static void setup_verbs(struct app *a, int64_t *create_us)
 {
 	enum ibv_qp_state to = a->o.to;
@@ -1403,19 +1438,7 @@ static void setup_verbs(struct app *a, int64_t *create_us)
 	reach_rts = to == IBV_QPS_RTS || (to == IBV_QPS_ERR && a->o.pairs);
 
 	t0 = now_us();
-	for (i = 0; i < a->nq; i++) {
-		struct qpent *e = &a->q[i];
-		struct ibv_qp_init_attr ia;
-
-		e->on_srq = a->srq && (a->o.srq_every <= 1 || i % a->o.srq_every == 0);
-		fill_qp_init_attr(a, &ia, e);
-		e->qp = ibv_create_qp(a->pd, &ia);
-		if (!e->qp)
-			fail(a, "ibv_create_qp", NO_QPN, err_of(-1), NULL);
-		e->qpn = e->qp->qp_num;
-		e->state = IBV_QPS_RESET;
-		a->created++;
-	}
+	create_qps_verbs(a);
 	*create_us = now_us() - t0;
 
 	for (i = 0; i < a->nq; i++) {
@@ -1524,7 +1547,8 @@ static struct cm_ev cm_next_event(struct app *a, int64_t deadline,
 	return out;
 }
 
-static void cm_create_qp(struct app *a, struct qpent *e)
+/* One QP on a CM id, through rdma_create_qp. */
+SITE_FN static void create_qp_rdmacm(struct app *a, struct qpent *e)
 {
 	struct ibv_qp_init_attr ia;
 
@@ -1586,7 +1610,7 @@ static void cm_connect_pair(struct app *a, long pair)
 		case RDMA_CM_EVENT_ROUTE_RESOLVED:
 			if (ev.id != c->id)
 				goto unexpected;
-			cm_create_qp(a, c);
+			create_qp_rdmacm(a, c);
 			cm_conn_param(&cp);
 			if (rdma_connect(c->id, &cp))
 				fail(a, "rdma_connect", c->qpn, err_of(-1), NULL);
@@ -1596,7 +1620,7 @@ static void cm_connect_pair(struct app *a, long pair)
 				goto unexpected;
 			s->id = ev.id;
 			s->id->context = s;
-			cm_create_qp(a, s);
+			create_qp_rdmacm(a, s);
 			cm_conn_param(&cp);
 			if (rdma_accept(s->id, &cp))
 				fail(a, "rdma_accept", s->qpn, err_of(-1), NULL);
@@ -2064,6 +2088,19 @@ static void teardown(struct app *a)
 /* ------------------------------------------------------------------ */
 /* Churn                                                               */
 
+/* One QP of a churn cycle, through ibv_create_qp. */
+SITE_FN static struct ibv_qp *create_qp_churn(struct app *a)
+{
+	struct ibv_qp_init_attr ia;
+	struct ibv_qp *qp;
+
+	fill_qp_init_attr(a, &ia, NULL);
+	qp = ibv_create_qp(a->pd, &ia);
+	if (!qp)
+		fail(a, "ibv_create_qp", NO_QPN, err_of(-1), "churn");
+	return qp;
+}
+
 static void run_churn(struct app *a)
 {
 	enum churn_states st = a->o.churn_states;
@@ -2095,7 +2132,6 @@ static void run_churn(struct app *a)
 	if (a->o.churn_seconds > 0)
 		deadline = t0 + (int64_t)(a->o.churn_seconds * 1e6);
 	for (;;) {
-		struct ibv_qp_init_attr ia;
 		struct ibv_qp *qp;
 		int ret;
 
@@ -2123,10 +2159,7 @@ static void run_churn(struct app *a)
 			}
 		}
 
-		fill_qp_init_attr(a, &ia, NULL);
-		qp = ibv_create_qp(a->pd, &ia);
-		if (!qp)
-			fail(a, "ibv_create_qp", NO_QPN, err_of(-1), "churn");
+		qp = create_qp_churn(a);
 		ret = modify_init(a, qp);
 		if (ret)
 			fail(a, "ibv_modify_qp INIT", qp->qp_num, err_of(ret), "churn");
