@@ -107,14 +107,15 @@ func (c *creationSites) site(ev *bpf.Event) eventSite {
 		return eventSite{user: &userSiteJSON{Site: s.String(), SiteFile: s.Path, SiteBuildID: s.BuildID, SiteOffset: s.Offset,
 			SiteVia: ev.Via}}
 	case ev.Stack != nil:
-		return eventSite{stack: c.frames(ev.Stack)}
+		return eventSite{stack: c.frames(ev.Stack, ev.Probe)}
 	}
 	return eventSite{}
 }
 
-// frames names a kernel stack's return addresses, leaving out the frames
-// of BPF programs and trampolines (the probe's own).
-func (c *creationSites) frames(stack []uint64) []string {
+// frames names a kernel stack's return addresses, leaving out the probe's
+// own: the frames of BPF programs and trampolines, and a first frame in
+// the probed function (where an fentry trampoline was called from).
+func (c *creationSites) frames(stack []uint64, probed string) []string {
 	if !c.kernelTried {
 		c.kernelTried = true
 		var err error
@@ -132,7 +133,8 @@ func (c *creationSites) frames(stack []uint64) []string {
 		switch {
 		case err != nil:
 			out = append(out, "0x"+strconv.FormatUint(ret, 16))
-		case s.Module != "bpf":
+		case s.Module == "bpf", len(out) == 0 && s.Symbol == probed:
+		default:
 			out = append(out, s.String())
 		}
 	}

@@ -131,8 +131,9 @@ func TestCreationSiteUser(t *testing.T) {
 }
 
 // TestCreationSiteKernel names a kernel stack through a fixture
-// kallsyms: BPF frames (the probe's) are left out, and an address no
-// function holds is shown in hex.
+// kallsyms: the probe's frames (BPF program, trampoline, the probed
+// function where fentry called the trampoline) are left out, and an
+// address no function holds is shown in hex.
 func TestCreationSiteKernel(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -142,6 +143,7 @@ func TestCreationSiteKernel(t *testing.T) {
 		"ffffffffc0001000 t bpf_trampoline_6442\t[bpf]\n" +
 		"ffffffffc0002000 t bpf_prog_1234_fexit_create_qp_kernel\t[bpf]\n" +
 		"ffffffffc0a00000 t create_mad_qp\t[ib_core]\n" +
+		"ffffffffc0a00080 T ib_create_qp_kernel\t[ib_core]\n" +
 		"ffffffffc0a00100 t ib_mad_init_device\t[ib_core]\n" +
 		"ffffffffc0b00000 t rxe_register_device\t[rdma_rxe]\n"
 	modules := "ib_core 65536 1 - Live 0xffffffffc0a00000\nrdma_rxe 65536 0 - Live 0xffffffffc0b00000\n"
@@ -152,7 +154,7 @@ func TestCreationSiteKernel(t *testing.T) {
 	}
 	c := newCreationSites(slog.New(slog.DiscardHandler), root)
 	ev := bpf.Event{Kind: bpf.KindQPCreate, Probe: "ib_create_qp_kernel", KernOwner: "ib_core",
-		Stack: []uint64{0xffffffffc0002040, 0xffffffffc0001010, 0xffffffffc0a0005d, 0xffffffffc0a00130, 0xffffffffc0b00020,
+		Stack: []uint64{0xffffffffc0002040, 0xffffffffc0001010, 0xffffffffc0a00089, 0xffffffffc0a0005d, 0xffffffffc0a00130, 0xffffffffc0b00020,
 			0xffffffff81100010, 0xffffffffc0f00000}}
 	s := c.site(&ev)
 	want := []string{"create_mad_qp+0x5d [ib_core]", "ib_mad_init_device+0x30 [ib_core]", "rxe_register_device+0x20 [rdma_rxe]",
