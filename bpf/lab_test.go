@@ -5,6 +5,9 @@ package bpf
 import (
 	"bufio"
 	"context"
+	"debug/elf"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +36,14 @@ import (
 // traceLine is one line of `rdmatool trace -j`: an event, or the summary.
 type traceLine struct {
 	EventJSON
+	// A qp_create's creation site (cmd/rdmatool's userSiteJSON and
+	// kernelSiteJSON).
+	Site        string   `json:"site"`
+	SiteFile    string   `json:"site_file"`
+	SiteBuildID string   `json:"site_build_id"`
+	SiteOffset  *uint64  `json:"site_offset"`
+	SiteVia     string   `json:"site_via"`
+	Stack       []string `json:"stack"`
 	// The summary's counts.
 	Events uint64 `json:"events"`
 	Lost   uint64 `json:"lost"`
@@ -126,6 +137,26 @@ func startTrace(t *testing.T, args ...string) *traceRun {
 		t.Fatalf("rdmatool trace did not attach within 2m: %s", r.errText())
 	}
 	return r
+}
+
+// waitFor waits until the trace has printed a line that match accepts.
+func (r *traceRun) waitFor(t *testing.T, what string, match func(traceLine) bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		found := slices.ContainsFunc(r.lines, match)
+		r.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-r.done:
+			t.Fatalf("rdmatool trace ended before printing %s: %s", what, r.errText())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("rdmatool trace printed no %s within 1m", what)
 }
 
 func (r *traceRun) errText() string {
@@ -675,4 +706,235 @@ func TestLabRecord(t *testing.T) {
 			}
 		})
 	}
+}
+
+// qpworkELF is what the lab test reads of qpwork itself, with debug/elf
+// (the guest has no binutils): its build ID, symbols and code.
+type qpworkELF struct {
+	path    string // as /proc/PID/maps names it
+	buildID string
+	f       *elf.File
+	raw     *os.File
+}
+
+func openQPWorkELF(t *testing.T) *qpworkELF {
+	t.Helper()
+	path, err := filepath.EvalSymlinks(vmtest.Bin(t, "qpwork"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	f, err := elf.NewFile(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &qpworkELF{path: path, f: f, raw: raw}
+	// The GNU build ID note: namesz, descsz, type 3, "GNU\0", the ID.
+	if sec := f.Section(".note.gnu.build-id"); sec != nil {
+		if b, err := sec.Data(); err == nil && len(b) >= 16 && binary.LittleEndian.Uint32(b[8:]) == 3 && string(b[12:16]) == "GNU\x00" {
+			n := binary.LittleEndian.Uint32(b[4:])
+			if 16+int(n) <= len(b) {
+				q.buildID = hex.EncodeToString(b[16 : 16+n])
+			}
+		}
+	}
+	if q.buildID == "" {
+		t.Fatalf("%s has no GNU build ID note", path)
+	}
+	return q
+}
+
+// checkCallSite holds a user site to qpwork's own file: the site names fn
+// at the call instruction's file offset (FUNCTION+0xOFFSET from the
+// function symbol), and the bytes there are a call into the PLT, which
+// ends where the library call returns.
+func (q *qpworkELF) checkCallSite(t *testing.T, l traceLine, fn, via string) {
+	t.Helper()
+	if l.SiteVia != via || l.SiteFile != q.path || l.SiteBuildID != q.buildID || l.SiteOffset == nil {
+		t.Errorf("QP %d: site %q via %q in %q (build id %q); want via %s in %s (build id %s): %s",
+			l.QPN, l.Site, l.SiteVia, l.SiteFile, l.SiteBuildID, via, q.path, q.buildID, l)
+		return
+	}
+	off := *l.SiteOffset
+	var vaddr uint64
+	found := false
+	for _, p := range q.f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Off <= off && off < p.Off+p.Filesz {
+			vaddr, found = off-p.Off+p.Vaddr, true
+		}
+	}
+	if !found {
+		t.Errorf("QP %d: site offset %#x is in no executable segment of qpwork: %s", l.QPN, off, l)
+		return
+	}
+	syms, err := q.f.Symbols()
+	if err != nil {
+		t.Fatalf("qpwork symbols: %v", err)
+	}
+	var sym *elf.Symbol
+	for i, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value <= vaddr && vaddr < s.Value+s.Size {
+			sym = &syms[i]
+		}
+	}
+	if sym == nil || sym.Name != fn {
+		t.Errorf("QP %d: site offset %#x (address %#x) is in %v, want %s: %s", l.QPN, off, vaddr, sym, fn, l)
+		return
+	}
+	if want := fmt.Sprintf("qpwork!%s+0x%x", fn, vaddr-sym.Value); l.Site != want {
+		t.Errorf("QP %d: site %q, want %q", l.QPN, l.Site, want)
+	}
+	code := make([]byte, 8)
+	if _, err := q.raw.ReadAt(code, int64(off)); err != nil {
+		t.Fatal(err)
+	}
+	switch q.f.Machine {
+	case elf.EM_X86_64:
+		switch {
+		case code[0] == 0xe8: // call rel32: into the PLT stub of the library function
+			target := vaddr + 5 + uint64(int64(int32(binary.LittleEndian.Uint32(code[1:]))))
+			sec := sectionOf(q.f, target)
+			if sec != ".plt" && sec != ".plt.sec" {
+				t.Errorf("QP %d: the call at %#x goes to %#x in %q, want the PLT", l.QPN, vaddr, target, sec)
+			}
+		case code[0] == 0xff && code[1]>>3&7 == 2: // call *GOT(%rip) (-fno-plt)
+		default:
+			t.Errorf("QP %d: the bytes at file offset %#x, % x, are no call instruction", l.QPN, off, code)
+		}
+	case elf.EM_AARCH64:
+		if insn := binary.LittleEndian.Uint32(code); insn&0xfc000000 != 0x94000000 && insn&0xfffffc1f != 0xd63f0000 {
+			t.Errorf("QP %d: the instruction at file offset %#x, %#08x, is no BL or BLR", l.QPN, off, insn)
+		}
+	}
+}
+
+func sectionOf(f *elf.File, addr uint64) string {
+	for _, s := range f.Sections {
+		if s.Addr <= addr && addr < s.Addr+s.Size && s.Flags&elf.SHF_ALLOC != 0 {
+			return s.Name
+		}
+	}
+	return ""
+}
+
+// TestLabTraceSites: `rdmatool trace -j`, in both attach modes side by
+// side, while qpwork creates QPs through plain verbs on rxe0 and through
+// librdmacm on rxe0 and siw0: every qp_create of qpwork names, as its
+// site, the qpwork function that made the library call (create_qps_verbs
+// via ibv_create_qp, create_qp_rdmacm via rdma_create_qp, not librdmacm's
+// own call of ibv_create_qp), with qpwork's build ID and the call
+// instruction's file offset. Then an rxe device is added and deleted: the
+// GSI QP ib_core creates for it has a kernel stack from ib_core through
+// rdma_rxe, without the probe's BPF frames.
+func TestLabTraceSites(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
+	q := openQPWorkELF(t)
+	modes := []string{"fentry", "kprobes"}
+	cases := []struct {
+		name    string
+		dev     vmtest.Device
+		args    []string
+		fn, via string
+	}{
+		{"verbs on rxe0", vmtest.RXE, []string{"--qps", "2"}, "create_qps_verbs", "ibv_create_qp"},
+		{"rdma_cm on rxe0", vmtest.RXE, []string{"--pairs", "--qps", "1", "--connect", "cm", "--addr", vmtest.RXEAddr},
+			"create_qp_rdmacm", "rdma_create_qp"},
+		{"rdma_cm on siw0", vmtest.SIW, []string{"--pairs", "--qps", "1", "--connect", "cm", "--addr", vmtest.SIWAddr},
+			"create_qp_rdmacm", "rdma_create_qp"},
+	}
+	for _, c := range cases {
+		t.Run(c.name+" on "+vmtest.Kernel(), func(t *testing.T) {
+			tracers := map[string]*traceRun{
+				"fentry":  startTrace(t, "--dev", string(c.dev)),
+				"kprobes": startTrace(t, "--dev", string(c.dev), "--kprobes"),
+			}
+			for _, mode := range modes {
+				if text := tracers[mode].errText(); !strings.Contains(text, "; sites: uprobes on ") || strings.Contains(text, "missing:") ||
+					!strings.Contains(text, "libibverbs.so") || !strings.Contains(text, "librdmacm.so") {
+					t.Errorf("%s: attach line %q: want uprobes on libibverbs and librdmacm, none missing", mode, text)
+				}
+			}
+			w := vmtest.StartWorkload(t, append([]string{"--dev", string(c.dev), "--hold", "stdin"}, c.args...)...)
+			ready := w.WaitFor("ready", time.Minute)
+			qps := w.QPs()
+			// The sites are symbolized while qpwork runs: it holds its
+			// QPs until both traces have printed every create.
+			for _, mode := range modes {
+				for _, qp := range qps {
+					tracers[mode].waitFor(t, fmt.Sprintf("the create of QP %d", qp.QPN), func(l traceLine) bool {
+						return l.Kind == "qp_create" && l.QPN == qp.QPN && l.PID == uint32(ready.PID)
+					})
+				}
+			}
+			w.Release(time.Minute)
+			for _, mode := range modes {
+				evs := tracers[mode].stop(t)
+				t.Run(mode, func(t *testing.T) {
+					for _, qp := range qps {
+						i := slices.IndexFunc(evs, func(l traceLine) bool {
+							return l.Kind == "qp_create" && l.QPN == qp.QPN && l.PID == uint32(ready.PID)
+						})
+						if i < 0 {
+							t.Errorf("no create of QP %d by qpwork (pid %d)", qp.QPN, ready.PID)
+							continue
+						}
+						q.checkCallSite(t, evs[i], c.fn, c.via)
+						if evs[i].Stack != nil {
+							t.Errorf("QP %d: a user QP with a kernel stack: %s", qp.QPN, evs[i])
+						}
+					}
+				})
+			}
+			if len(qps) != 2 {
+				t.Errorf("qpwork made %d QPs, want 2", len(qps))
+			}
+		})
+	}
+
+	t.Run("kernel QP on "+vmtest.Kernel(), func(t *testing.T) {
+		tracers := map[string]*traceRun{"fentry": startTrace(t), "kprobes": startTrace(t, "--kprobes")}
+		t.Cleanup(func() {
+			exec.Command("rdma", "link", "delete", "sitesrxe").Run()
+			exec.Command("ip", "link", "del", "sites0").Run()
+		})
+		run(t, "ip", "link", "add", "name", "sites0", "address", "02:00:00:00:0b:02", "type", "dummy")
+		run(t, "ip", "link", "set", "sites0", "up")
+		run(t, "rdma", "link", "add", "sitesrxe", "type", "rxe", "netdev", "sites0")
+		for _, mode := range modes {
+			tracers[mode].waitFor(t, "the GSI QP's create", func(l traceLine) bool {
+				return l.Kind == "qp_create" && l.Device == "sitesrxe" && l.QPType == "GSI"
+			})
+		}
+		run(t, "rdma", "link", "delete", "sitesrxe")
+		run(t, "ip", "link", "del", "sites0")
+		for _, mode := range modes {
+			evs := tracers[mode].stop(t)
+			t.Run(mode, func(t *testing.T) {
+				i := slices.IndexFunc(evs, func(l traceLine) bool {
+					return l.Kind == "qp_create" && l.Device == "sitesrxe" && l.QPType == "GSI"
+				})
+				if i < 0 {
+					t.Fatal("no create of sitesrxe's GSI QP")
+				}
+				gsi := evs[i]
+				if gsi.KernOwner != "ib_core" || gsi.Probe != "ib_create_qp_kernel" || gsi.Site != "" || gsi.SiteVia != "" {
+					t.Errorf("GSI QP create: %s; want a kernel QP of ib_core without a user site", gsi)
+				}
+				if len(gsi.Stack) == 0 || !strings.HasSuffix(gsi.Stack[0], " [ib_core]") || strings.HasPrefix(gsi.Stack[0], "ib_create_qp_kernel+") {
+					t.Fatalf("GSI QP stack %q: want it to start at ib_create_qp_kernel's caller in ib_core", gsi.Stack)
+				}
+				if !slices.ContainsFunc(gsi.Stack, func(f string) bool { return strings.HasSuffix(f, " [rdma_rxe]") }) {
+					t.Errorf("GSI QP stack %q: want a frame of rdma_rxe (rdma link add registers the device)", gsi.Stack)
+				}
+				if slices.ContainsFunc(gsi.Stack, func(f string) bool { return strings.HasSuffix(f, " [bpf]") || strings.HasPrefix(f, "0x") }) {
+					t.Errorf("GSI QP stack %q: want no BPF frames and every frame named", gsi.Stack)
+				}
+				t.Logf("GSI QP stack (%s): %q", mode, gsi.Stack)
+			})
+		}
+	})
 }
