@@ -109,7 +109,7 @@ func (s *sites) attachHost() {
 	}
 	for _, e := range entries {
 		if pid, err := strconv.ParseUint(e.Name(), 10, 32); err == nil {
-			s.scanLocked(uint32(pid))
+			_, _ = s.scanLocked(uint32(pid)) // a process that exited meanwhile has nothing to attach
 		}
 	}
 }
@@ -313,12 +313,12 @@ func parseMapsLine(line string) (mapsLine, bool) {
 	if len(f) < 5 {
 		return m, false
 	}
-	maj, min, ok := strings.Cut(f[3], ":")
+	majHex, minHex, ok := strings.Cut(f[3], ":")
 	if !ok || !strings.Contains(f[0], "-") {
 		return m, false
 	}
-	major, err1 := strconv.ParseUint(maj, 16, 32)
-	minor, err2 := strconv.ParseUint(min, 16, 32)
+	major, err1 := strconv.ParseUint(majHex, 16, 32)
+	minor, err2 := strconv.ParseUint(minHex, 16, 32)
 	ino, err3 := strconv.ParseUint(f[4], 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
 		return m, false
