@@ -17,7 +17,9 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/symbolize"
 )
@@ -248,7 +250,7 @@ func (f *fakeVerbs) next() string {
 }
 
 // call waits until fakeverbs is inside its next create and returns the
-// thread's key in user_calls; resume lets it return.
+// thread's key in user_calls.
 func (f *fakeVerbs) call() (pid uint32, key uint64) {
 	f.t.Helper()
 	var tid uint32
@@ -258,14 +260,17 @@ func (f *fakeVerbs) call() (pid uint32, key uint64) {
 	return pid, uint64(pid)<<32 | uint64(tid)
 }
 
+// resume lets fakeverbs return from its create and waits until it has;
+// it then waits for proceed before its next create.
 func (f *fakeVerbs) resume() {
 	f.t.Helper()
 	io.WriteString(f.stdin, "\n")
 	if line := f.next(); line != "returned" {
 		f.t.Fatalf("fakeverbs printed %q, want returned", line)
 	}
-	io.WriteString(f.stdin, "\n")
 }
+
+func (f *fakeVerbs) proceed() { io.WriteString(f.stdin, "\n") }
 
 // TestSitesUprobes runs the uprobes on this host's libibverbs: a program
 // calls ibv_create_qp on a fake protection domain whose provider is its
@@ -296,7 +301,7 @@ func TestSitesUprobes(t *testing.T) {
 	}
 	t.Logf("libraries: %v", host.Libraries)
 	sym := symbolize.NewUser("/proc")
-	recorded := func(f *fakeVerbs, pid uint32, key uint64, wantDepth uint32) {
+	recorded := func(t *testing.T, f *fakeVerbs, pid uint32, key uint64, wantDepth uint32) {
 		t.Helper()
 		var c qpUserCall
 		if err := calls.Lookup(key, &c); err != nil {
@@ -310,7 +315,7 @@ func TestSitesUprobes(t *testing.T) {
 			t.Errorf("recorded return %#x: the call at %+v (%v), want one in %s's create_qp_plain", c.Ret, site, err, f.bin)
 		}
 	}
-	gone := func(key uint64) {
+	gone := func(t *testing.T, key uint64) {
 		t.Helper()
 		var c qpUserCall
 		if err := calls.Lookup(key, &c); !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -321,16 +326,17 @@ func TestSitesUprobes(t *testing.T) {
 	t.Run("host library", func(t *testing.T) {
 		f := startFakeVerbs(t, bin)
 		pid, key := f.call()
-		recorded(f, pid, key, 1)
+		recorded(t, f, pid, key, 1)
 		if n, err := s.scan(pid, false); n != 0 || err != nil {
 			t.Errorf("scan = %d, %v; want nothing new: its libibverbs is the host's", n, err)
 		}
 		f.resume()
-		gone(key)
+		gone(t, key)
+		f.proceed()
 		_, key = f.call() // stub calls ibv_create_qp inside the first call
-		recorded(f, pid, key, 2)
+		recorded(t, f, pid, key, 2)
 		f.resume()
-		gone(key)
+		gone(t, key)
 	})
 	t.Run("own copy", func(t *testing.T) {
 		libDir := filepath.Join(dir, "lib")
@@ -360,10 +366,11 @@ func TestSitesUprobes(t *testing.T) {
 			t.Errorf("Sites().Libraries = %v, want the copy", libs)
 		}
 		f.resume()
+		f.proceed()
 		_, key = f.call()
-		recorded(f, pid, key, 2)
+		recorded(t, f, pid, key, 2)
 		f.resume()
-		gone(key)
+		gone(t, key)
 	})
 }
 
@@ -376,6 +383,12 @@ func TestSitesUprobes(t *testing.T) {
 func TestKprobeProgramsVerify(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to load BPF programs")
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		t.Skipf("no kernel BTF: %v", err)
+	}
+	if err := features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie); err != nil {
+		t.Skipf("kernel before 5.15 (bpf_get_attach_cookie): %v", err)
 	}
 	spec, err := loadQp()
 	if err != nil {
