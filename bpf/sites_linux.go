@@ -122,7 +122,9 @@ func (s *sites) attachPath(path, shown string) {
 	if lib == "" || unix.Stat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return
 	}
-	s.attachFile(libKey{unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino}, lib, path, shown)
+	if _, err := s.attachFile(libKey{unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino}, lib, path, shown); err != nil {
+		s.fail(err)
+	}
 }
 
 // scan attaches the verbs libraries process pid maps, unless it was
@@ -169,39 +171,51 @@ func (s *sites) scanLocked(pid uint32) (int, error) {
 			continue
 		}
 		open := filepath.Join(dir, "map_files", m.addrs)
-		if _, err := os.Stat(open); err != nil {
-			if strings.HasSuffix(m.path, " (deleted)") {
-				s.files[m.key()] = false
-				s.fail(fmt.Errorf("bpf: open %s of pid %d: %w", m.path, pid, err))
-				continue
+		var err error
+		if _, err = os.Stat(open); err != nil && strings.HasSuffix(m.path, " (deleted)") {
+			err = fmt.Errorf("bpf: open %s of pid %d: %w", m.path, pid, err)
+		} else {
+			if err != nil {
+				open = filepath.Join(dir, "root", m.path)
 			}
-			open = filepath.Join(dir, "root", m.path)
+			var attached bool
+			if attached, err = s.attachFile(m.key(), lib, open, m.path); attached {
+				n++
+			}
 		}
-		if s.attachFile(m.key(), lib, open, m.path) {
-			n++
+		if err == nil {
+			continue
 		}
+		// A process that exited meanwhile took its paths with it: the
+		// library is not at fault, and the next process mapping it
+		// tries again.
+		if _, gone := os.Stat(dir); gone != nil {
+			delete(s.files, m.key())
+			return n, fmt.Errorf("bpf: attach libraries of pid %d: %w", pid, gone)
+		}
+		s.files[m.key()] = false
+		s.fail(err)
 	}
 	return n, nil
 }
 
 // attachFile attaches the uprobes of lib's functions to the file at path
-// unless the file (key) was tried before. shown is its name for Sites. It
-// reports whether it attached them.
-func (s *sites) attachFile(key libKey, lib, path, shown string) bool {
+// unless the file (key) was tried before, and reports whether it did.
+// shown is its name for Sites. A file that fails is not tried again.
+func (s *sites) attachFile(key libKey, lib, path, shown string) (bool, error) {
 	if _, tried := s.files[key]; tried {
-		return false
+		return false, nil
 	}
 	s.files[key] = false
 	links, err := s.attachFuncs(lib, path)
 	if err != nil {
-		s.fail(fmt.Errorf("bpf: attach uprobes to %s: %w", shown, err))
-		return false
+		return false, fmt.Errorf("bpf: attach uprobes to %s: %w", shown, err)
 	}
 	s.files[key] = true
 	s.links = append(s.links, links...)
 	s.paths = append(s.paths, shown)
 	s.log.Debug("uprobes attached", "library", shown, "uprobes", len(links))
-	return true
+	return true, nil
 }
 
 // attachFuncs attaches an entry and a return uprobe to each of lib's
