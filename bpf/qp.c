@@ -176,8 +176,9 @@ struct {
  * function: where it returns to, the stack pointer at its entry, the
  * function (its uprobe's cookie) and how many such calls are nested in it
  * (rdma_create_qp calls ibv_create_qp). A return the uprobes missed (a
- * longjmp out of the library) leaves depth above 0: the next entry then
- * sees from the stack pointer that the call is over. LRU: a thread that
+ * longjmp out of the library) leaves depth above 0: an entry from as high
+ * on the stack or higher then sees from the stack pointer that the call is
+ * over (one from deeper is taken for a nested call). LRU: a thread that
  * exits inside a call leaves an entry that ages out.
  */
 struct user_call {
