@@ -118,9 +118,11 @@
 //
 // # JSON
 //
-// Event.JSON returns an event as EventJSON, the object `rdmatool trace -j`
-// prints per line; its json tags are that schema. Event.AppendJSON writes
-// the same bytes as encoding/json without reflection or allocation.
+// EventJSON is an event as the object `rdmatool trace -j` prints per line;
+// its json tags are that schema. Event.AppendJSON writes it, the same bytes
+// as encoding/json, without reflection or allocation. The creation site
+// fields trace adds to a qp_create line are its own (symbolized there):
+// Event.Via, ViaReturn and Stack are not in EventJSON.
 //
 // # Privileges
 //
