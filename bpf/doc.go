@@ -22,8 +22,8 @@
 //     creating module (restrack kern_name: "ib_core" for the GSI QP of a
 //     new device). A create the provider refused (max_qp reached, a queue
 //     larger than max_qp_wr) is recorded too, with the errno as Result and
-//     the device, the requested type and the creating module from the
-//     arguments; checks that uverbs makes before calling ib_create_qp_user
+//     the device and the creating module from the arguments (not the
+//     requested type: Type is 0 there); checks that uverbs makes before calling ib_create_qp_user
 //     (a bad PD handle) fail before any probe sees them.
 //   - _ib_modify_qp (entry and return): every kernel and user modify; the
 //     new state when the mask has IB_QP_STATE, and the result.

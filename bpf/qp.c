@@ -346,14 +346,15 @@ static __always_inline bool leave(__u8 probe, struct call *c)
 
 /*
  * The arguments of a QP create that a failed one is recorded with: the
- * device, the requested type and, for a kernel QP, the creating module.
- * dev, attr and owner may be NULL (a kretprobe whose entry was not seen).
+ * device and, for a kernel QP, the creating module (not the requested
+ * type: a CO-RE read of ib_qp_init_attr is refused by the relocation on
+ * Debian's 6.12, whose vmlinux carries that struct). dev and owner may be
+ * NULL (a kretprobe whose entry was not seen).
  * Failures are rare, so they are read through bpf_probe_read_kernel in
  * both attach modes.
  */
 struct create_args {
 	struct ib_device *dev;
-	struct ib_qp_init_attr *attr;
 	const char *owner;
 };
 
@@ -388,8 +389,6 @@ static __always_inline void on_create(void *ctx, __u8 probe, struct ib_qp *qp, s
 	if (IS_ERR_VALUE(qp)) {
 		e->result = (__s32)(long)qp;
 		fill_dev(e, a.dev, false);
-		if (a.attr)
-			e->qp_type = BPF_CORE_READ(a.attr, qp_type);
 		if (a.owner)
 			bpf_probe_read_kernel_str(&e->str, sizeof(e->str), a.owner);
 	} else {
@@ -576,7 +575,7 @@ static __always_inline void on_rename_entry(struct ib_device *dev, const char *n
 SEC("fexit/ib_create_qp_user")
 int fexit_create_qp_user(__u64 *ctx)
 {
-	struct create_args a = {.dev = (struct ib_device *)ctx[0], .attr = (struct ib_qp_init_attr *)ctx[2]};
+	struct create_args a = {.dev = (struct ib_device *)ctx[0]};
 
 	on_create(ctx, PROBE_CREATE_QP_USER, (struct ib_qp *)ctx[6], a, true);
 	return 0;
@@ -587,8 +586,7 @@ SEC("fexit/ib_create_qp_kernel")
 int fexit_create_qp_kernel(__u64 *ctx)
 {
 	struct ib_pd *pd = (struct ib_pd *)ctx[0];
-	struct create_args a = {.dev = BPF_CORE_READ(pd, device), .attr = (struct ib_qp_init_attr *)ctx[1],
-				.owner = (const char *)ctx[2]};
+	struct create_args a = {.dev = BPF_CORE_READ(pd, device), .owner = (const char *)ctx[2]};
 
 	on_create(ctx, PROBE_CREATE_QP_KERNEL, (struct ib_qp *)ctx[3], a, true);
 	return 0;
@@ -802,7 +800,7 @@ int fexit_drain_rq(__u64 *ctx)
 SEC("kprobe/ib_create_qp_user")
 int kprobe_create_qp_user(struct kprobe_regs *ctx)
 {
-	enter(PROBE_CREATE_QP_USER, KP_ARG1(ctx), KP_ARG3(ctx), 0);
+	enter(PROBE_CREATE_QP_USER, KP_ARG1(ctx), 0, 0);
 	return 0;
 }
 
@@ -811,7 +809,7 @@ int kprobe_create_qp_kernel(struct kprobe_regs *ctx)
 {
 	struct ib_pd *pd = (struct ib_pd *)KP_ARG1(ctx);
 
-	enter(PROBE_CREATE_QP_KERNEL, (__u64)BPF_CORE_READ(pd, device), KP_ARG2(ctx), KP_ARG3(ctx));
+	enter(PROBE_CREATE_QP_KERNEL, (__u64)BPF_CORE_READ(pd, device), 0, KP_ARG3(ctx));
 	return 0;
 }
 
@@ -823,7 +821,6 @@ static __always_inline void kretprobe_create(struct kprobe_regs *ctx, __u8 probe
 
 	if (c) {
 		a.dev = (struct ib_device *)c->arg0;
-		a.attr = (struct ib_qp_init_attr *)c->arg1;
 		a.owner = (const char *)c->arg2;
 		bpf_map_delete_elem(&calls, &k);
 	}

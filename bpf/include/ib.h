@@ -117,10 +117,6 @@ struct ib_pd {
 	struct ib_device *device;
 } __attribute__((preserve_access_index));
 
-struct ib_qp_init_attr {
-	enum ib_qp_type qp_type;
-} __attribute__((preserve_access_index));
-
 struct ib_event {
 	struct ib_device *device;
 	union {
