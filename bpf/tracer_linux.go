@@ -160,7 +160,10 @@ type loader struct {
 
 // load loads the named programs; a name "" is skipped.
 func (l *loader) load(names ...string) (map[string]*ebpf.Program, error) {
-	sub := &ebpf.CollectionSpec{Maps: l.spec.Maps, Programs: map[string]*ebpf.ProgramSpec{}, Types: l.spec.Types, ByteOrder: l.spec.ByteOrder}
+	// Variables too: cilium/ebpf writes the values Open set (wakeup_bytes,
+	// kernel_stacks) into .rodata from them, not from Maps.
+	sub := &ebpf.CollectionSpec{Maps: l.spec.Maps, Programs: map[string]*ebpf.ProgramSpec{}, Variables: l.spec.Variables,
+		Types: l.spec.Types, ByteOrder: l.spec.ByteOrder}
 	for _, n := range names {
 		if n != "" {
 			sub.Programs[n] = l.spec.Programs[n]
