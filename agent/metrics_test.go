@@ -150,7 +150,7 @@ func TestMetrics(t *testing.T) {
 		{Kind: bpf.KindQPModify, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 17, NewState: rdmanl.QPStateErr, HasState: true},
 		{Kind: bpf.KindDeviceEvent, Time: now, DevIndex: 1, DevName: "rxe0"},
 	}}
-	if err := watch.FollowProbes(t.Context(), probes, st.State, "", time.Hour, nil); err != nil {
+	if err := watch.FollowProbes(t.Context(), probes, st.State, "", time.Hour, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(10 * time.Second) // past the findings' min age

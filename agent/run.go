@@ -319,7 +319,7 @@ func runProbes(ctx context.Context, d watch.Deps, o RunOptions, st *state, log *
 			log.Info("probes attached")
 			// Until ctx ends (nil) or the stream fails: then the
 			// history says so before the probes close.
-			if err := watch.FollowProbes(ctx, src, st.State, "", o.Interval, st.deviceChanged); err != nil {
+			if err := watch.FollowProbes(ctx, src, st.State, "", o.Interval, watch.NewSites(d.Log, d.ProcRoot), st.deviceChanged); err != nil {
 				log.Warn("probe stream failed, netlink only from here", "err", err)
 				st.SetProbes(false, "probe stream failed: "+err.Error())
 			}

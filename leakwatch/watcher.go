@@ -188,10 +188,13 @@ type noteWhat struct {
 
 // qpNames are a QP's device name and its owner as netlink, /proc or a
 // probe named them, but for the owner's thread (its PID is 0 here: the
-// History keeps it).
+// History keeps it), and where the probes saw it created: the QPs one
+// process made at one site on one device share one copy, so a site costs
+// a QP nothing.
 type qpNames struct {
 	device string
 	owner  Owner
+	site   siteHandle
 }
 
 func (h *History) qpNames() qpNames {
@@ -222,6 +225,10 @@ func (h *History) Owner() Owner {
 	o.PID = h.pid
 	return o
 }
+
+// Site is where the probes saw the QP created (none when they did not,
+// or saw no site).
+func (h *History) Site() Site { return siteOf(h.qpNames().site) }
 
 // Evidence is what was observed of the QP, oldest first (at most
 // maxEvidence observations; the first is always kept).
@@ -583,7 +590,7 @@ func (w *Watcher) Event(ev Event) {
 			h.pid, o.TGID = ev.TID, ev.PID
 		}
 		h.OnSRQ, h.SRQN = ev.OnSRQ, ev.SRQN
-		h.setNames(qpNames{device: dev.name, owner: o})
+		h.setNames(qpNames{device: dev.name, owner: o, site: ev.Site.intern()})
 		h.note(ev.Time, sourceProbe, "created")
 		h.setState(rdmanl.QPStateReset, ev.Time, sourceProbe)
 	case EventQPModified:

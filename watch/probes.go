@@ -47,10 +47,11 @@ func leakEvent(ev bpf.Event) (le leakwatch.Event, ok bool) {
 // as they arrive, and keeps st's count of src's lost events current every
 // refresh, until ctx ends or src's events end (it returns nil, having
 // applied every event read until then) or the stream fails (it returns
-// the stream's error). An event that says a device came, went or was
-// renamed calls deviceChanged too, when it is not nil. It does not close
-// src.
-func FollowProbes(ctx context.Context, src EventSource, st *State, device string, refresh time.Duration, deviceChanged func()) error {
+// the stream's error). A QP create's site is named as the event is read,
+// through sites (nil: no sites), before the state is locked. An event
+// that says a device came, went or was renamed calls deviceChanged too,
+// when it is not nil. It does not close src.
+func FollowProbes(ctx context.Context, src EventSource, st *State, device string, refresh time.Duration, sites *Sites, deviceChanged func()) error {
 	s, counts := src.(statser)
 	updateLost := func() {
 		if counts {
@@ -77,6 +78,9 @@ func FollowProbes(ctx context.Context, src EventSource, st *State, device string
 				}
 			}
 			if le, ok := leakEvent(ev); ok {
+				if sites != nil {
+					le.Site = sites.Site(&ev)
+				}
 				st.probeEvent(ev.Kind.String(), &le)
 			} else {
 				st.probeEvent(ev.Kind.String(), nil)

@@ -182,7 +182,7 @@ func tuneAgentMemory(d *watch.Deps) {
 	_ = unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
 	if d.OpenProbes != nil {
 		d.OpenProbes = func(_ context.Context, log *slog.Logger) (watch.EventSource, error) {
-			t, err := bpf.Open(log, bpf.Options{BufferBytes: agentRingBytes})
+			t, err := bpf.Open(log, bpf.Options{BufferBytes: agentRingBytes, Sites: true})
 			debug.FreeOSMemory()
 			if err != nil {
 				return nil, err
