@@ -110,4 +110,3 @@ func TestSiteKernel(t *testing.T) {
 		t.Errorf("KernelErr() = %q without kallsyms, %q with", noKallsyms.KernelErr(), c.KernelErr())
 	}
 }
-
