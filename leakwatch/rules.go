@@ -68,6 +68,7 @@ func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 		// finding.
 	}
 	f.PID = h.pid
+	f.setSite(siteOf(n.site))
 	if f.Kernel() && f.Comm == "" {
 		f.Comm = f.KernName
 	}
@@ -376,6 +377,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 		}
 	}
 	rep.Summary = sum.result()
+	rep.Sites, rep.SitesOmitted = sum.siteResult()
 	rep.Findings = keep.findings()
 	rep.FindingsOmitted = rep.FindingsTotal - len(rep.Findings)
 	return rep

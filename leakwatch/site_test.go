@@ -60,4 +60,23 @@ func TestHistorySite(t *testing.T) {
 	if s := w.qps[qpKey{rxe.Index, 20}].Site(); !s.IsZero() {
 		t.Errorf("a QP only scanned has site %+v", s)
 	}
+
+	// Their findings name the site, and the report groups them by it.
+	c.at(time.Minute)
+	rep := w.Evaluate(Query{MinAge: time.Second, Rules: []string{RuleNeverConnectedQP}})
+	for _, f := range rep.Findings {
+		want := Finding{Site: "app!connect_peer+0x4c", SiteVia: "rdma_create_qp", SiteFile: "/usr/bin/app", SiteBuildID: "3f0e", SiteOffset: 0x1a2c}
+		if f.QPN == 20 {
+			want = Finding{}
+		}
+		got := Finding{Site: f.Site, SiteVia: f.SiteVia, SiteFile: f.SiteFile, SiteBuildID: f.SiteBuildID, SiteOffset: f.SiteOffset, Stack: f.Stack}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("QP %d's finding's site (-want +got):\n%s", f.QPN, diff)
+		}
+	}
+	wantSites := []SiteGroup{{Device: "fab0", Site: "app!connect_peer+0x4c", SiteVia: "rdma_create_qp", SiteBuildID: "3f0e", QPs: 3,
+		Rules: map[string]int{RuleNeverConnectedQP: 3}}}
+	if diff := cmp.Diff(wantSites, rep.Sites); diff != "" || len(rep.Findings) != 4 {
+		t.Errorf("%d findings; sites (-want +got):\n%s", len(rep.Findings), diff)
+	}
 }
