@@ -4,7 +4,10 @@
 // kernel: package watch from the eBPF probes) into per-QP histories, and
 // runs the leak rules (stale-error-qp, never-connected-qp,
 // srq-destroy-without-last-wqe, last-wqe-not-emitted, last-wqe-unhandled,
-// xrc-tgt-orphan, qp-exhaustion, srq-drain-stalled) over them. A scan may
+// xrc-tgt-orphan, qp-exhaustion, srq-drain-stalled, qp-create-failing)
+// over them. A create the provider refused (Event.Result) is kept per
+// device (the newest 1,024, and counts by errno and site:
+// CreateFailures) for qp-create-failing. A scan may
 // also carry what a look at the host's processes found (Zombies): processes
 // holding the deleted uverbs node of an unregistered device with no verbs
 // context on any device, which zombie-uverbs-context reports. Drains

@@ -49,7 +49,7 @@ func Rules() []string {
 	for _, r := range qpRules {
 		ids = append(ids, r.id)
 	}
-	return append(ids, RuleQPExhaustion, RuleZombieUverbsContext)
+	return append(ids, RuleQPExhaustion, RuleQPCreateFailing, RuleZombieUverbsContext)
 }
 
 const (
@@ -365,6 +365,25 @@ func (w *Watcher) Evaluate(q Query) Report {
 			sort.Strings(unknown)
 			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleQPExhaustion,
 				Reason: "max_qp unknown for " + strings.Join(unknown, ", ") + " (the device did not report it: set it per device)"})
+		}
+	}
+	if enabled(RuleQPCreateFailing) {
+		if !probes {
+			reason := "needs the eBPF probes"
+			if probesReason != "" {
+				reason += ": " + probesReason
+			}
+			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleQPCreateFailing, Reason: reason})
+		} else {
+			for _, index := range slices.Sorted(maps.Keys(w.devs)) {
+				d := w.devs[index]
+				if q.Device != "" && d.name != q.Device {
+					continue
+				}
+				if f, ok := qpCreateFailing(d, now, cfg); ok {
+					take(&f, nil)
+				}
+			}
 		}
 	}
 	if enabled(RuleZombieUverbsContext) {

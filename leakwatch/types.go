@@ -51,6 +51,11 @@ type Config struct {
 	// so a watcher's memory follows the host's QPs and its churn over the
 	// last minute, not its uptime.
 	Retain time.Duration
+	// CreateFailures and CreateFailureWindow are what qp-create-failing
+	// reports: at least CreateFailures failed QP creates on a device
+	// within CreateFailureWindow (defaults 10 and 5 minutes).
+	CreateFailures      int
+	CreateFailureWindow time.Duration
 }
 
 // Query selects what one evaluation reports. What every query shares

@@ -333,6 +333,13 @@ type deviceState struct {
 	gone          bool   // no longer listed (DeviceGone) or unregistered
 	contexts      uint64
 	samples       []sample
+	// failures are the newest failed QP creates (at most maxFailures),
+	// oldest first, for qp-create-failing; failed counts them all by
+	// errno and site label, failureSites the sites with a label of their
+	// own (CreateFailures).
+	failures     []createFailure
+	failed       map[failureKey]uint64
+	failureSites []string
 }
 
 // Watcher keeps QP histories from scans and probe events and evaluates the
@@ -368,8 +375,8 @@ const (
 	DefaultRetain = 10 * time.Minute
 )
 
-// New returns a watcher that reads the time from now.
-func New(cfg Config, now func() time.Time) *Watcher {
+// withDefaults is cfg with its defaults where it has 0.
+func (cfg Config) withDefaults() Config {
 	if cfg.ExhaustionThreshold == 0 {
 		cfg.ExhaustionThreshold = DefaultExhaustionThreshold
 	}
@@ -379,6 +386,18 @@ func New(cfg Config, now func() time.Time) *Watcher {
 	if cfg.Retain == 0 {
 		cfg.Retain = DefaultRetain
 	}
+	if cfg.CreateFailures == 0 {
+		cfg.CreateFailures = DefaultCreateFailures
+	}
+	if cfg.CreateFailureWindow == 0 {
+		cfg.CreateFailureWindow = DefaultCreateFailureWindow
+	}
+	return cfg
+}
+
+// New returns a watcher that reads the time from now.
+func New(cfg Config, now func() time.Time) *Watcher {
+	cfg = cfg.withDefaults()
 	return &Watcher{cfg: cfg, now: now, start: now(), qps: map[qpKey]*History{}, devs: map[uint32]*deviceState{}}
 }
 
@@ -579,6 +598,7 @@ func (w *Watcher) Event(ev Event) {
 	switch ev.Kind {
 	case EventQPCreated:
 		if ev.Result != 0 {
+			dev.createFailed(ev.Time, -ev.Result, ev.Site.intern())
 			return
 		}
 		h = nil // a new QP, even if its number was used before
