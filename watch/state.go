@@ -332,6 +332,14 @@ func (s *State) Tally(topN int) []leakwatch.DeviceTally {
 	return s.w.Tally(topN)
 }
 
+// CreateFailures counts each device's failed QP creates by errno and
+// creation site (leakwatch.Watcher.CreateFailures).
+func (s *State) CreateFailures() []leakwatch.DeviceFailures {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.CreateFailures()
+}
+
 // resolveOwners has the history name owners as /proc sees them now. The
 // caller holds s.mu.
 func (s *State) resolveOwners() {
