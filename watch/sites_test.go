@@ -10,9 +10,11 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/leakwatch"
 )
 
 // TestSiteUser symbolizes a return address of this process as a
@@ -108,5 +110,43 @@ func TestSiteKernel(t *testing.T) {
 	}
 	if noKallsyms.KernelErr() == "" || c.KernelErr() != "" {
 		t.Errorf("KernelErr() = %q without kallsyms, %q with", noKallsyms.KernelErr(), c.KernelErr())
+	}
+}
+
+func TestSitesError(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		s    bpf.Sites
+		want string
+	}{
+		{bpf.Sites{Libraries: []string{"/usr/lib/libibverbs.so.1"}}, ""},
+		{bpf.Sites{Err: errors.New("uprobes refused: operation not permitted")}, "no uprobes (uprobes refused: operation not permitted)"},
+		{bpf.Sites{Libraries: []string{"/usr/lib/libibverbs.so.1"}, Err: errors.New("/srv/lib/librdmacm.so.1: permission denied")},
+			"uprobes on 1 libraries, missing: /srv/lib/librdmacm.so.1: permission denied"},
+		{bpf.Sites{}, "no uprobes (no libibverbs or librdmacm found)"},
+	}
+	for _, tt := range tests {
+		if got := sitesError(tt.s); got != tt.want {
+			t.Errorf("sitesError(%+v) = %q, want %q", tt.s, got, tt.want)
+		}
+	}
+}
+
+// A report says why user QPs have no site while the probes are on, and
+// says nothing of sites when they are off.
+func TestReportSitesError(t *testing.T) {
+	t.Parallel()
+	st := NewState(leakwatch.Config{}, func() time.Time { return t0 })
+	st.SetProbes(true, "")
+	st.setSitesError("no uprobes (lockdown)")
+	if rep, _ := st.Report(leakwatch.Query{}); rep.SitesError != "no uprobes (lockdown)" {
+		t.Errorf("probes on: sites_error %q", rep.SitesError)
+	}
+	if rep, _ := st.Report(leakwatch.Query{SkipProbeRules: "disabled by --no-probes"}); rep.SitesError != "" {
+		t.Errorf("--no-probes: sites_error %q", rep.SitesError)
+	}
+	st.SetProbes(false, "no BTF")
+	if rep, _ := st.Report(leakwatch.Query{}); rep.SitesError != "" {
+		t.Errorf("probes off: sites_error %q", rep.SitesError)
 	}
 }

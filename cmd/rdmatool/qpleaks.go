@@ -236,6 +236,9 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport, stacks bool) error {
 		devices = "no devices"
 	}
 	summary += fmt.Sprintf(" over %d QPs on %s, %s, probes %s", rep.QPs, devices, observed, t(rep.Probes))
+	if rep.SitesError != "" {
+		summary += " (sites: " + t(rep.SitesError) + ")"
+	}
 	if rep.LostEvents > 0 {
 		summary += fmt.Sprintf(", %d probe events lost", rep.LostEvents)
 	}
