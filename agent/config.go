@@ -56,7 +56,7 @@ type Config struct {
 	// reports: at least that many failed QP creates on a device within
 	// the window.
 	CreateFailures      *failures `yaml:"create_failures"`
-	CreateFailureWindow *window   `yaml:"create_failure_window"`
+	CreateFailureWindow *duration `yaml:"create_failure_window"`
 	// Policy is the file's policy mapping: what it sets of the
 	// remediation policy, over DefaultPolicy (Config.policy).
 	Policy *policyConfig `yaml:"policy"`
@@ -580,18 +580,6 @@ func (f *failures) UnmarshalYAML(n *yaml.Node) error {
 		return refuse(n, "%s: want a whole number, 1 or more", quote.String(n.Value))
 	}
 	*f = failures(v)
-	return nil
-}
-
-// window is a Go duration of at least a second.
-type window time.Duration
-
-func (w *window) UnmarshalYAML(n *yaml.Node) error {
-	v, err := parseDuration(n, time.Second)
-	if err != nil {
-		return err
-	}
-	*w = window(v)
 	return nil
 }
 
