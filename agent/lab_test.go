@@ -140,9 +140,12 @@ type verdict func(t *testing.T, rep agentapi.CheckReport, probes bool)
 // scenario's time without changing what either sees.
 func withProbes(t *testing.T, args []string, scenario func(t *testing.T) verdict) {
 	t.Helper()
+	// The watch with the probes first, then the one without: each window
+	// starts once the watcher is ready, so the probes' attach (seconds
+	// under TCG) is not taken out of the netlink watch's window.
 	with := startQPLeaks(t, append(slices.Clone(watchArgs), args...)...)
-	without := startQPLeaks(t, append(append(slices.Clone(watchArgs), args...), "--no-probes")...)
 	with.watching(t)
+	without := startQPLeaks(t, append(append(slices.Clone(watchArgs), args...), "--no-probes")...)
 	without.watching(t)
 	check := scenario(t)
 	reports := map[bool]agentapi.CheckReport{true: with.done(), false: without.done()}
