@@ -52,6 +52,11 @@ type Config struct {
 	// ExhaustionThreshold is the share of max_qp in use that qp-exhaustion
 	// reports (0 < x <= 1).
 	ExhaustionThreshold *threshold `yaml:"exhaustion_threshold"`
+	// CreateFailures and CreateFailureWindow are what qp-create-failing
+	// reports: at least that many failed QP creates on a device within
+	// the window.
+	CreateFailures      *failures `yaml:"create_failures"`
+	CreateFailureWindow *duration `yaml:"create_failure_window"`
 	// Policy is the file's policy mapping: what it sets of the
 	// remediation policy, over DefaultPolicy (Config.policy).
 	Policy *policyConfig `yaml:"policy"`
@@ -566,6 +571,18 @@ func (t *threshold) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// failures is a count of failed QP creates, 1 or more.
+type failures int
+
+func (f *failures) UnmarshalYAML(n *yaml.Node) error {
+	var v int
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < 1 {
+		return refuse(n, "%s: want a whole number, 1 or more", quote.String(n.Value))
+	}
+	*f = failures(v)
+	return nil
+}
+
 // share is a number, which Policy.Check holds from 0 to 1.
 type share float64
 
@@ -662,7 +679,8 @@ func (m *maxQP) UnmarshalYAML(n *yaml.Node) error {
 // Apply sets in o what the file gives, except what the command line gave:
 // given reports whether the flag for a key was set (socket,
 // metrics_address, interval, reconcile, probes, rename, names_map,
-// rename_force, exhaustion_threshold, state_file, state_interval, policy,
+// rename_force, exhaustion_threshold, create_failures,
+// create_failure_window, state_file, state_interval, policy,
 // policy_dry_run). max_qp
 // merges, the command line's entries winning per device. The rename keys
 // complete o.Rename, which the command line set (nil when it named no
@@ -703,6 +721,12 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 	if c.ExhaustionThreshold != nil && !given("exhaustion_threshold") {
 		o.ExhaustionThreshold = float64(*c.ExhaustionThreshold)
 	}
+	if c.CreateFailures != nil && !given("create_failures") {
+		o.CreateFailures = int(*c.CreateFailures)
+	}
+	if c.CreateFailureWindow != nil && !given("create_failure_window") {
+		o.CreateFailureWindow = time.Duration(*c.CreateFailureWindow)
+	}
 	if c.Probes != nil && !given("probes") {
 		o.NoProbes = !bool(*c.Probes)
 	}
@@ -733,7 +757,8 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 // the options the agent was started with (base: those of the command line
 // alone). A file that does not load, or that changes an option only a
 // restart can (socket, metrics_address, interval, probes, retain,
-// exhaustion_threshold, the rename keys, state_file, state_interval), is
+// exhaustion_threshold, create_failures, create_failure_window, the rename
+// keys, state_file, state_interval), is
 // an error and nothing is reloaded.
 func ReloadFrom(path string, optional bool, base, running RunOptions, given func(key string) bool) (Reloadable, error) {
 	c, err := LoadConfig(context.Background(), path, optional) // reloadOnHUP stops waiting on SIGTERM
@@ -752,6 +777,8 @@ func ReloadFrom(path string, optional bool, base, running RunOptions, given func
 		{"probes", !running.NoProbes, !o.NoProbes},
 		{"retain", running.Retain, o.Retain},
 		{"exhaustion_threshold", running.ExhaustionThreshold, o.ExhaustionThreshold},
+		{"create_failures", running.CreateFailures, o.CreateFailures},
+		{"create_failure_window", running.CreateFailureWindow, o.CreateFailureWindow},
 		{"rename", renameString(running.Rename), renameString(o.Rename)},
 		{"state_file", running.StateFile, o.StateFile},
 		{"state_interval", running.StateInterval, o.StateInterval},

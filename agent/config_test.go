@@ -52,9 +52,11 @@ max_qp:
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
-	rest, err := parseConfig("a.yaml", []byte("rename: map,guid\nnames_map: /etc/x\nrename_force: true\nexhaustion_threshold: 0.5\nstate_file: /var/x.json\nstate_interval: 1m\n"))
+	rest, err := parseConfig("a.yaml", []byte("rename: map,guid\nnames_map: /etc/x\nrename_force: true\nexhaustion_threshold: 0.5\nstate_file: /var/x.json\nstate_interval: 1m\n"+
+		"create_failures: 3\ncreate_failure_window: 1m\n"))
 	wantRest := Config{Rename: ptr[renamePolicies]("map,guid"), NamesMap: ptr[absPath]("/etc/x"), RenameForce: ptr[boolean](true),
-		ExhaustionThreshold: ptr[threshold](0.5), StateFile: ptr[optionalPath]("/var/x.json"), StateInterval: ptr(duration(time.Minute))}
+		ExhaustionThreshold: ptr[threshold](0.5), StateFile: ptr[optionalPath]("/var/x.json"), StateInterval: ptr(duration(time.Minute)),
+		CreateFailures: ptr[failures](3), CreateFailureWindow: ptr(duration(time.Minute))}
 	if d := cmp.Diff(wantRest, rest); err != nil || d != "" {
 		t.Errorf("rename, threshold and state keys: %v (-want +got):\n%s", err, d)
 	}
@@ -85,11 +87,13 @@ max_qp:
 // Every bad file is refused with the file, the line and the key.
 func TestParseConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
-		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: exhaustion_threshold, interval, max_qp, metrics_address, names_map, policy, probes, reconcile, rename, rename_force, retain, socket, state_file, state_interval)`},
+		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: create_failure_window, create_failures, exhaustion_threshold, interval, max_qp, metrics_address, names_map, policy, probes, reconcile, rename, rename_force, retain, socket, state_file, state_interval)`},
 		{"rename: map,uuid\n", `agent: config a.yaml:1: rename: unknown policy "uuid"`},
 		{"names_map: names.conf\n", `agent: config a.yaml:1: names_map: "names.conf": want an absolute path`},
 		{"exhaustion_threshold: 80\n", `agent: config a.yaml:1: exhaustion_threshold: "80": want a share of max_qp above 0 and at most 1`},
 		{"exhaustion_threshold: high\n", `agent: config a.yaml:1: exhaustion_threshold: "high"`},
+		{"create_failures: 0\n", `agent: config a.yaml:1: create_failures: "0": want a whole number, 1 or more`},
+		{"create_failure_window: 10ms\n", `agent: config a.yaml:1: create_failure_window: "10ms"`},
 		{"probes: true\ninterval: 10\n", `agent: config a.yaml:2: interval: "10": want a duration of at least 1s, such as 30s or 5m`},
 		{"interval: 100ms\n", `agent: config a.yaml:1: interval: "100ms": want a duration of at least 1s`},
 		{"reconcile: [1m]\n", `agent: config a.yaml:1: reconcile: want a duration such as 30s or 5m`},
@@ -228,6 +232,8 @@ func TestDefaultConfigFile(t *testing.T) {
 		{"names_map", string(*c.NamesMap), rename.DefaultMapFile},
 		{"rename_force", bool(*c.RenameForce), rename.Options{}.Force},
 		{"exhaustion_threshold", float64(*c.ExhaustionThreshold), leakwatch.DefaultExhaustionThreshold},
+		{"create_failures", int(*c.CreateFailures), leakwatch.DefaultCreateFailures},
+		{"create_failure_window", time.Duration(*c.CreateFailureWindow), leakwatch.DefaultCreateFailureWindow},
 		{"state_file", string(*c.StateFile), DefaultStateFile},
 		{"state_interval", time.Duration(*c.StateInterval), DefaultStateInterval},
 		{"policy", *c.policy(), DefaultPolicy()},

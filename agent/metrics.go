@@ -49,6 +49,7 @@ type metricsSnapshot struct {
 	guids        map[string]string
 	dev          map[string]watch.DeviceScans
 	tally        []leakwatch.DeviceTally
+	failures     []leakwatch.DeviceFailures
 	learned      map[string]uint64 // max_qp the devices reported
 	findings     map[findingKey]int
 	maxQP        map[string]uint64
@@ -120,7 +121,7 @@ func (s *state) snapshot() metricsSnapshot {
 	snap := metricsSnapshot{
 		version: s.version, started: h.Started, probes: h.Probes, listedOK: h.ListedOK, lost: h.Lost,
 		events: h.Events, devices: h.Devices, guids: h.GUIDs, dev: h.Scans,
-		tally: s.Tally(topOwners), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
+		tally: s.Tally(topOwners), failures: s.CreateFailures(), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
 		policy: s.pol, decisions: maps.Clone(s.decisions), resets: maps.Clone(s.resets), renames: maps.Clone(s.renames),
 	}
 	s.zeroCounters(&snap)
@@ -184,6 +185,7 @@ type collector struct {
 
 	buildInfo, startTime, probesUp, netlinkUp, events, lost *prometheus.Desc
 	resources, qps, ownerQPs, findings, maxQP, useRatio     *prometheus.Desc
+	siteQPs, createFailures                                 *prometheus.Desc
 	scans, scanErrors, scanDuration, lastScan               *prometheus.Desc
 	ruleSkipped                                             *prometheus.Desc
 	policyInfo, decisions, resets, renames                  *prometheus.Desc
@@ -209,6 +211,10 @@ func newCollector(st *state) prometheus.Collector {
 			append(dev, "type", "state")...),
 		ownerQPs: d("owner_qps", fmt.Sprintf("Live QPs per owning process (pid and comm; pid 0 for kernel modules, with ulp the module that QPs rdma_cm created serve), the %d largest owners of each device; comm \"(other)\" counts the rest.", topOwners),
 			append(dev, "pid", "comm", "ulp")...),
+		siteQPs: d("creation_site_qps", fmt.Sprintf("Live QPs per creation site (app!function+0xOFFSET via the verbs function called; a kernel QP's innermost frame), the %d largest sites of each device; site \"other\" counts the rest. QPs whose site the probes did not see are not counted.", topOwners),
+			append(dev, "site")...),
+		createFailures: d("qp_create_failures_total", "QP creates the device refused, by errno (ENOMEM, EINVAL, ...) and creation site (the device's first 10 sites; site \"other\" counts the rest, \"\" those whose site is not known).",
+			append(dev, "errno", "site")...),
 		findings:     d("findings", "Current qp-leaks findings (min age "+query.DefaultMinAge.String()+"), by rule and severity.", append(dev, "rule", "severity")...),
 		ruleSkipped:  d("rule_skipped", "Rules the agent cannot evaluate now (1), with the reason.", "rule", "reason"),
 		maxQP:        d("device_max_qps", "The device's QP limit (max_qp): configured, else as the device reports it.", dev...),
@@ -229,7 +235,7 @@ func newCollector(st *state) prometheus.Collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
-		c.resources, c.qps, c.ownerQPs, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
+		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
 		c.policyInfo, c.decisions, c.resets, c.renames} {
 		ch <- d
 	}
@@ -311,6 +317,17 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if t.OtherQPs > 0 {
 			gauge(c.ownerQPs, float64(t.OtherQPs), t.Name, guid, "", "(other)", "")
+		}
+		for _, st := range t.Sites {
+			gauge(c.siteQPs, float64(st.QPs), t.Name, guid, st.Site)
+		}
+		if t.OtherSiteQPs > 0 {
+			gauge(c.siteQPs, float64(t.OtherSiteQPs), t.Name, guid, leakwatch.OtherSite)
+		}
+	}
+	for _, df := range s.failures {
+		for _, fc := range df.Counts {
+			ch <- prometheus.MustNewConstMetric(c.createFailures, prometheus.CounterValue, float64(fc.Count), df.Name, s.guids[df.Name], fc.Errno, fc.Site)
 		}
 	}
 	keys := make([]findingKey, 0, len(s.findings))

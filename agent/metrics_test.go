@@ -146,11 +146,19 @@ func TestMetrics(t *testing.T) {
 	st.SetResources([]rdmanl.Summary{{DevIndex: 1, DevName: "rxe0", Counts: []rdmanl.ResourceCount{{Name: "qp", Current: 3}, {Name: "mr", Current: 7}}}}, "rxe0")
 	st.ScanFailed("rxe0", io.ErrUnexpectedEOF)
 	// A QP event and a device event read, two lost.
+	// A QP created through rdma_create_qp by a process gone before its
+	// site was named ("?"), and three creates the device refused: each
+	// failure counted once.
+	created := bpf.Event{Kind: bpf.KindQPCreate, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 19, QPType: rdmanl.QPTypeRC, PID: 1 << 30, TID: 1 << 30,
+		Comm: "app", Via: "rdma_create_qp", ViaReturn: 0x401234}
+	refused := func(errno int32) bpf.Event { e := created; e.QPN, e.Result = 0, -errno; return e }
 	probes := replay{lost: 2, events: []bpf.Event{
 		{Kind: bpf.KindQPModify, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 17, NewState: rdmanl.QPStateErr, HasState: true},
 		{Kind: bpf.KindDeviceEvent, Time: now, DevIndex: 1, DevName: "rxe0"},
+		created, refused(22), refused(22), refused(12),
 	}}
-	if err := watch.FollowProbes(t.Context(), probes, st.State, "", time.Hour, nil); err != nil {
+	sites := watch.NewSites(slog.New(slog.DiscardHandler), t.TempDir())
+	if err := watch.FollowProbes(t.Context(), probes, st.State, "", time.Hour, sites, nil); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(10 * time.Second) // past the findings' min age
@@ -181,6 +189,9 @@ func TestMetrics(t *testing.T) {
 		{"rdmatool_qps", with("type", "GSI", "state", "RTS"), 1},
 		{"rdmatool_owner_qps", with("pid", "40", "comm", "app", "ulp", ""), 2},
 		{"rdmatool_owner_qps", with("pid", "0", "comm", "ib_core", "ulp", ""), 1},
+		{"rdmatool_creation_site_qps", with("site", "? via rdma_create_qp"), 1},
+		{"rdmatool_qp_create_failures_total", with("errno", "EINVAL", "site", "? via rdma_create_qp"), 2},
+		{"rdmatool_qp_create_failures_total", with("errno", "ENOMEM", "site", "? via rdma_create_qp"), 1},
 		{"rdmatool_device_resources", with("resource", "mr"), 7},
 		{"rdmatool_device_resources", with("resource", "qp"), 3},
 		{"rdmatool_device_max_qps", d, 100},

@@ -62,6 +62,10 @@ type RunOptions struct {
 	// ExhaustionThreshold is the share of max_qp in use that qp-exhaustion
 	// reports (leakwatch's default, 0.8, when 0).
 	ExhaustionThreshold float64
+	// CreateFailures and CreateFailureWindow are what qp-create-failing
+	// reports (leakwatch.Config; its defaults when 0).
+	CreateFailures      int
+	CreateFailureWindow time.Duration
 	// Version is reported by /v1/status and the metrics.
 	Version string
 	// MetricsAddress is the TCP address /metrics is served on; "" serves
@@ -163,7 +167,8 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		nl = nil
 	}
 
-	cfg := leakwatch.Config{MaxQP: o.MaxQP, Retain: o.Retain, ExhaustionThreshold: o.ExhaustionThreshold, ProbesReason: "not attached yet"}
+	cfg := leakwatch.Config{MaxQP: o.MaxQP, Retain: o.Retain, ExhaustionThreshold: o.ExhaustionThreshold,
+		CreateFailures: o.CreateFailures, CreateFailureWindow: o.CreateFailureWindow, ProbesReason: "not attached yet"}
 	if o.NoProbes {
 		cfg.ProbesReason = "disabled by --no-probes"
 	}
@@ -319,7 +324,7 @@ func runProbes(ctx context.Context, d watch.Deps, o RunOptions, st *state, log *
 			log.Info("probes attached")
 			// Until ctx ends (nil) or the stream fails: then the
 			// history says so before the probes close.
-			if err := watch.FollowProbes(ctx, src, st.State, "", o.Interval, st.deviceChanged); err != nil {
+			if err := watch.FollowProbes(ctx, src, st.State, "", o.Interval, watch.NewSites(d.Log, d.ProcRoot), st.deviceChanged); err != nil {
 				log.Warn("probe stream failed, netlink only from here", "err", err)
 				st.SetProbes(false, "probe stream failed: "+err.Error())
 			}

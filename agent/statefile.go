@@ -125,8 +125,8 @@ func (f *stateFile) read(st *state) (stateHeader, int, error) {
 	if h.Magic != stateMagic {
 		return failed(fmt.Errorf("not an rdmatool agent state file: magic %s", quote.String(h.Magic)))
 	}
-	if h.Version != leakwatch.SavedVersion {
-		return failed(fmt.Errorf("version %d; this agent reads version %d", h.Version, leakwatch.SavedVersion))
+	if !leakwatch.ReadsSavedVersion(h.Version) {
+		return failed(fmt.Errorf("version %d; this agent reads versions 1 to %d", h.Version, leakwatch.SavedVersion))
 	}
 	if h.BootID != f.boot {
 		return h, 0, nil

@@ -60,7 +60,12 @@ type CheckReport struct {
 	// Probes is "on" or "off"; ProbesError says why they are off.
 	Probes      string `json:"probes"`
 	ProbesError string `json:"probes_error"`
-	LostEvents  uint64 `json:"lost_events"`
+	// SitesError says, while the probes are on, why user QPs have no
+	// creation site: "no uprobes (...)" when the uprobes were refused, or
+	// the libraries without them; absent when every library found has
+	// them (and when the probes are off: ProbesError says why).
+	SitesError string `json:"sites_error,omitempty"`
+	LostEvents uint64 `json:"lost_events"`
 	// Scans counts the netlink QP dumps the report rests on, one per
 	// device scanned.
 	Scans   int      `json:"scans"`

@@ -378,3 +378,27 @@ func TestWriteReportStreams(t *testing.T) {
 		})
 	}
 }
+
+// A finding's creation site and the report's sites reach the client as
+// the agent has them.
+func TestQPLeaksSites(t *testing.T) {
+	src := newSource()
+	site := leakwatch.Site{Call: "app!connect_peer+0x4c", Via: "rdma_create_qp", File: "/usr/bin/app", BuildID: "3f0e", Offset: 0x1a2c}
+	src.w.Event(leakwatch.Event{Kind: leakwatch.EventQPCreated, Time: t0, DevIndex: rxe.Index, DevName: rxe.Name, QPN: 30,
+		QPType: rdmanl.QPTypeRC, PID: 42, TID: 42, Comm: "app", Site: site})
+	sock := serve(t, src)
+	rep, err := Ask(t.Context(), sock, leakwatch.Query{MinAge: time.Second, Rules: []string{leakwatch.RuleNeverConnectedQP}}, time.Minute)
+	if err != nil || len(rep.Findings) != 1 {
+		t.Fatalf("Ask: %+v, %v", rep.Findings, err)
+	}
+	f := rep.Findings[0]
+	got := leakwatch.Site{Call: f.Site, Via: f.SiteVia, File: f.SiteFile, BuildID: f.SiteBuildID, Offset: f.SiteOffset}
+	if diff := cmp.Diff(site, got); diff != "" {
+		t.Errorf("finding's site (-want +got):\n%s", diff)
+	}
+	want := []leakwatch.SiteGroup{{Device: "rxe0", Site: site.Call, SiteVia: site.Via, SiteBuildID: site.BuildID, QPs: 1,
+		Rules: map[string]int{leakwatch.RuleNeverConnectedQP: 1}}}
+	if diff := cmp.Diff(want, rep.Sites); diff != "" {
+		t.Errorf("sites (-want +got):\n%s", diff)
+	}
+}

@@ -106,7 +106,7 @@ func TestEvaluateQuery(t *testing.T) {
 				{RuleStaleErrorQP, "siw0", 20, 43},
 				{RuleStaleErrorQP, "siw0", 21, 42},
 			},
-			wantSkipped: []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleSRQDrainStalled, RuleQPExhaustion},
+			wantSkipped: []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleSRQDrainStalled, RuleQPExhaustion, RuleQPCreateFailing},
 			wantQPs:     4,
 		},
 		{
@@ -360,9 +360,11 @@ func BenchmarkEvaluate(b *testing.B) {
 // tracked60k is a watcher tracking 60,000 QPs in INIT on rxe0, seen by
 // scans only, or (probed) seen created and moved to INIT by the probes
 // before a scan listed them, as the agent tracks them: each event with a
-// command name of its own, as the probe reader decodes it. It returns the
-// heap the watcher holds per QP (after a collection) and the QPs scanned.
-func tracked60k(probed bool) (w *Watcher, c *clock, qps []rdmanl.QP, perQP float64) {
+// command name of its own, as the probe reader decodes it, and with sites
+// above 0, a creation site, one of that many, its strings its own, as
+// package watch names each event's. It returns the heap the watcher
+// holds per QP (after a collection) and the QPs scanned.
+func tracked60k(probed bool, sites int) (w *Watcher, c *clock, qps []rdmanl.QP, perQP float64) {
 	const n = 60000
 	c = &clock{t: t0}
 	qps = make([]rdmanl.QP, n)
@@ -378,6 +380,11 @@ func tracked60k(probed bool) (w *Watcher, c *clock, qps []rdmanl.QP, perQP float
 		for _, q := range qps {
 			e := create(c.at(0), rxe, q.LQPN, false)
 			e.Comm = strings.Clone(e.Comm)
+			if sites > 0 {
+				n := int(q.LQPN) % sites
+				e.Site = Site{Call: fmt.Sprintf("qpwork!create_qps_%d+0x4c", n), Via: strings.Clone("rdma_create_qp"),
+					File: strings.Clone("/usr/local/bin/qpwork"), BuildID: strings.Clone("3f0e4c0b9a8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f"), Offset: uint64(0x1a2c + n)}
+			}
 			w.Event(e)
 			e = modify(c.at(time.Millisecond), rxe, q.LQPN, rdmanl.QPStateInit)
 			e.Comm = strings.Clone(e.Comm)
@@ -393,17 +400,34 @@ func tracked60k(probed bool) (w *Watcher, c *clock, qps []rdmanl.QP, perQP float
 // The agent's memory is mostly its QP histories: one costs at most 200
 // bytes of heap (the agent's goal is under 40 MB of RSS at 60,000 QPs;
 // before the names and notes were interned and the probes' events moved
-// out of the struct a QP took 358).
+// out of the struct a QP took 358). A creation site costs a QP no more:
+// it is interned with the owner's names (qpNames), which the QPs of a
+// process made at one site share.
 func TestTrackedQPHeap(t *testing.T) {
-	for _, probed := range []bool{false, true} {
-		w, _, qps, perQP := tracked60k(probed)
+	tests := []struct {
+		name   string
+		probed bool
+		sites  int
+	}{
+		{"scanned", false, 0},
+		{"probed", true, 0},
+		{"probed with 8 sites", true, 8},
+	}
+	heap := map[string]float64{}
+	for _, tt := range tests {
+		w, _, qps, perQP := tracked60k(tt.probed, tt.sites)
+		heap[tt.name] = perQP
+		t.Logf("%s: %.0f bytes of heap per tracked QP", tt.name, perQP)
 		if perQP > 200 {
-			t.Errorf("probed %v: %.0f bytes of heap per tracked QP, want at most 200", probed, perQP)
+			t.Errorf("%s: %.0f bytes of heap per tracked QP, want at most 200", tt.name, perQP)
 		}
 		if got := w.LiveQPs(); got != len(qps) {
-			t.Errorf("probed %v: %d live QPs tracked, want %d", probed, got, len(qps))
+			t.Errorf("%s: %d live QPs tracked, want %d", tt.name, got, len(qps))
 		}
 		runtime.KeepAlive(qps)
+	}
+	if d := heap["probed with 8 sites"] - heap["probed"]; d > 8 {
+		t.Errorf("sites cost %.1f bytes of heap per QP, want at most 8", d)
 	}
 }
 
@@ -411,13 +435,13 @@ func TestTrackedQPHeap(t *testing.T) {
 // 60,000 QPs, scanned or probed as tracked60k tracks them; the loop times
 // a scan of all of them.
 func BenchmarkTrack(b *testing.B) {
-	for _, probed := range []bool{false, true} {
-		name := "scanned"
-		if probed {
-			name = "probed"
-		}
-		b.Run(name, func(b *testing.B) {
-			w, c, qps, perQP := tracked60k(probed)
+	for _, tt := range []struct {
+		name   string
+		probed bool
+		sites  int
+	}{{"scanned", false, 0}, {"probed", true, 0}, {"probed-sites", true, 8}} {
+		b.Run(tt.name, func(b *testing.B) {
+			w, c, qps, perQP := tracked60k(tt.probed, tt.sites)
 			for b.Loop() {
 				w.Scan(scan(c.at(2*time.Second), rxe, qps...))
 			}

@@ -50,6 +50,9 @@ type Event struct {
 	PID, TID  uint32
 	Comm      string
 	KernOwner string
+	// Site is where the QP was created (created, a failed create too;
+	// none when not known).
+	Site Site
 	// Async names the async event (EventQPAsync), such as "QP_FATAL";
 	// LastWQE says it is LAST_WQE_REACHED.
 	Async   string

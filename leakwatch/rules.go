@@ -49,7 +49,7 @@ func Rules() []string {
 	for _, r := range qpRules {
 		ids = append(ids, r.id)
 	}
-	return append(ids, RuleQPExhaustion, RuleZombieUverbsContext)
+	return append(ids, RuleQPExhaustion, RuleQPCreateFailing, RuleZombieUverbsContext)
 }
 
 const (
@@ -68,6 +68,7 @@ func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 		// finding.
 	}
 	f.PID = h.pid
+	f.setSite(siteOf(n.site))
 	if f.Kernel() && f.Comm == "" {
 		f.Comm = f.KernName
 	}
@@ -366,6 +367,25 @@ func (w *Watcher) Evaluate(q Query) Report {
 				Reason: "max_qp unknown for " + strings.Join(unknown, ", ") + " (the device did not report it: set it per device)"})
 		}
 	}
+	if enabled(RuleQPCreateFailing) {
+		if !probes {
+			reason := "needs the eBPF probes"
+			if probesReason != "" {
+				reason += ": " + probesReason
+			}
+			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleQPCreateFailing, Reason: reason})
+		} else {
+			for _, index := range slices.Sorted(maps.Keys(w.devs)) {
+				d := w.devs[index]
+				if q.Device != "" && d.name != q.Device {
+					continue
+				}
+				if f, ok := qpCreateFailing(d, now, cfg); ok {
+					take(&f, nil)
+				}
+			}
+		}
+	}
 	if enabled(RuleZombieUverbsContext) {
 		fs, skipped := w.zombieFindings(q, now)
 		for i := range fs {
@@ -376,6 +396,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 		}
 	}
 	rep.Summary = sum.result()
+	rep.Sites, rep.SitesOmitted = sum.siteResult()
 	rep.Findings = keep.findings()
 	rep.FindingsOmitted = rep.FindingsTotal - len(rep.Findings)
 	return rep

@@ -7,30 +7,37 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 	"unique"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
-// SavedVersion is the version of the records Save writes and Restore
-// reads. A change to what a record holds or means bumps it; the caller
-// frames the records with it and gives Restore only records of this
-// version.
-const SavedVersion = 1
+// SavedVersion is the version of the records Save writes. A change to
+// what a record holds or means bumps it; the caller frames the records
+// with it and gives Restore only records of a version it reads
+// (ReadsSavedVersion). Version 2 added creation sites; Restore reads
+// version 1's records as they are (their QPs have no site).
+const SavedVersion = 2
+
+// ReadsSavedVersion says whether Restore reads records of version v.
+func ReadsSavedVersion(v int) bool { return v == 1 || v == SavedVersion }
 
 // The records Save hands out and Restore takes back, one value each (a
 // JSON line with a json.Encoder): first the watcher's, then each device's,
-// each QP owner's before the first QP that has it, each QP's, and last the
-// end's, which counts the others, so that records cut short at a value's
-// end are refused too. A QP names its device and owner by the id of their
-// records: the owners of 60,000 QPs are a few processes. Fields that are
+// each QP owner's and creation site's before the first QP that has it,
+// each QP's, and last the end's, which counts the others, so that records
+// cut short at a value's end are refused too. A QP names its device, owner
+// and site by the id of their records: the owners and sites of 60,000 QPs
+// are a few. Fields that are
 // zero are left out (omitzero): this is the agent's own file, not an
 // output whose fields are API, and 60,000 QPs make tens of MB of it.
 type record struct {
 	Watcher *watcherRecord `json:"watcher,omitzero"`
 	Device  *deviceRecord  `json:"device,omitzero"`
 	Owner   *ownerRecord   `json:"owner,omitzero"`
+	Site    *siteRecord    `json:"site,omitzero"`
 	QP      *qpRecord      `json:"qp,omitzero"`
 	End     *endRecord     `json:"end,omitzero"`
 }
@@ -65,6 +72,17 @@ type ownerRecord struct {
 	Owner
 }
 
+// siteRecord is a creation site (Site).
+type siteRecord struct {
+	ID      int      `json:"id"`
+	Call    string   `json:"call,omitzero"`
+	Via     string   `json:"via,omitzero"`
+	File    string   `json:"file,omitzero"`
+	BuildID string   `json:"build_id,omitzero"`
+	Offset  uint64   `json:"offset,omitzero"`
+	Stack   []string `json:"stack,omitzero"`
+}
+
 // qpRecord is one QP's history. Type and state are the kernel's names
 // (rdmanl's String); what identifies the QP (sameQP) is its device, LQPN,
 // type, PID, its owner's kern_name, its SRQ and its PDN.
@@ -74,6 +92,7 @@ type qpRecord struct {
 	Type        string    `json:"type"`
 	PID         uint32    `json:"pid,omitzero"`
 	Owner       int       `json:"owner,omitzero"`
+	Site        int       `json:"site,omitzero"`
 	PDN         uint32    `json:"pdn,omitzero"`
 	OnSRQ       bool      `json:"srq,omitzero"`
 	SRQN        uint32    `json:"srqn,omitzero"`
@@ -148,6 +167,7 @@ type drainRecord struct {
 type endRecord struct {
 	Devices int `json:"devices"`
 	Owners  int `json:"owners"`
+	Sites   int `json:"sites,omitzero"`
 	QPs     int `json:"qps"`
 }
 
@@ -254,6 +274,7 @@ func (w *Watcher) Save(put func(record any) error) (qps int, err error) {
 		}
 	}
 	ownerIDs := map[Owner]int{}
+	siteIDs := map[siteHandle]int{}
 	var q qpRecord // one at a time: put does not keep it
 	var notes []noteRecord
 	putQP := func(h *History, dev int) error {
@@ -266,13 +287,24 @@ func (w *Watcher) Save(put func(record any) error) (qps int, err error) {
 				return err
 			}
 		}
+		site := h.qpNames().site
+		sid, ok := siteIDs[site]
+		if !ok && site != (siteHandle{}) {
+			end.Sites++
+			sid, siteIDs[site] = end.Sites, end.Sites
+			s := siteOf(site)
+			r := siteRecord{ID: sid, Call: s.Call, Via: s.Via, File: s.File, BuildID: s.BuildID, Offset: s.Offset, Stack: s.Stack}
+			if err := put(record{Site: &r}); err != nil {
+				return err
+			}
+		}
 		notes = notes[:0]
 		for _, n := range h.notes {
 			what := n.what.Value()
 			notes = append(notes, noteRecord{Time: savedTime(n.at), Source: what.source.String(), What: what.text})
 		}
 		q = qpRecord{
-			Device: dev, LQPN: h.QPN, Type: h.Type.String(), PID: h.pid, Owner: oid, PDN: h.pdn,
+			Device: dev, LQPN: h.QPN, Type: h.Type.String(), PID: h.pid, Owner: oid, Site: sid, PDN: h.pdn,
 			OnSRQ: h.OnSRQ, SRQN: h.SRQN, FirstSeen: savedTime(h.FirstSeen),
 			State: h.State.String(), StateKnown: h.StateKnown, StateSince: savedTime(h.StateSince), StateSource: h.stateSource.String(),
 			EverRTS: h.EverRTS, InScan: h.inScan, Destroyed: h.Destroyed, DestroySeen: h.DestroySeen,
@@ -358,26 +390,27 @@ func (w *Watcher) Restore(get func(record any) error) (qps int, err error) {
 	if err := next(); err != nil {
 		return fail("%w", err)
 	}
-	if rec.Watcher == nil || rec.Device != nil || rec.Owner != nil || rec.QP != nil || rec.End != nil {
+	if rec.Watcher == nil || rec.Device != nil || rec.Owner != nil || rec.Site != nil || rec.QP != nil || rec.End != nil {
 		return fail("want the watcher's record first")
 	}
 	started := rec.Watcher.Started
 	devs := map[int]*restoredDevice{}
 	var order []*restoredDevice
 	owners := map[int]Owner{0: {}}
+	sites := map[int]siteHandle{0: {}}
 	count := endRecord{}
 	for {
 		if err := next(); err != nil {
 			return fail("%w", err)
 		}
 		kinds := 0
-		for _, set := range []bool{rec.Watcher != nil, rec.Device != nil, rec.Owner != nil, rec.QP != nil, rec.End != nil} {
+		for _, set := range []bool{rec.Watcher != nil, rec.Device != nil, rec.Owner != nil, rec.Site != nil, rec.QP != nil, rec.End != nil} {
 			if set {
 				kinds++
 			}
 		}
 		if kinds != 1 {
-			return fail("want one record of a device, an owner, a QP or the end, got %d", kinds)
+			return fail("want one record of a device, an owner, a site, a QP or the end, got %d", kinds)
 		}
 		switch {
 		case rec.Watcher != nil:
@@ -403,6 +436,17 @@ func (w *Watcher) Restore(get func(record any) error) (qps int, err error) {
 			o.PID = 0
 			owners[o.ID] = o.Owner
 			count.Owners++
+		case rec.Site != nil:
+			r := rec.Site
+			if _, dup := sites[r.ID]; dup {
+				return fail("site id %d given twice, or 0", r.ID)
+			}
+			s := Site{Call: r.Call, Via: r.Via, File: r.File, BuildID: r.BuildID, Offset: r.Offset, Stack: r.Stack}
+			if s.IsZero() || slices.ContainsFunc(s.Stack, func(f string) bool { return f == "" || strings.Contains(f, "\n") }) {
+				return fail("site %d names no site, or has an empty or multi-line frame", r.ID)
+			}
+			sites[r.ID] = s.intern()
+			count.Sites++
 		case rec.QP != nil:
 			q := rec.QP
 			rd, ok := devs[q.Device]
@@ -412,7 +456,7 @@ func (w *Watcher) Restore(get func(record any) error) (qps int, err error) {
 			if _, dup := rd.qps[q.LQPN]; dup {
 				return fail("QP %d of device %d given twice", q.LQPN, q.Device)
 			}
-			h, err := historyOf(q, rd, owners)
+			h, err := historyOf(q, rd, owners, sites)
 			if err != nil {
 				return fail("QP %d: %w", q.LQPN, err)
 			}
@@ -437,11 +481,15 @@ func (w *Watcher) Restore(get func(record any) error) (qps int, err error) {
 }
 
 // historyOf is the history a QP's record holds, on the device rd, its
-// owner one of owners.
-func historyOf(q *qpRecord, rd *restoredDevice, owners map[int]Owner) (*History, error) {
+// owner one of owners, its creation site one of sites.
+func historyOf(q *qpRecord, rd *restoredDevice, owners map[int]Owner, sites map[int]siteHandle) (*History, error) {
 	o, ok := owners[q.Owner]
 	if !ok {
 		return nil, fmt.Errorf("owner %d, which no record defined", q.Owner)
+	}
+	site, ok := sites[q.Site]
+	if !ok {
+		return nil, fmt.Errorf("site %d, which no record defined", q.Site)
 	}
 	typ, typeOK := qpTypes[q.Type]
 	state, stateOK := qpStates[q.State]
@@ -463,7 +511,7 @@ func historyOf(q *qpRecord, rd *restoredDevice, owners map[int]Owner) (*History,
 		LastWQEBeforeDestroy: q.LastWQEBeforeDestroy,
 		keep:                 q.Destroyed, // only those the destroy rules may report are saved
 	}
-	h.setNames(qpNames{device: rd.dev.name, owner: o})
+	h.setNames(qpNames{device: rd.dev.name, owner: o, site: site})
 	if e := q.Events; e != nil {
 		r := h.record()
 		r.ErrAt, r.LastWQEAt, r.lastWQELatest = Stamp(e.ErrAt), Stamp(e.LastWQEAt), Stamp(e.LastWQELatest)

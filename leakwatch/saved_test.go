@@ -139,7 +139,7 @@ func TestRestoreReconciles(t *testing.T) {
 // What one watcher saves, another restores to the same evaluations, and
 // saves again byte for byte: states and their sources, owners, SRQs,
 // kernel QPs and their ULPs, the probes' errors, LAST_WQE_REACHED and
-// drains, and the destroyed QPs still reported.
+// drains, creation sites, and the destroyed QPs still reported.
 func TestRestoreRoundTrip(t *testing.T) {
 	dev := rdmanl.Device{Index: 2, Name: "rxe0", NodeGUID: 0x0002c90300a1b2c3}
 	other := rdmanl.Device{Index: 5, Name: "siw0"} // no GUID: found by name
@@ -157,8 +157,16 @@ func TestRestoreRoundTrip(t *testing.T) {
 	a.Event(modify(c.at(2*time.Second), dev, 18, rdmanl.QPStateErr))
 	a.Event(Event{Kind: EventDrainStarted, Time: c.at(3 * time.Second), DevIndex: dev.Index, DevName: dev.Name, QPN: 18, QPType: rdmanl.QPTypeRC, Drain: "ib_drain_qp"})
 	a.Event(lastWQE(c.at(4*time.Second), dev, 17))
-	a.Event(create(c.at(5*time.Second), dev, 50, true))
+	created := create(c.at(5*time.Second), dev, 50, true)
+	created.Site = Site{Call: "app!connect_peer+0x4c", Via: "rdma_create_qp", File: "/usr/bin/app", BuildID: "3f0e", Offset: 0x1a2c}
+	a.Event(created)
 	a.Event(modify(c.at(6*time.Second), dev, 50, rdmanl.QPStateErr))
+	for qpn := range uint32(2) { // two QPs of one kernel stack
+		created = create(c.at(5*time.Second), dev, 60+qpn, false)
+		created.KernOwner, created.PID, created.TID = "nvmet_rdma", 0, 0
+		created.Site = Site{Stack: []string{"nvmet_rdma_create_queue_ib+0x1f0 [nvmet_rdma]", "0xffffffffc0f00000"}}
+		a.Event(created)
+	}
 	a.Event(Event{Kind: EventDrainStarted, Time: c.at(6 * time.Second), DevIndex: dev.Index, DevName: dev.Name, QPN: 50, QPType: rdmanl.QPTypeRC, Drain: "ib_drain_qp"})
 	a.Event(Event{Kind: EventDrainEnded, Time: c.at(9 * time.Second), DevIndex: dev.Index, DevName: dev.Name, QPN: 50, QPType: rdmanl.QPTypeRC, Drain: "ib_drain_qp", Duration: 3 * time.Second})
 	a.Event(ev(c.at(10*time.Second), EventQPDestroyed, dev, 50))
@@ -170,8 +178,10 @@ func TestRestoreRoundTrip(t *testing.T) {
 	if _, err := restore(b, saved); err != nil {
 		t.Fatal(err)
 	}
+	kernel60, kernel61 := qp(60, rdmanl.QPTypeRC, rdmanl.QPStateReset, 0), qp(61, rdmanl.QPTypeRC, rdmanl.QPStateReset, 0)
+	kernel60.Owner.KernName, kernel61.Owner.KernName = "nvmet_rdma", "nvmet_rdma"
 	last := dump(c.at(2*time.Minute), dev, withPDN(qp(17, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42), 1),
-		onSRQ(withPDN(qp(18, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43), 2), 7), kernel)
+		onSRQ(withPDN(qp(18, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43), 2), 7), kernel, kernel60, kernel61)
 	last.Devices[0].Owners[42] = s.Devices[0].Owners[42]
 	last.Devices[0].ULPs = s.Devices[0].ULPs
 	for _, w := range []*Watcher{a, b} {
@@ -189,6 +199,14 @@ func TestRestoreRoundTrip(t *testing.T) {
 	}
 	if again := save(t, b); !bytes.Equal(save(t, a), again) {
 		t.Errorf("saved again:\n%s\nwant\n%s", again, save(t, a))
+	}
+	if n := strings.Count(string(saved), `{"site":`); n != 2 {
+		t.Errorf("%d site records saved, want 2 (one a site):\n%s", n, saved)
+	}
+	for _, k := range []qpKey{{dev.Index, 50}, {dev.Index, 60}, {dev.Index, 61}} {
+		if ha, hb := a.qps[k], b.qps[k]; ha == nil || hb == nil || ha.Site().IsZero() || !cmp.Equal(ha.Site(), hb.Site()) {
+			t.Errorf("QP %d: site %+v restored as %+v", k.qpn, ha, hb)
+		}
 	}
 }
 
@@ -291,6 +309,9 @@ func TestRestoreRefuses(t *testing.T) {
 		{"a QP twice", replace(end, lines[qp17]+lines[end]), "given twice"},
 		{"an unknown device", replace(qp17, strings.Replace(lines[qp17], `"device":1`, `"device":9`, 1)), "no record defined"},
 		{"an unknown owner", replace(qp17, strings.Replace(lines[qp17], `"owner":1`, `"owner":9`, 1)), "owner 9"},
+		{"an unknown site", replace(qp17, strings.Replace(lines[qp17], `"owner":1`, `"owner":1,"site":3`, 1)), "site 3, which no record"},
+		{"an empty site", replace(qp17, `{"site":{"id":1}}`+"\n"), "names no site"},
+		{"a site twice", replace(qp17, `{"site":{"id":1,"call":"a"}}`+"\n"+`{"site":{"id":1,"call":"b"}}`+"\n"), "site id 1 given twice"},
 		{"an unknown type", replace(qp17, strings.Replace(lines[qp17], `"type":"RC"`, `"type":"RQ"`, 1)), `type "RQ"`},
 		{"an unknown field", replace(qp17, strings.Replace(lines[qp17], `"lqpn"`, `"lqpns"`, 1)), "unknown field"},
 		{"more after the end", strings.Join(lines, "") + lines[qp17], "want nothing after the end's record, got a record"},
@@ -318,7 +339,7 @@ func TestRestoreRefuses(t *testing.T) {
 // tracked60k) and returns the JSON's bytes per QP and the heap the
 // restored watcher holds per QP.
 func restored60k(t testing.TB) (saved []byte, perQP float64) {
-	a, _, qps, _ := tracked60k(true)
+	a, _, qps, _ := tracked60k(true, 8)
 	saved = save(t, a)
 	var ms runtime.MemStats
 	runtime.GC()
@@ -350,7 +371,7 @@ func TestRestoredQPHeap(t *testing.T) {
 // BenchmarkSave times saving 60,000 QPs (bytes/qp: what a QP takes in
 // the file); BenchmarkRestore restoring them.
 func BenchmarkSave(b *testing.B) {
-	w, _, qps, _ := tracked60k(true)
+	w, _, qps, _ := tracked60k(true, 8)
 	n := 0
 	for b.Loop() {
 		var cw countWriter

@@ -54,6 +54,33 @@ func (g Group) MarshalJSON() ([]byte, error) {
 	})
 }
 
+// SiteGroup is the findings of one device whose QPs were created at one
+// site, counted by rule: "30,000 QPs created at app!connect_peer+0x4c via
+// rdma_create_qp".
+type SiteGroup struct {
+	Device string `json:"device"`
+	// Site is the call (Finding.Site) or, for kernel QPs, the innermost
+	// kernel frame; SiteVia the library function called, SiteBuildID the
+	// build ID of the file holding the call.
+	Site        string `json:"site"`
+	SiteVia     string `json:"site_via,omitempty"`
+	SiteBuildID string `json:"site_build_id,omitempty"`
+	// QPs counts the group's findings (one a QP and rule), Rules the
+	// findings of each rule.
+	QPs   int            `json:"qps"`
+	Rules map[string]int `json:"rules"`
+}
+
+// maxSiteGroups bounds Report.Sites.
+const maxSiteGroups = 20
+
+// siteGroupKey is what the findings of a SiteGroup have in common: the
+// device and what names the site.
+type siteGroupKey struct {
+	device, site, via, buildID string
+	offset                     uint64
+}
+
 // groupKey is what the findings of a Group have in common.
 type groupKey struct {
 	device, rule string
@@ -66,9 +93,28 @@ type summarizer struct {
 	idx    map[groupKey]int
 	groups []Group
 	qpns   [][]uint32
+	// sites groups the findings with a creation site (Report.Sites).
+	sites map[siteGroupKey]*SiteGroup
 }
 
 func (s *summarizer) add(f *Finding) {
+	if site := f.creationSite(); site != "" {
+		k := siteGroupKey{f.Device, site, f.SiteVia, f.SiteBuildID, f.SiteOffset}
+		g := s.sites[k]
+		if g == nil {
+			if s.sites == nil {
+				s.sites = map[siteGroupKey]*SiteGroup{}
+			}
+			site := f.Site
+			if site == "" {
+				site = f.Stack[0]
+			}
+			g = &SiteGroup{Device: f.Device, Site: site, SiteVia: f.SiteVia, SiteBuildID: f.SiteBuildID, Rules: map[string]int{}}
+			s.sites[k] = g
+		}
+		g.QPs++
+		g.Rules[f.Rule]++
+	}
 	k := groupKey{f.Device, f.Rule, f.Owner.asProcess()}
 	i, ok := s.idx[k]
 	if !ok {
@@ -104,6 +150,26 @@ func (s *summarizer) result() []Group {
 			cmp.Compare(a.Device, b.Device), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.PID, b.PID))
 	})
 	return groups
+}
+
+// siteResult is Report.Sites and SitesOmitted: the largest groups first,
+// at most maxSiteGroups of them; nil when no finding had a site.
+func (s *summarizer) siteResult() ([]SiteGroup, int) {
+	if len(s.sites) == 0 {
+		return nil, 0
+	}
+	out := make([]SiteGroup, 0, len(s.sites))
+	for _, g := range s.sites {
+		out = append(out, *g)
+	}
+	slices.SortFunc(out, func(a, b SiteGroup) int {
+		return cmp.Or(cmp.Compare(b.QPs, a.QPs), cmp.Compare(a.Device, b.Device), cmp.Compare(a.Site, b.Site),
+			cmp.Compare(a.SiteVia, b.SiteVia), cmp.Compare(a.SiteBuildID, b.SiteBuildID))
+	})
+	if len(out) > maxSiteGroups {
+		return out[:maxSiteGroups], len(out) - maxSiteGroups
+	}
+	return out, 0
 }
 
 func severityRank(s Severity) int {

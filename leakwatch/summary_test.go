@@ -2,7 +2,9 @@ package leakwatch
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -138,5 +140,63 @@ func TestOwnerJSON(t *testing.T) {
 				t.Errorf("read back (-wrote +read):\n%s", diff)
 			}
 		})
+	}
+}
+
+// Findings are grouped by device and creation site too, the largest
+// group first, at most maxSiteGroups of them; findings without a site are
+// in no group, and a report none of whose findings has one has no sites.
+func TestSummarizeSites(t *testing.T) {
+	t.Parallel()
+	var s summarizer
+	user := Site{Call: "app!connect_peer+0x4c", Via: "rdma_create_qp", File: "/usr/bin/app", BuildID: "3f0e", Offset: 0x1a2c}
+	add := func(rule, dev string, site Site, n int) {
+		for range n {
+			f := Finding{Rule: rule, Device: dev}
+			f.setSite(site)
+			s.add(&f)
+		}
+	}
+	add(RuleNeverConnectedQP, "rxe0", user, 30)
+	add(RuleStaleErrorQP, "rxe0", user, 5)
+	add(RuleStaleErrorQP, "siw0", user, 2)
+	stack := make([]string, 12)
+	for i := range stack {
+		stack[i] = fmt.Sprintf("f%d+0x10 [nvmet_rdma]", i)
+	}
+	add(RuleSRQDrainStalled, "rxe0", Site{Stack: stack}, 3)
+	add(RuleStaleErrorQP, "rxe0", Site{}, 100)
+	got, omitted := s.siteResult()
+	want := []SiteGroup{
+		{Device: "rxe0", Site: user.Call, SiteVia: "rdma_create_qp", SiteBuildID: "3f0e", QPs: 35, Rules: map[string]int{RuleNeverConnectedQP: 30, RuleStaleErrorQP: 5}},
+		{Device: "rxe0", Site: "f0+0x10 [nvmet_rdma]", QPs: 3, Rules: map[string]int{RuleSRQDrainStalled: 3}},
+		{Device: "siw0", Site: user.Call, SiteVia: "rdma_create_qp", SiteBuildID: "3f0e", QPs: 2, Rules: map[string]int{RuleStaleErrorQP: 2}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" || omitted != 0 {
+		t.Errorf("sites (-want +got), %d omitted:\n%s", omitted, diff)
+	}
+	f := Finding{}
+	f.setSite(Site{Stack: stack})
+	if len(f.Stack) != maxStackFrames || f.Stack[0] != stack[0] {
+		t.Errorf("a finding's stack: %v, want the innermost %d frames", f.Stack, maxStackFrames)
+	}
+
+	var many summarizer
+	for i := range maxSiteGroups + 3 {
+		f := Finding{Rule: RuleStaleErrorQP, Device: "rxe0", Site: fmt.Sprintf("app!f%d+0x1", i)}
+		many.add(&f)
+	}
+	if got, omitted := many.siteResult(); len(got) != maxSiteGroups || omitted != 3 {
+		t.Errorf("%d site groups, %d omitted; want %d and 3", len(got), omitted, maxSiteGroups)
+	}
+
+	var none summarizer
+	none.add(&Finding{Rule: RuleStaleErrorQP, Device: "rxe0"})
+	if got, omitted := none.siteResult(); got != nil || omitted != 0 {
+		t.Errorf("no sites: %v, %d", got, omitted)
+	}
+	b, err := json.Marshal(Report{})
+	if err != nil || strings.Contains(string(b), "site") {
+		t.Errorf("a report without sites: %s, %v", b, err)
 	}
 }

@@ -36,15 +36,28 @@ type DeviceTally struct {
 	// the topN asked for; OtherQPs counts the QPs of the rest.
 	Owners   []OwnerQPs
 	OtherQPs int
+	// Sites are the creation sites (Site.String) with the most live QPs,
+	// most first, at most the topN asked for; OtherSiteQPs counts the QPs
+	// of the rest. QPs whose site is not known are in neither.
+	Sites        []SiteQPs
+	OtherSiteQPs int
 }
 
-// Tally counts the live QPs tracked on each device, by class and by owner
-// (the topN owners per device; the rest counted together), sorted by
+// SiteQPs is the number of live QPs created at one site on a device.
+type SiteQPs struct {
+	Site string
+	QPs  int
+}
+
+// Tally counts the live QPs tracked on each device, by class, by owner
+// and by creation site (the topN owners and sites per device; the rest
+// counted together), sorted by
 // device index. It is what metrics export: counts whose label sets stay
 // bounded whatever the host runs.
 func (w *Watcher) Tally(topN int) []DeviceTally {
 	byDev := map[uint32]*DeviceTally{}
 	owners := map[uint32]map[Owner]int{}
+	sites := map[uint32]map[siteHandle]int{}
 	for _, h := range w.qps {
 		if h.Destroyed {
 			continue
@@ -54,6 +67,10 @@ func (w *Watcher) Tally(topN int) []DeviceTally {
 			t = &DeviceTally{Index: h.DevIndex, Name: h.Device(), Classes: map[QPClass]int{}}
 			byDev[h.DevIndex] = t
 			owners[h.DevIndex] = map[Owner]int{}
+			sites[h.DevIndex] = map[siteHandle]int{}
+		}
+		if s := h.qpNames().site; s != (siteHandle{}) {
+			sites[h.DevIndex][s]++
 		}
 		t.QPs++
 		t.Classes[QPClass{Type: h.Type, State: h.State, StateKnown: h.StateKnown}]++
@@ -72,6 +89,20 @@ func (w *Watcher) Tally(topN int) []DeviceTally {
 				t.OtherQPs += o.QPs
 			}
 			t.Owners = t.Owners[:topN]
+		}
+		bySite := map[string]int{} // sites that print the same are one series
+		for s, n := range sites[index] {
+			bySite[siteOf(s).String()] += n
+		}
+		for s, n := range bySite {
+			t.Sites = append(t.Sites, SiteQPs{Site: s, QPs: n})
+		}
+		slices.SortFunc(t.Sites, func(a, b SiteQPs) int { return cmp.Or(cmp.Compare(b.QPs, a.QPs), cmp.Compare(a.Site, b.Site)) })
+		if len(t.Sites) > topN {
+			for _, s := range t.Sites[topN:] {
+				t.OtherSiteQPs += s.QPs
+			}
+			t.Sites = t.Sites[:topN]
 		}
 		out = append(out, *t)
 	}

@@ -69,3 +69,33 @@ func TestResolveOwners(t *testing.T) {
 		t.Errorf("kernel QP touched: %+v", o)
 	}
 }
+
+// The tally counts live QPs by creation site too: the topN sites, the
+// rest together, QPs without a site in neither.
+func TestTallySites(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	qpn := uint32(17)
+	for _, s := range []struct {
+		call string
+		n    int
+	}{{"app!a+0x1", 3}, {"app!b+0x1", 2}, {"app!c+0x1", 1}, {"app!d+0x1", 1}, {"", 4}} {
+		for range s.n {
+			e := create(c.at(0), rxe, qpn, false)
+			if s.call != "" {
+				e.Site = Site{Call: s.call, Via: "ibv_create_qp"}
+			}
+			w.Event(e)
+			qpn++
+		}
+	}
+	got := w.Tally(2)
+	if len(got) != 1 || got[0].QPs != 11 {
+		t.Fatalf("Tally = %+v", got)
+	}
+	want := []SiteQPs{{"app!a+0x1 via ibv_create_qp", 3}, {"app!b+0x1 via ibv_create_qp", 2}}
+	if diff := cmp.Diff(want, got[0].Sites); diff != "" || got[0].OtherSiteQPs != 2 {
+		t.Errorf("sites (-want +got), %d other:\n%s", got[0].OtherSiteQPs, diff)
+	}
+}

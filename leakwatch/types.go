@@ -51,6 +51,11 @@ type Config struct {
 	// so a watcher's memory follows the host's QPs and its churn over the
 	// last minute, not its uptime.
 	Retain time.Duration
+	// CreateFailures and CreateFailureWindow are what qp-create-failing
+	// reports: at least CreateFailures failed QP creates on a device
+	// within CreateFailureWindow (defaults 10 and 5 minutes).
+	CreateFailures      int
+	CreateFailureWindow time.Duration
 }
 
 // Query selects what one evaluation reports. What every query shares
@@ -157,6 +162,33 @@ type Finding struct {
 	DrainSeconds float64 `json:"drain_seconds"`
 	// Draining says that drain has not returned yet.
 	Draining bool `json:"draining"`
+	// The QP's creation site, when the probes saw it (Site): for a user
+	// QP the call (Site.Call), the library function called, the file, its
+	// build ID and the call's offset in it; for a kernel QP the innermost
+	// frames of its kernel stack (at most 8). Absent when not known.
+	Site        string   `json:"site,omitempty"`
+	SiteVia     string   `json:"site_via,omitempty"`
+	SiteFile    string   `json:"site_file,omitempty"`
+	SiteBuildID string   `json:"site_build_id,omitempty"`
+	SiteOffset  uint64   `json:"site_offset,omitempty"`
+	Stack       []string `json:"stack,omitempty"`
+}
+
+// maxStackFrames bounds the kernel frames a finding shows.
+const maxStackFrames = 8
+
+// setSite gives f the site s.
+func (f *Finding) setSite(s Site) {
+	f.Site, f.SiteVia, f.SiteFile, f.SiteBuildID, f.SiteOffset = s.Call, s.Via, s.File, s.BuildID, s.Offset
+	if len(s.Stack) > 0 {
+		f.Stack = s.Stack[:min(len(s.Stack), maxStackFrames)]
+	}
+}
+
+// creationSite is the finding's site in one phrase (Site.String), "" for
+// none.
+func (f *Finding) creationSite() string {
+	return Site{Call: f.Site, Via: f.SiteVia, Stack: f.Stack}.String()
 }
 
 // Skipped is a rule that was not evaluated, and why.
@@ -177,6 +209,11 @@ type Report struct {
 	FindingsOmitted int       `json:"findings_omitted"`
 	FindingsTotal   int       `json:"findings_total"`
 	SkippedRules    []Skipped `json:"skipped_rules"`
+	// Sites groups the findings that have a creation site by device and
+	// site, the largest first (at most maxSiteGroups; SitesOmitted counts
+	// the groups left out); absent when no finding has a site.
+	Sites        []SiteGroup `json:"sites,omitempty"`
+	SitesOmitted int         `json:"sites_omitted,omitempty"`
 	// ObservedSeconds is how long the watcher has been observing.
 	ObservedSeconds float64 `json:"observed_seconds"`
 	QPs             int     `json:"qps"` // QPs tracked at the last scan

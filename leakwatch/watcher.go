@@ -188,10 +188,13 @@ type noteWhat struct {
 
 // qpNames are a QP's device name and its owner as netlink, /proc or a
 // probe named them, but for the owner's thread (its PID is 0 here: the
-// History keeps it).
+// History keeps it), and where the probes saw it created: the QPs one
+// process made at one site on one device share one copy, so a site costs
+// a QP nothing.
 type qpNames struct {
 	device string
 	owner  Owner
+	site   siteHandle
 }
 
 func (h *History) qpNames() qpNames {
@@ -222,6 +225,10 @@ func (h *History) Owner() Owner {
 	o.PID = h.pid
 	return o
 }
+
+// Site is where the probes saw the QP created (none when they did not,
+// or saw no site).
+func (h *History) Site() Site { return siteOf(h.qpNames().site) }
 
 // Evidence is what was observed of the QP, oldest first (at most
 // maxEvidence observations; the first is always kept).
@@ -326,6 +333,13 @@ type deviceState struct {
 	gone          bool   // no longer listed (DeviceGone) or unregistered
 	contexts      uint64
 	samples       []sample
+	// failures are the newest failed QP creates (at most maxFailures),
+	// oldest first, for qp-create-failing; failed counts them all by
+	// errno and site label, failureSites the sites with a label of their
+	// own (CreateFailures).
+	failures     []createFailure
+	failed       map[failureKey]uint64
+	failureSites []string
 }
 
 // Watcher keeps QP histories from scans and probe events and evaluates the
@@ -361,8 +375,8 @@ const (
 	DefaultRetain = 10 * time.Minute
 )
 
-// New returns a watcher that reads the time from now.
-func New(cfg Config, now func() time.Time) *Watcher {
+// withDefaults is cfg with its defaults where it has 0.
+func (cfg Config) withDefaults() Config {
 	if cfg.ExhaustionThreshold == 0 {
 		cfg.ExhaustionThreshold = DefaultExhaustionThreshold
 	}
@@ -372,6 +386,18 @@ func New(cfg Config, now func() time.Time) *Watcher {
 	if cfg.Retain == 0 {
 		cfg.Retain = DefaultRetain
 	}
+	if cfg.CreateFailures == 0 {
+		cfg.CreateFailures = DefaultCreateFailures
+	}
+	if cfg.CreateFailureWindow == 0 {
+		cfg.CreateFailureWindow = DefaultCreateFailureWindow
+	}
+	return cfg
+}
+
+// New returns a watcher that reads the time from now.
+func New(cfg Config, now func() time.Time) *Watcher {
+	cfg = cfg.withDefaults()
 	return &Watcher{cfg: cfg, now: now, start: now(), qps: map[qpKey]*History{}, devs: map[uint32]*deviceState{}}
 }
 
@@ -572,6 +598,7 @@ func (w *Watcher) Event(ev Event) {
 	switch ev.Kind {
 	case EventQPCreated:
 		if ev.Result != 0 {
+			dev.createFailed(ev.Time, -ev.Result, ev.Site.intern())
 			return
 		}
 		h = nil // a new QP, even if its number was used before
@@ -583,7 +610,7 @@ func (w *Watcher) Event(ev Event) {
 			h.pid, o.TGID = ev.TID, ev.PID
 		}
 		h.OnSRQ, h.SRQN = ev.OnSRQ, ev.SRQN
-		h.setNames(qpNames{device: dev.name, owner: o})
+		h.setNames(qpNames{device: dev.name, owner: o, site: ev.Site.intern()})
 		h.note(ev.Time, sourceProbe, "created")
 		h.setState(rdmanl.QPStateReset, ev.Time, sourceProbe)
 	case EventQPModified:

@@ -144,7 +144,8 @@ func checkOnce(ctx context.Context, d Deps, o CheckOptions) (agentapi.CheckRepor
 		st.SetProbes(true, "")
 		probeCtx, stopProbes := context.WithCancel(ctx)
 		defer stopProbes()
-		go func() { probesDone <- FollowProbes(probeCtx, src, st, o.Device, o.Interval, nil) }()
+		sites := NewSites(d.Log, d.ProcRoot)
+		go func() { probesDone <- FollowProbes(probeCtx, src, st, o.Device, o.Interval, sites, nil) }()
 		// The probes stop at the end of the watch, once they applied
 		// everything they read until then.
 		context.AfterFunc(watchCtx, stopProbes)

@@ -10,7 +10,9 @@
 // Scanner dumps a device's QPs (with their SRQs, rdma_cm IDs and ULPs)
 // over RDMA netlink and names their owners from /proc; LookForZombies
 // looks for zombie verbs contexts; FollowProbes applies the eBPF probes'
-// events as they come. LearnDevice learns a device's provider and max_qp
+// events as they come, naming each QP create's site as it is read (Sites,
+// through package symbolize, while the creating process still runs).
+// LearnDevice learns a device's provider and max_qp
 // once (FactsCache). Check answers qp-leaks: from a running agent
 // (agentapi.Ask) when one listens, else by observing the host for --watch
 // itself. Deps says what it all talks to.

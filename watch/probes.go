@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/rdmatool/rdmatool/bpf"
@@ -43,22 +44,48 @@ func leakEvent(ev bpf.Event) (le leakwatch.Event, ok bool) {
 	return le, true
 }
 
+// sitesReporter is an EventSource that says where its creation-site
+// uprobes are (the bpf tracer).
+type sitesReporter interface {
+	Sites() bpf.Sites
+}
+
+// sitesError says why user QPs have no creation site: no uprobes, or a
+// library without them; "" when every library found has them.
+func sitesError(s bpf.Sites) string {
+	switch {
+	case s.Err != nil && len(s.Libraries) == 0:
+		return "no uprobes (" + s.Err.Error() + ")"
+	case s.Err != nil:
+		return fmt.Sprintf("uprobes on %d libraries, missing: %s", len(s.Libraries), s.Err)
+	case len(s.Libraries) == 0:
+		return "no uprobes (no libibverbs or librdmacm found)"
+	}
+	return ""
+}
+
 // FollowProbes applies src's events of device ("" for every device) to st
 // as they arrive, and keeps st's count of src's lost events current every
 // refresh, until ctx ends or src's events end (it returns nil, having
 // applied every event read until then) or the stream fails (it returns
-// the stream's error). An event that says a device came, went or was
-// renamed calls deviceChanged too, when it is not nil. It does not close
-// src.
-func FollowProbes(ctx context.Context, src EventSource, st *State, device string, refresh time.Duration, deviceChanged func()) error {
+// the stream's error). A QP create's site is named as the event is read,
+// through sites (nil: no sites), before the state is locked. An event
+// that says a device came, went or was renamed calls deviceChanged too,
+// when it is not nil. It does not close src.
+func FollowProbes(ctx context.Context, src EventSource, st *State, device string, refresh time.Duration, sites *Sites, deviceChanged func()) error {
 	s, counts := src.(statser)
+	sr, hasSites := src.(sitesReporter)
 	updateLost := func() {
 		if counts {
 			if stats, err := s.Stats(); err == nil {
 				st.setLost(stats.Total())
 			}
 		}
+		if hasSites {
+			st.setSitesError(sitesError(sr.Sites()))
+		}
 	}
+	updateLost()
 	g, gctx := errgroup.WithContext(ctx)
 	done := make(chan struct{})
 	g.Go(func() error {
@@ -77,6 +104,9 @@ func FollowProbes(ctx context.Context, src EventSource, st *State, device string
 				}
 			}
 			if le, ok := leakEvent(ev); ok {
+				if sites != nil {
+					le.Site = sites.Site(&ev)
+				}
 				st.probeEvent(ev.Kind.String(), &le)
 			} else {
 				st.probeEvent(ev.Kind.String(), nil)

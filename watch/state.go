@@ -25,6 +25,9 @@ type State struct {
 	now      func() time.Time
 	probes   bool
 	probeErr string
+	// sitesErr says why user QPs have no creation site ("" when the
+	// uprobes are on every library found, or no probes say).
+	sitesErr string
 	// probesSince is when the probes last attached.
 	probesSince time.Time
 	scans       int
@@ -276,6 +279,12 @@ func (s *State) Restored() leakwatch.Restored {
 	return s.w.Restored()
 }
 
+func (s *State) setSitesError(e string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sitesErr = e
+}
+
 func (s *State) setLost(n uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -305,11 +314,14 @@ func (s *State) Report(q leakwatch.Query) (rep agentapi.CheckReport, ok bool) {
 	}
 	s.resolveOwners()
 	rep = agentapi.CheckReport{
-		Report: s.w.Evaluate(q), Probes: onOff(s.probes), ProbesError: s.probeErr, LostEvents: s.lost,
+		Report: s.w.Evaluate(q), Probes: onOff(s.probes), ProbesError: s.probeErr, LostEvents: s.lost, SitesError: s.sitesErr,
 		Scans: s.scans, Devices: devices, ScanError: s.scanErrorText(), ObservedSince: s.w.Started().UTC(),
 	}
 	if q.SkipProbeRules != "" { // the report says what its rules rested on
-		rep.Probes, rep.ProbesError = "off", q.SkipProbeRules
+		rep.Probes, rep.ProbesError, rep.SitesError = "off", q.SkipProbeRules, ""
+	}
+	if !s.probes {
+		rep.SitesError = "" // ProbesError says why: no probes, no sites
 	}
 	return rep, true
 }
@@ -330,6 +342,14 @@ func (s *State) Tally(topN int) []leakwatch.DeviceTally {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Tally(topN)
+}
+
+// CreateFailures counts each device's failed QP creates by errno and
+// creation site (leakwatch.Watcher.CreateFailures).
+func (s *State) CreateFailures() []leakwatch.DeviceFailures {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.CreateFailures()
 }
 
 // resolveOwners has the history name owners as /proc sees them now. The

@@ -44,6 +44,12 @@ func newAgentCmd(g *globals) *cobra.Command {
 			if !(o.ExhaustionThreshold > 0 && o.ExhaustionThreshold <= 1) {
 				return fmt.Errorf("--exhaustion-threshold %g: want a share of max_qp above 0 and at most 1", o.ExhaustionThreshold)
 			}
+			if o.CreateFailures < 1 {
+				return fmt.Errorf("--create-failures %d: want 1 or more", o.CreateFailures)
+			}
+			if err := checkDurations(durationFlag{name: "create-failure-window", value: o.CreateFailureWindow, min: time.Second}); err != nil {
+				return err
+			}
 			if m := o.Policy.Mode; m != agent.PolicyObserve && m != agent.PolicyReset {
 				return fmt.Errorf("--policy %s: want %s or %s", quote.String(m), agent.PolicyObserve, agent.PolicyReset)
 			}
@@ -136,6 +142,8 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.StringVar(&namesMap, "names-map", rename.DefaultMapFile, "the map policy's file")
 	f.BoolVar(&renameForce, "rename-force", false, "rename devices whose name user space assigned too")
 	f.Float64Var(&o.ExhaustionThreshold, "exhaustion-threshold", leakwatch.DefaultExhaustionThreshold, "share of max_qp in use that qp-exhaustion reports")
+	f.IntVar(&o.CreateFailures, "create-failures", leakwatch.DefaultCreateFailures, "failed QP creates on a device within --create-failure-window that qp-create-failing reports")
+	f.DurationVar(&o.CreateFailureWindow, "create-failure-window", leakwatch.DefaultCreateFailureWindow, "the window of --create-failures")
 	f.StringVar(&o.Policy.Mode, "policy", agent.PolicyObserve, "remediation policy: observe (never act) or reset (thresholds in the config's policy key)")
 	f.BoolVar(&o.Policy.DryRun, "policy-dry-run", false, "with --policy reset, log the resets the policy would make and make none")
 	return cmd
@@ -182,7 +190,7 @@ func tuneAgentMemory(d *watch.Deps) {
 	_ = unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
 	if d.OpenProbes != nil {
 		d.OpenProbes = func(_ context.Context, log *slog.Logger) (watch.EventSource, error) {
-			t, err := bpf.Open(log, bpf.Options{BufferBytes: agentRingBytes})
+			t, err := bpf.Open(log, bpf.Options{BufferBytes: agentRingBytes, Sites: true})
 			debug.FreeOSMemory()
 			if err != nil {
 				return nil, err

@@ -8,10 +8,12 @@ import (
 	"github.com/rdmatool/rdmatool/watch"
 )
 
-// openProbes attaches the eBPF probes for qp-leaks; without privileges or
-// BTF the error says what is missing and the check runs on netlink only.
+// openProbes attaches the eBPF probes for qp-leaks and the agent, with
+// the uprobes that record user QPs' creation sites (bpf.Options.Sites);
+// without privileges or BTF the error says what is missing and the check
+// runs on netlink only.
 func openProbes(_ context.Context, log *slog.Logger) (watch.EventSource, error) {
-	t, err := bpf.Open(log, bpf.Options{})
+	t, err := bpf.Open(log, bpf.Options{Sites: true})
 	if err != nil {
 		return nil, err
 	}

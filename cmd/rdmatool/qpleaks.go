@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -23,7 +24,7 @@ import (
 func newQPLeaksCmd(g *globals) *cobra.Command {
 	var o watch.CheckOptions
 	var maxQP []string
-	var noAgent bool
+	var noAgent, stacks bool
 	cmd := &cobra.Command{
 		Use:   "qp-leaks",
 		Short: "Report queue pairs that look leaked",
@@ -68,7 +69,7 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 			if g.json {
 				err = g.renderJSON(cmd.OutOrStdout(), rep)
 			} else {
-				err = renderLeaks(cmd.OutOrStdout(), rep)
+				err = renderLeaks(cmd.OutOrStdout(), rep, stacks)
 			}
 			if err != nil || max(rep.FindingsTotal, len(rep.Findings)) == 0 {
 				return err
@@ -90,6 +91,7 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 	})
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only (with the agent: skip the rules that need probes)")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion, over what the device reports (repeatable)")
+	f.BoolVar(&stacks, "stacks", false, "text: show each finding's creation site (a kernel QP's stack) and group the findings by site (JSON has them whenever known)")
 	f.IntVar(&o.Limit, "limit", 1000, "list at most this many findings QP by QP, the most severe first (0: all); the summary counts every one")
 	return cmd
 }
@@ -126,8 +128,10 @@ const agentTimeout = 10 * time.Second
 // out by --limit) the summary's groups come first, one line each. Every
 // string of the report, which comes from the agent, the kernel and the
 // processes' own names, is printed through quote.Text: a command name
-// with ESC, CR or LF in it reaches the terminal escaped.
-func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
+// with ESC, CR or LF in it reaches the terminal escaped. With stacks, each
+// finding shows where its QP was created (a kernel QP its stack) and the
+// findings are counted by creation site before the totals.
+func renderLeaks(w io.Writer, rep agentapi.CheckReport, stacks bool) error {
 	t := quote.Text
 	bw := bufio.NewWriter(w)
 	total := max(rep.FindingsTotal, len(rep.Findings))
@@ -197,11 +201,17 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
 				}
 				fmt.Fprintf(bw, "  %-8s %-29s qpn %d %s %s%s for %.1fs\n", severity, rule, f.QPN, t(f.Type), t(f.State), srq, f.AgeSeconds)
 			}
+			if stacks {
+				writeFindingSite(bw, f)
+			}
 			fmt.Fprintf(bw, "           %s\n", t(f.Hint))
 		}
 	}
 	if rep.FindingsOmitted > 0 {
 		fmt.Fprintf(bw, "%d more findings not listed QP by QP (--limit 0 lists them all)\n", rep.FindingsOmitted)
+	}
+	if stacks {
+		writeSiteGroups(bw, rep)
 	}
 	severities := map[leakwatch.Severity]int{} // every finding, also those not listed
 	for _, g := range rep.Summary {
@@ -226,6 +236,9 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
 		devices = "no devices"
 	}
 	summary += fmt.Sprintf(" over %d QPs on %s, %s, probes %s", rep.QPs, devices, observed, t(rep.Probes))
+	if rep.SitesError != "" {
+		summary += " (sites: " + t(rep.SitesError) + ")"
+	}
 	if rep.LostEvents > 0 {
 		summary += fmt.Sprintf(", %d probe events lost", rep.LostEvents)
 	}
@@ -241,6 +254,57 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport) error {
 	}
 	fmt.Fprintln(bw, summary)
 	return bw.Flush()
+}
+
+// writeFindingSite writes the lines that say where a finding's QP was
+// created, none when that is not known.
+func writeFindingSite(w io.Writer, f leakwatch.Finding) {
+	t := quote.Text
+	switch {
+	case f.Site != "":
+		fmt.Fprintf(w, "           created at %s via %s", t(f.Site), t(f.SiteVia))
+		if f.SiteFile != "" {
+			fmt.Fprintf(w, " (%s", t(f.SiteFile))
+			if f.SiteBuildID != "" {
+				fmt.Fprintf(w, " build-id %s", t(f.SiteBuildID))
+			}
+			fmt.Fprintf(w, " offset 0x%x)", f.SiteOffset)
+		}
+		fmt.Fprintln(w)
+	case len(f.Stack) > 0:
+		fmt.Fprintln(w, "           created by kernel stack:")
+		for _, frame := range f.Stack {
+			fmt.Fprintf(w, "             %s\n", t(frame))
+		}
+	}
+}
+
+// writeSiteGroups writes the findings counted by device and creation site
+// (the report's sites), with the rules they break, or a line saying that
+// no finding's site is known.
+func writeSiteGroups(w io.Writer, rep agentapi.CheckReport) {
+	t := quote.Text
+	if len(rep.Sites) == 0 {
+		if len(rep.Findings) > 0 {
+			fmt.Fprintln(w, "by creation site: no finding's creation site is known")
+		}
+		return
+	}
+	fmt.Fprintln(w, "by creation site:")
+	for _, g := range rep.Sites {
+		site := t(g.Site)
+		if g.SiteVia != "" {
+			site += " via " + t(g.SiteVia)
+		}
+		rules := make([]string, 0, len(g.Rules))
+		for _, r := range slices.Sorted(maps.Keys(g.Rules)) {
+			rules = append(rules, fmt.Sprintf("%s %d", t(r), g.Rules[r]))
+		}
+		fmt.Fprintf(w, "  %s  %d QPs created at %s  (%s)\n", t(g.Device), g.QPs, site, strings.Join(rules, ", "))
+	}
+	if rep.SitesOmitted > 0 {
+		fmt.Fprintf(w, "  %d more sites\n", rep.SitesOmitted)
+	}
 }
 
 // ownerText names who owns a finding's QP: the kernel module (and the ULP

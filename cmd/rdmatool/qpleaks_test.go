@@ -200,7 +200,7 @@ func TestRenderLeaksThreads(t *testing.T) {
 	var rep agentapi.CheckReport
 	rep.Findings = []leakwatch.Finding{main, worker}
 	var b strings.Builder
-	if err := renderLeaks(&b, rep); err != nil {
+	if err := renderLeaks(&b, rep, false); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -220,7 +220,7 @@ func TestRenderLeaksULPDrain(t *testing.T) {
 	var rep agentapi.CheckReport
 	rep.Findings = []leakwatch.Finding{f, done}
 	var b strings.Builder
-	if err := renderLeaks(&b, rep); err != nil {
+	if err := renderLeaks(&b, rep, false); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -249,7 +249,7 @@ func TestRenderLeaksKernelThreads(t *testing.T) {
 	}
 	rep.FindingsTotal = 2
 	var b strings.Builder
-	if err := renderLeaks(&b, rep); err != nil {
+	if err := renderLeaks(&b, rep, false); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -268,7 +268,7 @@ func TestRenderLeaksZombie(t *testing.T) {
 		Owner: leakwatch.Owner{PID: 300, TGID: 300, Comm: "stuck"}, AgeSeconds: 12, Hint: "reopen",
 		Evidence: []leakwatch.Evidence{{Source: "scan", What: "holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device"}}}}
 	var b strings.Builder
-	if err := renderLeaks(&b, rep); err != nil {
+	if err := renderLeaks(&b, rep, false); err != nil {
 		t.Fatal(err)
 	}
 	want := "(unregistered device)  pid 300 (stuck)\n  warning  zombie-uverbs-context         holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device for 12.0s\n"
@@ -284,7 +284,7 @@ func TestRenderLeaksNoDevices(t *testing.T) {
 		ScanError: "rdmanl: dump QPs of rxe0: interrupted"}
 	rep.ObservedSeconds = 15
 	var b strings.Builder
-	if err := renderLeaks(&b, rep); err != nil {
+	if err := renderLeaks(&b, rep, false); err != nil {
 		t.Fatal(err)
 	}
 	want := "0 findings over 0 QPs on no devices, observed by the agent for 15s, probes off; scans failed: rdmanl: dump QPs of rxe0: interrupted\n"
@@ -391,7 +391,7 @@ func TestRenderLeaksSummaryFirst(t *testing.T) {
 	rep.FindingsTotal = len(fs)
 	rep.Findings, rep.FindingsOmitted = fs[:10], len(fs)-10
 	var b strings.Builder
-	if err := renderLeaks(&b, rep); err != nil {
+	if err := renderLeaks(&b, rep, false); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -445,5 +445,55 @@ func TestQPLeaksRuleCompletion(t *testing.T) {
 	want := strings.Join(leakwatch.Rules(), "\n") + "\n:4\n"
 	if code != 0 || stdout != want {
 		t.Errorf("completion of --rule: exit %d, %q; want %q", code, stdout, want)
+	}
+}
+
+// TestRenderLeaksStacks: with --stacks each finding says where its QP was
+// created (a kernel QP its stack) and the findings are counted by site
+// before the totals; without it the text has no site.
+func TestRenderLeaksStacks(t *testing.T) {
+	t.Parallel()
+	user := leakwatch.Finding{Rule: leakwatch.RuleNeverConnectedQP, Severity: leakwatch.SeverityWarning, Device: "rxe0", QPN: 17, Type: "RC", State: "INIT",
+		Owner: leakwatch.Owner{PID: 100, TGID: 100, Comm: "app"}, AgeSeconds: 6, Hint: "connect it",
+		Site: "app!connect_peer+0x4c", SiteVia: "rdma_create_qp", SiteFile: "/usr/bin/app", SiteBuildID: "3f0e", SiteOffset: 0x1a2c}
+	kernel := leakwatch.Finding{Rule: leakwatch.RuleSRQDrainStalled, Severity: leakwatch.SeverityCritical, Device: "rxe0", QPN: 20, Type: "RC", State: "ERR",
+		Owner: leakwatch.Owner{Comm: "rdma_cm", KernName: "rdma_cm", ULP: "nvmet_rdma"}, Hint: "no SRQ",
+		Stack: []string{"nvmet_rdma_create_queue_ib+0x1f0 [nvmet_rdma]", "nvmet_rdma_cm_handler+0x3a [nvmet_rdma]"}}
+	var rep agentapi.CheckReport
+	rep.Findings = []leakwatch.Finding{user, kernel}
+	rep.Sites = []leakwatch.SiteGroup{
+		{Device: "rxe0", Site: user.Site, SiteVia: user.SiteVia, SiteBuildID: "3f0e", QPs: 30000, Rules: map[string]int{leakwatch.RuleNeverConnectedQP: 29000, leakwatch.RuleStaleErrorQP: 1000}},
+		{Device: "rxe0", Site: kernel.Stack[0], QPs: 1, Rules: map[string]int{leakwatch.RuleSRQDrainStalled: 1}},
+	}
+	rep.SitesOmitted = 2
+	var b strings.Builder
+	if err := renderLeaks(&b, rep, true); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"           created at app!connect_peer+0x4c via rdma_create_qp (/usr/bin/app build-id 3f0e offset 0x1a2c)\n           connect it\n",
+		"           created by kernel stack:\n             nvmet_rdma_create_queue_ib+0x1f0 [nvmet_rdma]\n             nvmet_rdma_cm_handler+0x3a [nvmet_rdma]\n",
+		"by creation site:\n  rxe0  30000 QPs created at app!connect_peer+0x4c via rdma_create_qp  (never-connected-qp 29000, stale-error-qp 1000)\n" +
+			"  rxe0  1 QPs created at nvmet_rdma_create_queue_ib+0x1f0 [nvmet_rdma]  (srq-drain-stalled 1)\n  2 more sites\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text report with --stacks:\n%s\nwant %q", out, want)
+		}
+	}
+	b.Reset()
+	if err := renderLeaks(&b, rep, false); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "created") {
+		t.Errorf("text report without --stacks:\n%s", b.String())
+	}
+	rep.Sites, rep.SitesOmitted = nil, 0
+	b.Reset()
+	if err := renderLeaks(&b, rep, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "by creation site: no finding's creation site is known\n") {
+		t.Errorf("text report with --stacks and no sites:\n%s", b.String())
 	}
 }

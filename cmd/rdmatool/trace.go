@@ -15,6 +15,7 @@ import (
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
 	"github.com/rdmatool/rdmatool/internal/quote"
+	"github.com/rdmatool/rdmatool/watch"
 	"github.com/spf13/cobra"
 )
 
@@ -166,7 +167,7 @@ func runTrace(ctx context.Context, g *globals, stdout io.Writer, o bpf.Options, 
 	}
 	defer tr.Close()
 	fmt.Fprintln(g.stderr, "rdmatool trace: "+attachedLine(tr.Probes(), tr.Mode())+sitesNote(tr.Sites()))
-	sites := newCreationSites(g.logger(), "/proc")
+	sites := watch.NewSites(g.logger(), "/proc")
 
 	runCtx := ctx
 	if duration > 0 {
@@ -184,7 +185,7 @@ func runTrace(ctx context.Context, g *globals, stdout io.Writer, o bpf.Options, 
 			return err
 		}
 		events++
-		site := sites.site(&ev)
+		site := eventSiteOf(sites, &ev)
 		if g.json {
 			line = append(site.appendJSON(ev.AppendJSON(line[:0])), '\n')
 		} else {

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"log/slog"
-	"strconv"
-
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/internal/jsonw"
-	"github.com/rdmatool/rdmatool/symbolize"
+	"github.com/rdmatool/rdmatool/watch"
 )
 
 // userSiteJSON are the fields a qp_create line of `trace -j` adds for a
@@ -76,67 +73,15 @@ func (s eventSite) appendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// creationSites symbolizes the creation sites of trace events at event
-// time, while the creating process still runs: a user QP's call site
-// through /proc/PID (symbolize.User), a kernel QP's stack through
-// kallsyms, read when the first kernel QP comes. Both cache what they read.
-type creationSites struct {
-	log         *slog.Logger
-	user        *symbolize.User
-	procRoot    string
-	kernel      *symbolize.Kernel
-	kernelTried bool
-}
-
-func newCreationSites(log *slog.Logger, procRoot string) *creationSites {
-	return &creationSites{log: log, user: symbolize.NewUser(procRoot), procRoot: procRoot}
-}
-
-// site returns where ev's QP was created; nothing for other events or
-// when the probes did not see it. A process that is gone, or a file that
-// cannot be read, leaves what could be found ("?" at worst).
-func (c *creationSites) site(ev *bpf.Event) eventSite {
+// eventSiteOf returns the site of ev that sites names (watch.Sites), as
+// trace shows it.
+func eventSiteOf(sites *watch.Sites, ev *bpf.Event) eventSite {
+	s := sites.Site(ev)
 	switch {
-	case ev.Kind != bpf.KindQPCreate:
-		return eventSite{}
-	case ev.Via != "":
-		s, err := c.user.CallSite(ev.PID, ev.ViaReturn)
-		if err != nil {
-			c.log.Debug("creation site not symbolized", "pid", ev.PID, "err", err)
-		}
-		return eventSite{user: &userSiteJSON{Site: s.String(), SiteFile: s.Path, SiteBuildID: s.BuildID, SiteOffset: s.Offset,
-			SiteVia: ev.Via}}
-	case ev.Stack != nil:
-		return eventSite{stack: c.frames(ev.Stack, ev.Probe)}
+	case s.Via != "":
+		return eventSite{user: &userSiteJSON{Site: s.Call, SiteFile: s.File, SiteBuildID: s.BuildID, SiteOffset: s.Offset, SiteVia: s.Via}}
+	case s.Stack != nil:
+		return eventSite{stack: s.Stack}
 	}
 	return eventSite{}
-}
-
-// frames names a kernel stack's return addresses, leaving out the probe's
-// own: the frames of BPF programs and trampolines, and a first frame in
-// the probed function (where an fentry trampoline was called from).
-func (c *creationSites) frames(stack []uint64, probed string) []string {
-	if !c.kernelTried {
-		c.kernelTried = true
-		var err error
-		if c.kernel, err = symbolize.NewKernel(c.procRoot); err != nil {
-			c.log.Warn("kernel stacks shown as addresses", "err", err)
-		}
-	}
-	out := []string{}
-	for _, ret := range stack {
-		if c.kernel == nil {
-			out = append(out, "0x"+strconv.FormatUint(ret, 16))
-			continue
-		}
-		s, err := c.kernel.Frame(ret)
-		switch {
-		case err != nil:
-			out = append(out, "0x"+strconv.FormatUint(ret, 16))
-		case s.Module == "bpf", len(out) == 0 && s.Symbol == probed:
-		default:
-			out = append(out, s.String())
-		}
-	}
-	return out
 }

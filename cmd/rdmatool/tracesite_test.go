@@ -2,19 +2,15 @@ package main
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/watch"
 )
 
 // TestSiteJSON: a qp_create line with a site is the event's line with the
@@ -78,97 +74,22 @@ func eventJSON(t *testing.T, ev bpf.Event) bpf.EventJSON {
 	return j
 }
 
-// TestCreationSiteUser symbolizes a return address of this process as a
-// uprobe would have read it, and one of a process that is gone.
-func TestCreationSiteUser(t *testing.T) {
-	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		t.Skip("call sites are decoded on amd64 and arm64")
-	}
-	pcs := make([]uintptr, 1)
-	runtime.Callers(1, pcs) // a return address in this function
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newCreationSites(slog.New(slog.DiscardHandler), "/proc")
-	ev := bpf.Event{Kind: bpf.KindQPCreate, PID: uint32(os.Getpid()), Via: "rdma_create_qp", ViaReturn: uint64(pcs[0])}
-	s := c.site(&ev)
-	// go test strips the binaries it runs (go test -c does not): then the
-	// site is the file's offset and build ID.
-	want := filepath.Base(exe) + "!github.com/rdmatool/rdmatool/cmd/rdmatool.TestCreationSiteUser+0x"
-	if f, err := elf.Open(exe); err == nil {
-		if _, err := f.Symbols(); errors.Is(err, elf.ErrNoSymbols) {
-			want = filepath.Base(exe) + "+0x"
-		}
-		f.Close()
-	}
-	if s.user == nil || !strings.HasPrefix(s.user.Site, want) || s.user.SiteFile != exe || s.user.SiteOffset == 0 ||
-		s.user.SiteBuildID == "" || s.user.SiteVia != "rdma_create_qp" {
-		t.Errorf("site of this test's call = %+v, want %s... in %s via rdma_create_qp", s.user, want, exe)
-	}
-	if s.short() != s.user.Site {
-		t.Errorf("short() = %q, want %q", s.short(), s.user.Site)
-	}
-
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Skip(err)
-	}
-	ev.PID = uint32(cmd.ProcessState.Pid())
-	if s := c.site(&ev); s.user == nil || s.user.Site != "?" || s.user.SiteFile != "" || s.user.SiteVia != "rdma_create_qp" {
-		t.Errorf("site in a process gone = %+v, want ? via rdma_create_qp", s.user)
-	}
-
-	for _, other := range []bpf.Event{
-		{Kind: bpf.KindQPCreate, PID: ev.PID},                                     // no uprobe saw it
-		{Kind: bpf.KindQPModify, PID: ev.PID, Via: "x", Stack: []uint64{1}},       // not a create
-		{Kind: bpf.KindQPCreate, Probe: "ib_create_qp_kernel", Stack: []uint64{}}, // an empty stack
-	} {
-		if s := c.site(&other); s.user != nil || len(s.stack) != 0 {
-			t.Errorf("site of %+v = %+v, want none", other, s)
-		}
-	}
-}
-
-// TestCreationSiteKernel names a kernel stack through a fixture
-// kallsyms: the probe's frames (BPF program, trampoline, the probed
-// function where fentry called the trampoline) are left out, and an
-// address no function holds is shown in hex.
-func TestCreationSiteKernel(t *testing.T) {
+// TestEventSiteOf: a user site becomes trace's user fields, a kernel
+// stack its stack, anything else no site.
+func TestEventSiteOf(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	kallsyms := "ffffffff81000000 T _stext\n" +
-		"ffffffff81100000 T ib_register_device_fake\n" +
-		"ffffffff81100400 t after_fake\n" +
-		"ffffffffc0001000 t bpf_trampoline_6442\t[bpf]\n" +
-		"ffffffffc0002000 t bpf_prog_1234_fexit_create_qp_kernel\t[bpf]\n" +
-		"ffffffffc0a00000 t create_mad_qp\t[ib_core]\n" +
-		"ffffffffc0a00080 T ib_create_qp_kernel\t[ib_core]\n" +
-		"ffffffffc0a00100 t ib_mad_init_device\t[ib_core]\n" +
-		"ffffffffc0b00000 t rxe_register_device\t[rdma_rxe]\n"
-	modules := "ib_core 65536 1 - Live 0xffffffffc0a00000\nrdma_rxe 65536 0 - Live 0xffffffffc0b00000\n"
-	for name, content := range map[string]string{"kallsyms": kallsyms, "modules": modules} {
-		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	sites := watch.NewSites(slog.New(slog.DiscardHandler), t.TempDir())
+	ev := bpf.Event{Kind: bpf.KindQPCreate, PID: 1 << 30, Via: "rdma_create_qp", ViaReturn: 0x1234}
+	if s := eventSiteOf(sites, &ev); s.user == nil || *s.user != (userSiteJSON{Site: "?", SiteVia: "rdma_create_qp"}) || s.short() != "?" {
+		t.Errorf("site of a create in a process gone = %+v, want ? via rdma_create_qp", s.user)
 	}
-	c := newCreationSites(slog.New(slog.DiscardHandler), root)
-	ev := bpf.Event{Kind: bpf.KindQPCreate, Probe: "ib_create_qp_kernel", KernOwner: "ib_core",
-		Stack: []uint64{0xffffffffc0002040, 0xffffffffc0001010, 0xffffffffc0a00089, 0xffffffffc0a0005d, 0xffffffffc0a00130, 0xffffffffc0b00020,
-			0xffffffff81100010, 0xffffffffc0f00000}}
-	s := c.site(&ev)
-	want := []string{"create_mad_qp+0x5d [ib_core]", "ib_mad_init_device+0x30 [ib_core]", "rxe_register_device+0x20 [rdma_rxe]",
-		"ib_register_device_fake+0x10", "0xffffffffc0f00000"}
-	if diff := cmp.Diff(want, s.stack); diff != "" || s.user != nil {
-		t.Errorf("stack (-want +got):\n%s", diff)
+	ev = bpf.Event{Kind: bpf.KindQPCreate, Probe: "ib_create_qp_kernel", Stack: []uint64{0xffffffffc0f00000}}
+	if s := eventSiteOf(sites, &ev); s.user != nil || !cmp.Equal(s.stack, []string{"0xffffffffc0f00000"}) || s.short() != s.stack[0] {
+		t.Errorf("site of a kernel create without kallsyms = %+v", s)
 	}
-	if s.short() != want[0] {
-		t.Errorf("short() = %q, want %q", s.short(), want[0])
-	}
-
-	noKallsyms := newCreationSites(slog.New(slog.DiscardHandler), t.TempDir())
-	if s := noKallsyms.site(&ev); len(s.stack) != len(ev.Stack) || s.stack[0] != "0xffffffffc0002040" {
-		t.Errorf("stack without kallsyms = %v, want every address in hex", s.stack)
+	ev = bpf.Event{Kind: bpf.KindQPCreate}
+	if s := eventSiteOf(sites, &ev); s.has() {
+		t.Errorf("site of a create no probe saw = %+v, want none", s)
 	}
 }
 
