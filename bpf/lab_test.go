@@ -5,9 +5,6 @@ package bpf
 import (
 	"bufio"
 	"context"
-	"debug/elf"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -708,117 +705,15 @@ func TestLabRecord(t *testing.T) {
 	}
 }
 
-// qpworkELF is what the lab test reads of qpwork itself, with debug/elf
-// (the guest has no binutils): its build ID, symbols and code.
-type qpworkELF struct {
-	path    string // as /proc/PID/maps names it
-	buildID string
-	f       *elf.File
-	raw     *os.File
-}
-
-func openQPWorkELF(t *testing.T) *qpworkELF {
+// checkCallSite holds a qp_create's user site to bin (vmtest.Binary.CheckCall).
+func checkCallSite(t *testing.T, bin *vmtest.Binary, l traceLine, fn, via string) {
 	t.Helper()
-	path, err := filepath.EvalSymlinks(vmtest.Bin(t, "qpwork"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
-	f, err := elf.NewFile(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := &qpworkELF{path: path, f: f, raw: raw}
-	// The GNU build ID note: namesz, descsz, type 3, "GNU\0", the ID.
-	if sec := f.Section(".note.gnu.build-id"); sec != nil {
-		if b, err := sec.Data(); err == nil && len(b) >= 16 && binary.LittleEndian.Uint32(b[8:]) == 3 && string(b[12:16]) == "GNU\x00" {
-			n := binary.LittleEndian.Uint32(b[4:])
-			if 16+int(n) <= len(b) {
-				q.buildID = hex.EncodeToString(b[16 : 16+n])
-			}
-		}
-	}
-	if q.buildID == "" {
-		t.Fatalf("%s has no GNU build ID note", path)
-	}
-	return q
-}
-
-// checkCallSite holds a user site to qpwork's own file: the site names fn
-// at the call instruction's file offset (FUNCTION+0xOFFSET from the
-// function symbol), and the bytes there are a call into the PLT, which
-// ends where the library call returns.
-func (q *qpworkELF) checkCallSite(t *testing.T, l traceLine, fn, via string) {
-	t.Helper()
-	if l.SiteVia != via || l.SiteFile != q.path || l.SiteBuildID != q.buildID || l.SiteOffset == nil {
-		t.Errorf("QP %d: site %q via %q in %q (build id %q); want via %s in %s (build id %s): %s",
-			l.QPN, l.Site, l.SiteVia, l.SiteFile, l.SiteBuildID, via, q.path, q.buildID, l)
+	if l.SiteOffset == nil {
+		t.Errorf("QP %d: no site offset: %s", l.QPN, l)
 		return
 	}
-	off := *l.SiteOffset
-	var vaddr uint64
-	found := false
-	for _, p := range q.f.Progs {
-		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Off <= off && off < p.Off+p.Filesz {
-			vaddr, found = off-p.Off+p.Vaddr, true
-		}
-	}
-	if !found {
-		t.Errorf("QP %d: site offset %#x is in no executable segment of qpwork: %s", l.QPN, off, l)
-		return
-	}
-	syms, err := q.f.Symbols()
-	if err != nil {
-		t.Fatalf("qpwork symbols: %v", err)
-	}
-	var sym *elf.Symbol
-	for i, s := range syms {
-		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value <= vaddr && vaddr < s.Value+s.Size {
-			sym = &syms[i]
-		}
-	}
-	if sym == nil || sym.Name != fn {
-		t.Errorf("QP %d: site offset %#x (address %#x) is in %v, want %s: %s", l.QPN, off, vaddr, sym, fn, l)
-		return
-	}
-	if want := fmt.Sprintf("qpwork!%s+0x%x", fn, vaddr-sym.Value); l.Site != want {
-		t.Errorf("QP %d: site %q, want %q", l.QPN, l.Site, want)
-	}
-	code := make([]byte, 8)
-	if _, err := q.raw.ReadAt(code, int64(off)); err != nil {
-		t.Fatal(err)
-	}
-	switch q.f.Machine {
-	case elf.EM_X86_64:
-		switch {
-		case code[0] == 0xe8: // call rel32: into the PLT stub of the library function
-			target := vaddr + 5 + uint64(int64(int32(binary.LittleEndian.Uint32(code[1:]))))
-			sec := sectionOf(q.f, target)
-			if sec != ".plt" && sec != ".plt.sec" {
-				t.Errorf("QP %d: the call at %#x goes to %#x in %q, want the PLT", l.QPN, vaddr, target, sec)
-			}
-		case code[0] == 0xff && code[1]>>3&7 == 2: // call *GOT(%rip) (-fno-plt)
-		default:
-			t.Errorf("QP %d: the bytes at file offset %#x, % x, are no call instruction", l.QPN, off, code)
-		}
-	case elf.EM_AARCH64:
-		if insn := binary.LittleEndian.Uint32(code); insn&0xfc000000 != 0x94000000 && insn&0xfffffc1f != 0xd63f0000 {
-			t.Errorf("QP %d: the instruction at file offset %#x, %#08x, is no BL or BLR", l.QPN, off, insn)
-		}
-	}
-}
-
-func sectionOf(f *elf.File, addr uint64) string {
-	for _, s := range f.Sections {
-		if s.Addr <= addr && addr < s.Addr+s.Size && s.Flags&elf.SHF_ALLOC != 0 {
-			return s.Name
-		}
-	}
-	return ""
+	bin.CheckCall(t, fmt.Sprintf("QP %d", l.QPN), vmtest.Site{Call: l.Site, Via: l.SiteVia, File: l.SiteFile,
+		BuildID: l.SiteBuildID, Offset: *l.SiteOffset}, fn, via)
 }
 
 // TestLabTraceSites: `rdmatool trace -j`, in both attach modes side by
@@ -832,7 +727,7 @@ func sectionOf(f *elf.File, addr uint64) string {
 // rdma_rxe, without the probe's BPF frames.
 func TestLabTraceSites(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
-	q := openQPWorkELF(t)
+	q := vmtest.OpenBinary(t, vmtest.Bin(t, "qpwork"))
 	modes := []string{"fentry", "kprobes"}
 	cases := []struct {
 		name    string
@@ -882,7 +777,7 @@ func TestLabTraceSites(t *testing.T) {
 							t.Errorf("no create of QP %d by qpwork (pid %d)", qp.QPN, ready.PID)
 							continue
 						}
-						q.checkCallSite(t, evs[i], c.fn, c.via)
+						checkCallSite(t, q, evs[i], c.fn, c.via)
 						if evs[i].Stack != nil {
 							t.Errorf("QP %d: a user QP with a kernel stack: %s", qp.QPN, evs[i])
 						}

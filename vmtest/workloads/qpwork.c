@@ -36,9 +36,9 @@
  *     destroyed, so ibv_destroy_qp() can never wait for an unacked event.
  *   - The only global mutable state is the signal flag.
  *   - QPs are created in functions of their own, which the compiler may
- *     neither inline nor clone (SITE_FN): create_qps_verbs, create_qp_rdmacm
- *     and create_qp_churn. rdmatool's creation sites name them, and the
- *     lab tests check that they do.
+ *     neither inline nor clone (SITE_FN): create_qps_verbs, create_qp_rdmacm,
+ *     create_qp_churn and create_qp_oversized. rdmatool's creation sites
+ *     name them, and the lab tests check that they do.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -128,6 +128,7 @@ struct opts {
 	enum churn_states churn_states;
 	bool batch;
 	bool quiet;
+	long oversized;			/* creates over max_qp_wr, 0: not set */
 };
 
 struct qpent {
@@ -491,6 +492,7 @@ static void usage(FILE *f)
 "  --churn-rate R           at most R cycles per second\n"
 "  --churn-states auto|rts|init-err   churn state path          [auto]\n"
 "  --batch                  scale mode: create fast, print a summary\n"
+"  --oversized N            N creates asking for max_qp_wr+1 WRs, each refused\n"
 "  --quiet                  no per-QP qp/err/destroyed lines\n"
 "  --help                   this text\n");
 }
@@ -565,7 +567,7 @@ enum {
 	OPT_DEV = 256, OPT_PORT, OPT_GID, OPT_QPS, OPT_PAIRS, OPT_TYPE, OPT_SRQ, OPT_SRQ_EVERY,
 	OPT_TO, OPT_CONNECT, OPT_ADDR, OPT_CMPORT, OPT_TIMEOUT, OPT_TEARDOWN,
 	OPT_LASTWQE, OPT_DRAIN, OPT_GRACE, OPT_HOLD, OPT_ORPHAN, OPT_CHURN,
-	OPT_CHURN_SECS, OPT_CHURN_RATE, OPT_CHURN_STATES, OPT_BATCH, OPT_QUIET, OPT_HELP,
+	OPT_CHURN_SECS, OPT_CHURN_RATE, OPT_CHURN_STATES, OPT_BATCH, OPT_QUIET, OPT_OVERSIZED, OPT_HELP,
 	OPT_LAST
 };
 
@@ -597,6 +599,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "churn-states",        required_argument, NULL, OPT_CHURN_STATES },
 		{ "batch",               no_argument,       NULL, OPT_BATCH },
 		{ "quiet",               no_argument,       NULL, OPT_QUIET },
+		{ "oversized",           required_argument, NULL, OPT_OVERSIZED },
 		{ "help",                no_argument,       NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -746,6 +749,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case OPT_QUIET:
 			o->quiet = true;
 			break;
+		case OPT_OVERSIZED:
+			o->oversized = parse_long("--oversized", optarg, 1, 1000000L);
+			break;
 		case OPT_HELP:
 			usage(stdout);
 			exit(0);
@@ -767,6 +773,15 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		bad_usage("--dev is required");
 
 	churn_mode = GIVEN(OPT_CHURN) || GIVEN(OPT_CHURN_SECS);
+	if (GIVEN(OPT_OVERSIZED)) {
+		int opt;
+
+		/* Only where the device is: the creates are all it does. */
+		for (opt = OPT_DEV + 1; opt < OPT_LAST; opt++)
+			if (opt != OPT_OVERSIZED && opt != OPT_PORT && opt != OPT_QUIET && GIVEN(opt))
+				bad_usage("--oversized takes only --dev, --port and --quiet");
+		return;
+	}
 	if (churn_mode) {
 		static const struct { int opt; const char *name; } excl[] = {
 			{ OPT_QPS, "--qps" }, { OPT_PAIRS, "--pairs" },
@@ -2088,6 +2103,54 @@ static void teardown(struct app *a)
 /* ------------------------------------------------------------------ */
 /* Churn                                                               */
 
+/*
+ * A create the device must refuse, through ibv_create_qp: one send work
+ * request over the device's max_qp_wr. Returns the create's errno.
+ */
+SITE_FN static int create_qp_oversized(struct app *a)
+{
+	struct ibv_qp_init_attr ia;
+	struct ibv_qp *qp;
+
+	fill_qp_init_attr(a, &ia, NULL);
+	ia.cap.max_send_wr = (uint32_t)a->dattr.max_qp_wr + 1;
+	errno = 0;
+	qp = ibv_create_qp(a->pd, &ia);
+	if (qp) {
+		ibv_destroy_qp(qp);
+		return 0;
+	}
+	return errno ? errno : EIO;
+}
+
+/* --oversized: the creates, one create_failed line each. */
+static void run_oversized(struct app *a)
+{
+	struct line l;
+	long i;
+
+	if (a->dattr.max_qp_wr <= 0)
+		fail(a, "ibv_query_device", NO_QPN, EINVAL, "no max_qp_wr to exceed");
+	l_begin(&l, "oversized_start");
+	l_int(&l, "pid", getpid());
+	l_int(&l, "max_qp_wr", a->dattr.max_qp_wr);
+	l_emit(&l);
+	for (i = 0; i < a->o.oversized; i++) {
+		int err = create_qp_oversized(a);
+
+		if (!err)
+			fail(a, "ibv_create_qp", NO_QPN, EEXIST, "a QP over max_qp_wr was created");
+		if (!a->o.quiet) {
+			l_begin(&l, "create_failed");
+			l_int(&l, "errno", err);
+			l_emit(&l);
+		}
+	}
+	l_begin(&l, "oversized");
+	l_int(&l, "creates", a->o.oversized);
+	l_emit(&l);
+}
+
 /* One QP of a churn cycle, through ibv_create_qp. */
 SITE_FN static struct ibv_qp *create_qp_churn(struct app *a)
 {
@@ -2237,6 +2300,14 @@ int main(int argc, char **argv)
 	if (a->o.conn == CONN_VERBS)
 		select_gid(a);
 
+	if (a->o.oversized > 0) {
+		create_shared(a, 1);
+		run_oversized(a);
+		release_shared(a);
+		l_begin(&l, "done");
+		l_emit(&l);
+		return 0;
+	}
 	if (a->o.churn > 0 || a->o.churn_seconds > 0) {
 		create_shared(a, 1);
 		run_churn(a);
