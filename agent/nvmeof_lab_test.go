@@ -124,7 +124,8 @@ func mapsEqual(a, b map[string]int) bool {
 // drainTrace is a running `rdmatool trace -j` on one device.
 type drainTrace struct {
 	mu     sync.Mutex
-	drains map[uint32]float64 // QPN to the seconds its ib_drain_qp took
+	drains map[uint32]float64  // QPN to the seconds its ib_drain_qp took
+	stacks map[uint32][]string // QPN to its creation's kernel stack
 	notify chan struct{}
 }
 
@@ -150,24 +151,35 @@ func tracer(t *testing.T, dev vmtest.Device) *drainTrace {
 		cmd.Process.Signal(syscall.SIGINT)
 		cmd.Wait()
 	})
-	tr := &drainTrace{drains: map[uint32]float64{}, notify: make(chan struct{}, 1)}
+	tr := &drainTrace{drains: map[uint32]float64{}, stacks: map[uint32][]string{}, notify: make(chan struct{}, 1)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			var ev struct {
-				Kind     string  `json:"kind"`
-				QPN      uint32  `json:"qpn"`
-				Probe    string  `json:"probe"`
-				Duration float64 `json:"duration_seconds"`
+				Kind     string   `json:"kind"`
+				QPN      uint32   `json:"qpn"`
+				Probe    string   `json:"probe"`
+				Duration float64  `json:"duration_seconds"`
+				Stack    []string `json:"stack"`
 			}
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Kind == "drain_end" && ev.Probe == "ib_drain_qp" {
+			if json.Unmarshal(sc.Bytes(), &ev) != nil {
+				continue
+			}
+			switch {
+			case ev.Kind == "drain_end" && ev.Probe == "ib_drain_qp":
 				tr.mu.Lock()
 				tr.drains[ev.QPN] = ev.Duration
 				tr.mu.Unlock()
-				select {
-				case tr.notify <- struct{}{}:
-				default:
-				}
+			case ev.Kind == "qp_create" && len(ev.Stack) > 0:
+				tr.mu.Lock()
+				tr.stacks[ev.QPN] = ev.Stack
+				tr.mu.Unlock()
+			default:
+				continue
+			}
+			select {
+			case tr.notify <- struct{}{}:
+			default:
 			}
 		}
 	}()
@@ -188,6 +200,56 @@ func tracer(t *testing.T, dev vmtest.Device) *drainTrace {
 		t.Fatal("rdmatool trace did not attach")
 	}
 	return tr
+}
+
+// checkStacks asserts that the trace saw each of the QPs rdma_cm made for
+// NVMe-oF created with a kernel stack through the ULP that made it: a
+// frame of nvmet_rdma (the target's QPs, those on its SRQs among them) or
+// of nvme_rdma (the host's), as many of one as of the other.
+func (tr *drainTrace) checkStacks(t *testing.T, qps []rdmanl.QP, targetSRQ []uint32) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		tr.mu.Lock()
+		n := 0
+		for _, q := range qps {
+			if tr.stacks[q.LQPN] != nil {
+				n++
+			}
+		}
+		tr.mu.Unlock()
+		if n == len(qps) {
+			break
+		}
+		select {
+		case <-tr.notify:
+		case <-deadline:
+			t.Errorf("the trace saw %d of %d NVMe-oF QPs created with a stack", n, len(qps))
+			return
+		}
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	byULP := map[string]int{}
+	for _, q := range qps {
+		st := tr.stacks[q.LQPN]
+		ulp := ""
+		for _, frame := range st {
+			for _, m := range []string{"nvmet_rdma", "nvme_rdma"} {
+				if ulp == "" && strings.HasSuffix(frame, " ["+m+"]") {
+					ulp = m
+				}
+			}
+		}
+		byULP[ulp]++
+		if ulp == "" || slices.Contains(targetSRQ, q.LQPN) && ulp != "nvmet_rdma" {
+			t.Errorf("QP %d (target SRQ QP %v): creation stack %q, want a frame of nvmet_rdma or nvme_rdma",
+				q.LQPN, slices.Contains(targetSRQ, q.LQPN), st)
+		}
+	}
+	if byULP["nvmet_rdma"] != byULP["nvme_rdma"] {
+		t.Errorf("QPs created by nvmet_rdma and nvme_rdma: %v, want as many of each", byULP)
+	}
 }
 
 // wait returns the drains seen once every one of qpns has returned, or
@@ -218,11 +280,11 @@ func (tr *drainTrace) wait(qpns []uint32, timeout time.Duration) map[uint32]floa
 // agentUntil asks the agent until cond holds of its report, or timeout
 // passes, and returns the last report: the agent applies probe events
 // within its 100 ms poll of the ring buffer.
-func agentUntil(t *testing.T, sock string, timeout time.Duration, cond func(agentapi.CheckReport) bool) agentapi.CheckReport {
+func agentUntil(t *testing.T, sock, dev string, timeout time.Duration, cond func(agentapi.CheckReport) bool) agentapi.CheckReport {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		rep, _, _ := runQPLeaks(t, "--agent-socket", sock, "--dev", "siw0", "--min-age", "5s")
+		rep, _, _ := runQPLeaks(t, "--agent-socket", sock, "--dev", dev, "--min-age", "5s")
 		if rep.Source != "agent" {
 			t.Fatalf("qp-leaks asked the agent, source %q", rep.Source)
 		}
@@ -269,6 +331,7 @@ func TestLabNVMeoFHealthy(t *testing.T) {
 				t.Errorf("nvmet_rdma use_srq=%v: target QPs on its SRQs %v", c.useSRQ, targetSRQ)
 			}
 			checkResQP(t, c.dev, qps, targetSRQ)
+			trace.checkStacks(t, qps, targetSRQ)
 			rep := done() // the connection is held past --min-age
 			check(t, rep, nil)
 			rep, _, _ = runQPLeaks(t, "--agent-socket", sock, "--dev", string(c.dev), "--min-age", "4s")
@@ -315,6 +378,7 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 		t.Fatalf("target QPs on nvmet_rdma's SRQs: %v, want 3", targetSRQ)
 	}
 	checkResQP(t, vmtest.SIW, qps, targetSRQ)
+	trace.checkStacks(t, qps, targetSRQ)
 
 	// A CLI watch sees the drains begin and reports them still waiting.
 	done := qpLeaks(t, "--no-agent", "--dev", "siw0", "--watch", "12s", "--min-age", "5s", "--interval", "1s")
@@ -360,6 +424,9 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 			if draining {
 				wantSev = leakwatch.SeverityCritical
 			}
+			if !slices.ContainsFunc(f.Stack, func(frame string) bool { return strings.HasSuffix(frame, " [nvmet_rdma]") }) {
+				t.Errorf("%s: finding qpn %d: creation stack %q has no nvmet_rdma frame", who, f.QPN, f.Stack)
+			}
 			if f.ULP != "nvmet_rdma" || f.KernName != "rdma_cm" || f.Draining != draining || f.Severity != wantSev ||
 				!strings.Contains(f.Hint, "nvmet_rdma") || !strings.Contains(f.Hint, "use_srq=0") {
 				t.Errorf("%s: finding qpn %d: ulp %q kern %q draining %v severity %s, hint %q", who, f.QPN, f.ULP, f.KernName, f.Draining, f.Severity, f.Hint)
@@ -390,7 +457,7 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 	if !stalls && removed > 20*time.Second {
 		t.Errorf("teardown took %s on a kernel without the SRQ wait", removed)
 	}
-	after := agentUntil(t, sock, 5*time.Second, func(rep agentapi.CheckReport) bool {
+	after := agentUntil(t, sock, "siw0", 5*time.Second, func(rep agentapi.CheckReport) bool {
 		if !stalls {
 			return true
 		}

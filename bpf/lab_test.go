@@ -156,6 +156,31 @@ func (r *traceRun) waitFor(t *testing.T, what string, match func(traceLine) bool
 	t.Fatalf("rdmatool trace printed no %s within 1m", what)
 }
 
+// waitCount waits until the trace has printed n lines that match accepts.
+func (r *traceRun) waitCount(t *testing.T, what string, n int, match func(traceLine) bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		seen := 0
+		for _, l := range r.lines {
+			if match(l) {
+				seen++
+			}
+		}
+		r.mu.Unlock()
+		if seen >= n {
+			return
+		}
+		select {
+		case <-r.done:
+			t.Fatalf("rdmatool trace ended before printing %s: %s", what, r.errText())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("rdmatool trace printed no %s within 1m", what)
+}
+
 func (r *traceRun) errText() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -832,4 +857,55 @@ func TestLabTraceSites(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestLabTraceSitesOwnMountNamespace: qpwork in a mount namespace of its
+// own, where its libibverbs is a copy bind-mounted over the host's (as a
+// container brings its own): uprobes are on files, so its first create
+// has no site; the trace then attaches the copy that process maps
+// (through /proc/PID/map_files), and its later creates name qpwork's
+// create_qp_churn.
+func TestLabTraceSitesOwnMountNamespace(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	q := vmtest.OpenBinary(t, vmtest.Bin(t, "qpwork"))
+	lib := hostLibrary(t, "libibverbs.so.1")
+	b, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "libibverbs-copy.so")
+	if err := os.WriteFile(cp, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tr := startTrace(t, "--dev", "rxe0")
+	const cycles = 40
+	w := vmtest.StartWorkloadWrapped(t, []string{"unshare", "--mount", "--propagation", "private", "--",
+		"sh", "-c", `mount --bind "$1" "$2" && shift 2 && exec "$@"`, "sh", cp, lib},
+		"--dev", "rxe0", "--churn", fmt.Sprint(cycles), "--churn-rate", "10")
+	start := w.WaitFor("churn_start", time.Minute)
+	w.Wait(time.Minute)
+	// Every create was traced (the destroys follow them), then stop.
+	tr.waitCount(t, fmt.Sprintf("%d destroys by qpwork", cycles), cycles, func(l traceLine) bool {
+		return l.Kind == "qp_destroy" && l.PID == uint32(start.PID)
+	})
+	var creates []traceLine
+	for _, l := range tr.stop(t) {
+		if l.Kind == "qp_create" && l.PID == uint32(start.PID) {
+			creates = append(creates, l)
+		}
+	}
+	if len(creates) != cycles {
+		t.Fatalf("%d creates by qpwork traced, want %d", len(creates), cycles)
+	}
+	if creates[0].SiteVia != "" {
+		t.Fatalf("the first create has a site, %s: qpwork did not run on its own copy of libibverbs", creates[0])
+	}
+	first := slices.IndexFunc(creates, func(l traceLine) bool { return l.SiteVia != "" })
+	if first < 0 || first > cycles/2 {
+		t.Fatalf("creates with a site from the %dth of %d on, want from the first after the trace attached the copy", first+1, cycles)
+	}
+	t.Logf("own mount namespace on %s: creates 1..%d without a site, then %d with", vmtest.Kernel(), first, cycles-first)
+	for _, l := range creates[first:] {
+		checkCallSite(t, q, l, "create_qp_churn", "ibv_create_qp")
+	}
 }

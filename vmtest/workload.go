@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -54,19 +55,28 @@ type Workload struct {
 // killed when the test ends, if still running.
 func StartWorkload(t testing.TB, args ...string) *Workload {
 	t.Helper()
-	return startWorkload(t, nil, args)
+	return startWorkload(t, nil, nil, args)
+}
+
+// StartWorkloadWrapped is StartWorkload with qpwork run by a wrapper
+// command: wrap's program is started with wrap's arguments, qpwork's path
+// and args, and must exec qpwork in the end (its pid is the workload's).
+func StartWorkloadWrapped(t testing.TB, wrap []string, args ...string) *Workload {
+	t.Helper()
+	return startWorkload(t, nil, wrap, args)
 }
 
 // StartWorkloadAs is StartWorkload with qpwork running as user uid and
 // group gid: a workload of another user than root.
 func StartWorkloadAs(t testing.TB, uid, gid uint32, args ...string) *Workload {
 	t.Helper()
-	return startWorkload(t, &syscall.Credential{Uid: uid, Gid: gid}, args)
+	return startWorkload(t, &syscall.Credential{Uid: uid, Gid: gid}, nil, args)
 }
 
-func startWorkload(t testing.TB, cred *syscall.Credential, args []string) *Workload {
+func startWorkload(t testing.TB, cred *syscall.Credential, wrap, args []string) *Workload {
 	t.Helper()
-	cmd := exec.Command(Bin(t, "qpwork"), args...)
+	argv := append(append(slices.Clone(wrap), Bin(t, "qpwork")), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
