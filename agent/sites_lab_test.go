@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/vmtest"
 )
 
@@ -104,48 +104,47 @@ func TestLabSites(t *testing.T) {
 }
 
 // startPingpong starts Debian's ibv_rc_pingpong as a server on rxe0 and
-// returns once its QP exists (in INIT, while it waits for a client on TCP
-// that never comes), with the QP's number from its own output.
+// returns once its QP exists (in INIT, while it waits on TCP for a client
+// that never comes), with the QP's number from RDMA netlink.
 func startPingpong(t *testing.T) (*exec.Cmd, uint32) {
 	t.Helper()
-	// stdbuf: its stdout is a pipe, which stdio would buffer to the end.
-	cmd := exec.Command("stdbuf", "-oL", "/usr/bin/ibv_rc_pingpong", "-d", "rxe0", "-g", "0", "-p", "18519")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	cmd := exec.Command("/usr/bin/ibv_rc_pingpong", "-d", "rxe0", "-g", "0", "-p", "18519")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	// "  local address:  LID 0x0000, QPN 0x000011, PSN 0x..., GID ..."
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	timeout := time.After(30 * time.Second)
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+	c, err := rdmanl.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.Device(t.Context(), "rxe0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ibv_rc_pingpong says nothing until it has a peer (its stdout is a
+	// pipe, buffered): its QP is looked for.
+	deadline := time.Now().Add(30 * time.Second)
 	for {
+		for q, err := range c.QPs(t.Context(), d, rdmanl.DumpOptions{}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if q.Owner.PID == uint32(cmd.Process.Pid) && q.State == rdmanl.QPStateInit {
+				return cmd, q.LQPN
+			}
+		}
 		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("ibv_rc_pingpong ended before its local address: %s", stderr.String())
-			}
-			var lid, qpn uint32
-			if _, err := fmt.Sscanf(strings.TrimSpace(line), "local address:  LID 0x%x, QPN 0x%x,", &lid, &qpn); err == nil {
-				go func() {
-					for range lines {
-					}
-				}()
-				return cmd, qpn
-			}
-		case <-timeout:
-			t.Fatalf("ibv_rc_pingpong printed no local address: %s", stderr.String())
+		case <-exited:
+			t.Fatalf("ibv_rc_pingpong exited: %s", out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no QP of ibv_rc_pingpong in INIT on rxe0 after 30s: %s", out.String())
 		}
 	}
 }
@@ -163,11 +162,14 @@ func TestLabCreateFailing(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	stop := startAgent(t, sock, "--interval", "1s", "--metrics-address", addr)
 	defer stop()
-	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--oversized", fmt.Sprint(creates))
-	evs := w.Wait(60 * time.Second)
-	failed := vmtest.Filter(evs, "create_failed")
+	// The consumer lives on after its failures, as one retrying does: the
+	// sites are read from the process while it runs.
+	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--oversized", fmt.Sprint(creates), "--hold", "stdin")
+	w.WaitFor("ready", 60*time.Second)
+	t.Cleanup(func() { w.Release(30 * time.Second) })
+	failed := vmtest.Filter(w.Events(), "create_failed")
 	if len(failed) != creates {
-		t.Fatalf("qpwork saw %d creates fail, want %d: %v", len(failed), creates, evs)
+		t.Fatalf("qpwork saw %d creates fail, want %d: %v", len(failed), creates, w.Events())
 	}
 	rep := agentUntil(t, sock, "rxe0", 10*time.Second, func(rep agentapi.CheckReport) bool {
 		return len(rep.Findings) > 0

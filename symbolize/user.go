@@ -257,7 +257,10 @@ func mapFilesName(dir string, m mapping) string {
 // before and holds addr, if its map_files entry still exists and names the
 // same file: then maps need not be read, which costs more the more
 // mappings the process has. A mapping unmapped, split or replaced since
-// has no such entry, or one with another file.
+// has no such entry, or one with another file. Once the process has exited
+// the mapping is returned without a name to open: the sites resolved in
+// its file before still resolve (the last creates of a process that exits
+// right after them).
 func (u *User) recentMapping(dir string, pid uint32, addr uint64) (mapping, string, fileIdent, bool) {
 	if !u.mapFiles {
 		return mapping{}, "", fileIdent{}, false
@@ -275,6 +278,12 @@ func (u *User) recentMapping(dir string, pid uint32, addr uint64) (mapping, stri
 	name := mapFilesName(dir, r.m)
 	if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() && identOf(fi) == r.id {
 		return r.m, name, r.id, true
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		// The process is gone, its mappings as they were: a site of the
+		// file found before is known still (site's cache); no name opens
+		// the file for one that is not.
+		return r.m, "", r.id, true
 	}
 	u.mu.Lock()
 	u.recent[pid] = slices.DeleteFunc(u.recent[pid], func(o recentMapping) bool { return o == r })

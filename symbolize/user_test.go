@@ -377,6 +377,19 @@ func TestUserRecentMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("with maps gone") // from the remembered mapping
+	// The process gone: a site resolved before resolves from the cache;
+	// another in the same file cannot be read.
+	gone := filepath.Join(root, "gone")
+	if err := os.Rename(filepath.Join(root, "20"), gone); err != nil {
+		t.Fatal(err)
+	}
+	check("with the process gone")
+	if got, err := u.CallSite(20, 0x400150); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("a new site with the process gone: (%+v, %v), want ErrNoProcess", got, err)
+	}
+	if err := os.Rename(gone, filepath.Join(root, "20")); err != nil {
+		t.Fatal(err)
+	}
 	// Another file in the mapping's place: the remembered mapping is
 	// dropped, and maps, read again, is gone.
 	if err := os.Remove(filepath.Join(root, entry)); err != nil {

@@ -778,8 +778,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 
 		/* Only where the device is: the creates are all it does. */
 		for (opt = OPT_DEV + 1; opt < OPT_LAST; opt++)
-			if (opt != OPT_OVERSIZED && opt != OPT_PORT && opt != OPT_QUIET && GIVEN(opt))
-				bad_usage("--oversized takes only --dev, --port and --quiet");
+			if (opt != OPT_OVERSIZED && opt != OPT_PORT && opt != OPT_QUIET && opt != OPT_HOLD && GIVEN(opt))
+				bad_usage("--oversized takes only --dev, --port, --hold and --quiet");
 		return;
 	}
 	if (churn_mode) {
@@ -2303,6 +2303,14 @@ int main(int argc, char **argv)
 	if (a->o.oversized > 0) {
 		create_shared(a, 1);
 		run_oversized(a);
+		if (a->o.hold_stdin || a->o.hold > 0) {
+			l_begin(&l, "ready");
+			l_int(&l, "pid", getpid());
+			l_int(&l, "qps", 0);
+			l_str(&l, "dev", a->o.dev);
+			l_emit(&l);
+			hold(a);
+		}
 		release_shared(a);
 		l_begin(&l, "done");
 		l_emit(&l);
