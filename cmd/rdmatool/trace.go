@@ -38,7 +38,8 @@ func traceLong() string {
 		`where kallsyms names none). A text line ends in "at SITE" (with -d, "via FUNCTION" after a user ` +
 		`site). A QP made through a provider directly (ibv_create_qp_ex asking for more than ` +
 		`ibv_create_qp) has no site, nor has a process's first QP made through its own copy of a library ` +
-		`(a container's): the uprobes are attached to it then.`
+		`(a container's): the uprobes are attached to it then. --no-sites leaves the sites out and ` +
+		`attaches no uprobes.`
 	return `Trace the queue pair lifecycle and device events on ib_core with eBPF: QP
 create, modify and destroy, async QP events (LAST_WQE_REACHED among them),
 device events, register, unregister and rename, and drains. One line per
@@ -99,6 +100,7 @@ func newTraceCmd(g *globals) *cobra.Command {
 		pids     []uint
 		duration time.Duration
 		bufMiB   int
+		noSites  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "trace [--dev DEV] [--qpn N]... [--pid P]... [--duration D]",
@@ -132,6 +134,7 @@ func newTraceCmd(g *globals) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Sites = !noSites
 			return runTrace(cmd.Context(), g, cmd.OutOrStdout(), o, duration)
 		},
 	}
@@ -141,6 +144,7 @@ func newTraceCmd(g *globals) *cobra.Command {
 	f.UintSliceVar(&pids, "pid", nil, "only events of these processes")
 	f.DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
 	f.BoolVar(&o.Kprobes, "kprobes", false, "use kprobes only (they do not pin ib_core)")
+	f.BoolVar(&noSites, "no-sites", false, "no creation sites: neither uprobes on the verbs libraries nor kernel stacks")
 	f.IntVar(&bufMiB, "buffer-mib", 4, "ring buffer size in MiB, a power of two (4 MiB holds about 20,000 events)")
 	return cmd
 }
@@ -160,13 +164,16 @@ func uint32s(flag string, vs []uint) ([]uint32, error) {
 // runTrace streams events until ctx ends or the duration is over. It returns
 // ctx's error when interrupted, so the exit status is 130.
 func runTrace(ctx context.Context, g *globals, stdout io.Writer, o bpf.Options, duration time.Duration) error {
-	o.Sites = true
 	tr, err := bpf.Open(g.logger(), o)
 	if err != nil {
 		return err // main adds the hint its cause calls for
 	}
 	defer tr.Close()
-	fmt.Fprintln(g.stderr, "rdmatool trace: "+attachedLine(tr.Probes(), tr.Mode())+sitesNote(tr.Sites()))
+	note := "; sites: off (--no-sites)"
+	if o.Sites {
+		note = sitesNote(tr.Sites())
+	}
+	fmt.Fprintln(g.stderr, "rdmatool trace: "+attachedLine(tr.Probes(), tr.Mode())+note)
 	sites := watch.NewSites(g.logger(), "/proc")
 
 	runCtx := ctx

@@ -16,7 +16,10 @@
 #     the workload pays on a host where the reader has a CPU of its own;
 #   probes + reader: `rdmatool trace -j >/dev/null` reading as it goes, on
 #     the same timeline (the single-CPU worst case);
-# each with fentry and with --kprobes. Then the time each program spends in
+# each with fentry and with --kprobes; and probes only with fentry and
+# --no-sites: without the creation-site uprobes on libibverbs and librdmacm
+# (two traps per ibv_create_qp) and the kernel stack of each create, so the
+# difference is what the sites cost a create. Then the time each program spends in
 # the kernel (kernel.bpf_stats_enabled), and the events lost under the
 # highest churn qpwork makes (one churner per CPU).
 # Usage: trace-overhead.sh [SECONDS] [ROUNDS]
@@ -99,29 +102,31 @@ echo "== kernel $VMTEST_KERNEL ($VMTEST_RELEASE): rxe0 churn, ${secs}s per run, 
 # A first run warms the page cache and QEMU's translation cache; it is
 # not counted.
 churn 2 >/dev/null
-for f in base fentry kprobe fentry_live kprobe_live; do : >"$tmp/$f"; done
+for f in base fentry nosites kprobe fentry_live kprobe_live; do : >"$tmp/$f"; done
 : >"$tmp/reader"
 r=1
 while [ "$r" -le "$rounds" ]; do
 	base=$(churn "$secs")
 	fentry=$(probes_only)
+	nosites=$(probes_only --no-sites)
 	kprobe=$(probes_only --kprobes)
 	fentry_live=$(with_reader)
 	kprobe_live=$(with_reader --kprobes)
-	echo "round $r cycles/s: no probes $base; probes only: fentry $fentry, kprobes $kprobe; probes + reader: fentry $fentry_live, kprobes $kprobe_live"
-	for f in base fentry kprobe fentry_live kprobe_live; do
+	echo "round $r cycles/s: no probes $base; probes only: fentry $fentry, fentry --no-sites $nosites, kprobes $kprobe; probes + reader: fentry $fentry_live, kprobes $kprobe_live"
+	for f in base fentry nosites kprobe fentry_live kprobe_live; do
 		eval "echo \$$f" >>"$tmp/$f"
 	done
 	r=$((r + 1))
 done
 b=$(median <"$tmp/base")
-for f in fentry kprobe fentry_live kprobe_live; do
+for f in fentry nosites kprobe fentry_live kprobe_live; do
 	eval "m_$f=$(median <"$tmp/$f")"
 done
-echo "$b $m_fentry $m_kprobe $m_fentry_live $m_kprobe_live $(median <"$tmp/reader")" | awk '{
+echo "$b $m_fentry $m_kprobe $m_fentry_live $m_kprobe_live $(median <"$tmp/reader") $m_nosites" | awk '{
 	printf "median cycles/s: no probes %s\n", $1
 	printf "  probes only (reader on its own CPU): fentry %s (%.1f%%), kprobes %s (%.1f%%); target >= 97%%\n", $2, 100*$2/$1, $3, 100*$3/$1
 	printf "  probes + reader on the same CPU:     fentry %s (%.1f%%), kprobes %s (%.1f%%); the reader used %s%% of a CPU\n", $4, 100*$4/$1, $5, 100*$5/$1, $6
+	printf "  probes only, creation sites: fentry with sites %s (%.1f%%), --no-sites %s (%.1f%%); the sites cost %.1f us a cycle (one create)\n", $2, 100*$2/$1, $7, 100*$7/$1, 1e6/$2 - 1e6/$7
 }'
 
 # Time spent in each program per call, from the kernel's own accounting
