@@ -749,7 +749,8 @@ func checkCallSite(t *testing.T, bin *vmtest.Binary, l traceLine, fn, via string
 // own call of ibv_create_qp), with qpwork's build ID and the call
 // instruction's file offset. Then an rxe device is added and deleted: the
 // GSI QP ib_core creates for it has a kernel stack from ib_core through
-// rdma_rxe, without the probe's BPF frames.
+// rdma_rxe, without the probe's BPF frames; a trace with --no-sites says
+// its sites are off and shows none.
 func TestLabTraceSites(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE, vmtest.SIW)
 	q := vmtest.OpenBinary(t, vmtest.Bin(t, "qpwork"))
@@ -817,6 +818,10 @@ func TestLabTraceSites(t *testing.T) {
 
 	t.Run("kernel QP on "+vmtest.Kernel(), func(t *testing.T) {
 		tracers := map[string]*traceRun{"fentry": startTrace(t), "kprobes": startTrace(t, "--kprobes")}
+		noSites := startTrace(t, "--no-sites")
+		if text := noSites.errText(); !strings.Contains(text, "; sites: off (--no-sites)") || strings.Contains(text, "uprobes on") {
+			t.Errorf("--no-sites: attach line %q, want sites off", text)
+		}
 		t.Cleanup(func() {
 			exec.Command("rdma", "link", "delete", "sitesrxe").Run()
 			exec.Command("ip", "link", "del", "sites0").Run()
@@ -829,8 +834,16 @@ func TestLabTraceSites(t *testing.T) {
 				return l.Kind == "qp_create" && l.Device == "sitesrxe" && l.QPType == "GSI"
 			})
 		}
+		noSites.waitFor(t, "the GSI QP's create", func(l traceLine) bool {
+			return l.Kind == "qp_create" && l.Device == "sitesrxe" && l.QPType == "GSI"
+		})
 		run(t, "rdma", "link", "delete", "sitesrxe")
 		run(t, "ip", "link", "del", "sites0")
+		for _, l := range noSites.stop(t) {
+			if l.Kind == "qp_create" && (l.Stack != nil || l.Site != "") {
+				t.Errorf("--no-sites: a create with a site: %s", l)
+			}
+		}
 		for _, mode := range modes {
 			evs := tracers[mode].stop(t)
 			t.Run(mode, func(t *testing.T) {
