@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -225,6 +226,66 @@ func metricValue(url, name string, labels ...string) float64 {
 		return -1
 	}
 	return v
+}
+
+// siteQPs returns the rdmatool_creation_site_qps samples of a device at
+// url, by site, or nil when the metrics cannot be read.
+func siteQPs(url, device string) map[string]float64 {
+	fams, _, err := scrape(url)
+	if err != nil || fams["rdmatool_creation_site_qps"] == nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, m := range fams["rdmatool_creation_site_qps"].Metric {
+		labels := map[string]string{}
+		for _, l := range m.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["device"] == device {
+			out[labels["site"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// checkSites asserts what an agent at url counts by creation site after
+// qpwork made n QPs on rxe0 through plain verbs and a device was added:
+// the workload's site named (qpwork's create_qps_verbs via ibv_create_qp)
+// and the added device's GSI QP by its innermost kernel frame, named, in
+// ib_core (kallsyms shows the agent its addresses).
+func checkSites(t *testing.T, url string, n float64, added string) {
+	t.Helper()
+	var user, kernel map[string]float64
+	waitFor(t, 30*time.Second, "the QPs counted by creation site", func() bool {
+		user, kernel = siteQPs(url, "rxe0"), siteQPs(url, added)
+		return len(kernel) > 0 && slices.ContainsFunc(slices.Collect(maps.Keys(user)), func(s string) bool {
+			return strings.HasPrefix(s, "qpwork!create_qps_verbs+0x") && strings.HasSuffix(s, " via ibv_create_qp") && user[s] == n
+		})
+	}, func() string { return fmt.Sprintf("rxe0 %v, %s %v", user, added, kernel) })
+	for site := range kernel {
+		if !strings.HasSuffix(site, " [ib_core]") || strings.HasPrefix(site, "0x") {
+			t.Errorf("%s's kernel QP counted at site %q, want a function of ib_core", added, site)
+		}
+	}
+}
+
+// addRXE adds an rxe device named name on a dummy netdev of its own; the
+// returned func deletes both (also run when the test ends).
+func addRXE(t *testing.T, name string) (remove func()) {
+	t.Helper()
+	netdev := name + "nd"
+	remove = func() {
+		exec.Command("rdma", "link", "delete", name).Run()
+		exec.Command("ip", "link", "del", netdev).Run()
+	}
+	t.Cleanup(remove)
+	for _, args := range [][]string{{"ip", "link", "add", netdev, "type", "dummy"}, {"ip", "link", "set", netdev, "up"},
+		{"rdma", "link", "add", name, "type", "rxe", "netdev", netdev}} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return remove
 }
 
 // agentReport is what qp-leaks -j prints.
