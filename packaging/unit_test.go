@@ -11,11 +11,9 @@ import (
 // before the agent could open the verbs devices (DevicePolicy=closed and
 // DeviceAllow= instead of PrivateDevices=yes) and read other users'
 // /proc/PID/fd (CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH); PrivateMounts=,
-// ProtectProc= and a user of its own (DynamicUser=) won that back; 2.9
-// with CAP_SYSLOG for named kernel stacks (ProtectKernelLogs=no: 0.2;
-// systemd-analyze does not see that the system call filter and
-// InaccessiblePaths= keep the kernel log closed) (packaging/README.md).
-const unitExposure = 2.9
+// ProtectProc= and a user of its own (DynamicUser=) won that back
+// (packaging/README.md).
+const unitExposure = 2.7
 
 // The unit is rated as packaging/README.md says, by systemd-analyze
 // security on the file alone (--offline, systemd 250 and later).
