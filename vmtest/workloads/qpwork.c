@@ -2298,10 +2298,14 @@ static void cm_disconnect_pair(struct app *a, struct qpent *c, struct qpent *s)
 	while (!(c_done && s_done)) {
 		struct cm_ev ev = cm_next_event(a, deadline, 0);
 
-		if (ev.type == RDMA_CM_EVENT_DISCONNECTED && ev.id == c->id)
+		if (ev.type == RDMA_CM_EVENT_DISCONNECTED && ev.id == c->id) {
 			c_done = true;
-		else if (ev.type == RDMA_CM_EVENT_DISCONNECTED && ev.id == s->id)
+		} else if (ev.type == RDMA_CM_EVENT_DISCONNECTED && ev.id == s->id) {
+			/* The passive side answers (IB CM: the DREP). */
+			if (rdma_disconnect(s->id) && errno != EINVAL)
+				fail(a, "rdma_disconnect", s->qpn, err_of(-1), "target");
 			s_done = true;
+		}
 		else if (ev.type != RDMA_CM_EVENT_TIMEWAIT_EXIT)
 			fail(a, "rdma_cm", NO_QPN, EPROTO, rdma_event_str(ev.type));
 	}
