@@ -40,6 +40,15 @@ var facts = map[string]map[string]bool{
 	// device as assigned by user space (RDMA_NLDEV_ATTR_NAME_ASSIGN_TYPE),
 	// and rdmatool's udev rule keeps it.
 	"rdma link add names are user-assigned": {"6.1": false, "6.12": true, "7.x": true},
+	// An RDMA WRITE with an R_Key whose MR was deregistered (qpwork
+	// --reconnect --rkey keep --mrs dereg): on rxe the writer's completion
+	// is REM_ACCESS_ERR, both QPs are in Error, and from 7.x rxe gives the
+	// target QP IB_EVENT_QP_ACCESS_ERR; before, no async event at all (the
+	// probes see only the consumer's own modify to Error and the destroy).
+	// siw completes the write when it is sent; the target's TERMINATE
+	// reaches the writer later (QP_FATAL on 7.x, racing the next cycle), so
+	// it is not a fact here.
+	"rxe gives the target QP_ACCESS_ERR on a stale R_Key": {"6.1": false, "6.12": false, "7.x": true},
 	// netdevsim compiles out of tree from Debian's linux-source (lab/siw.go)
 	// and its devlink reload re-creates its ports.
 	"lab has netdevsim": {"6.1": true, "6.12": true, "7.x": true},

@@ -2,6 +2,7 @@ package vmtest_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -114,6 +115,65 @@ func TestLastWQEReached(t *testing.T) {
 			}
 			if destroyed := vmtest.Filter(evs, "destroyed"); len(destroyed) != 2 {
 				t.Errorf("spec teardown destroyed %d QPs, want 2", len(destroyed))
+			}
+		})
+	}
+}
+
+// TestLabStaleRKey runs qpwork's reconnect loop on rxe0, three cycles of
+// one rdma_cm pair and one RDMA WRITE, as the R_Key workloads of the lab
+// tests use it: a writer that keeps the first R_Key after the target
+// deregistered its MR fails every write after the first with
+// REM_ACCESS_ERR (the target QP gets QP_ACCESS_ERR where the kernel's rxe
+// gives it); one that refreshes its R_Key after a failure fails once; MRs
+// kept by the target pile up one a cycle.
+func TestLabStaleRKey(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	accessErr := vmtest.Fact(t, "rxe gives the target QP_ACCESS_ERR on a stale R_Key")
+	for _, c := range []struct {
+		rkey, mrs string
+		failed    []int // cycles whose write fails
+		mrsLeft   int
+	}{
+		{"keep", "dereg", []int{1, 2}, 0},
+		{"refresh", "dereg", []int{1}, 0},
+		{"refresh", "keep", nil, 3},
+	} {
+		t.Run(fmt.Sprintf("rkey %s, mrs %s on %s", c.rkey, c.mrs, vmtest.Kernel()), func(t *testing.T) {
+			evs := vmtest.StartWorkload(t, "--dev", "rxe0", "--reconnect", "3", "--connect", "cm", "--addr", vmtest.RXEAddr,
+				"--rkey", c.rkey, "--mrs", c.mrs).Wait(60 * time.Second)
+			cycles := vmtest.Filter(evs, "cycle")
+			if len(cycles) != 3 {
+				t.Fatalf("%d cycles, want 3: %v", len(cycles), evs)
+			}
+			var failed []int
+			var targets []uint32
+			for i, cy := range cycles {
+				switch cy.Status {
+				case "SUCCESS":
+				case "REM_ACCESS_ERR":
+					failed = append(failed, i)
+					targets = append(targets, cy.TargetQPN)
+				default:
+					t.Errorf("cycle %d: write %s, want SUCCESS or REM_ACCESS_ERR", i, cy.Status)
+				}
+			}
+			if !slices.Equal(failed, c.failed) {
+				t.Errorf("writes failed in cycles %v, want %v", failed, c.failed)
+			}
+			var events []uint32
+			for _, a := range vmtest.Filter(evs, "async") {
+				if a.Type != "QP_ACCESS_ERR" {
+					t.Errorf("async event %s for QP %d", a.Type, a.QPN)
+					continue
+				}
+				events = append(events, a.QPN)
+			}
+			if want := map[bool][]uint32{true: targets, false: nil}[accessErr]; !slices.Equal(events, want) {
+				t.Errorf("QP_ACCESS_ERR for QPs %v, want %v (the failed cycles' target QPs: %v)", events, want, accessErr)
+			}
+			if end := vmtest.Filter(evs, "reconnect"); len(end) != 1 || end[0].TargetMRs != c.mrsLeft {
+				t.Errorf("end of the loop: %v, want %d target MRs left", end, c.mrsLeft)
 			}
 		})
 	}

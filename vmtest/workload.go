@@ -35,7 +35,12 @@ type Event struct {
 	Cycles       int64   `json:"cycles"`
 	Seconds      float64 `json:"seconds"`
 	CyclesPerSec float64 `json:"cycles_per_sec"`
-	Raw          string  `json:"-"`
+	// A --reconnect cycle's.
+	ClientQPN uint32 `json:"client_qpn"`
+	TargetQPN uint32 `json:"target_qpn"`
+	Status    string `json:"status"`
+	TargetMRs int    `json:"target_mrs"`
+	Raw       string `json:"-"`
 }
 
 // Workload is a running qpwork process.

@@ -129,6 +129,10 @@ struct opts {
 	bool batch;
 	bool quiet;
 	long oversized;			/* creates over max_qp_wr, 0: not set */
+	long reconnect;			/* reconnect cycles, 0: not set */
+	bool rkey_refresh;		/* --rkey refresh (else keep) */
+	bool mrs_dereg;			/* --mrs dereg (else keep) */
+	int cycle_pause_ms;		/* pause between reconnect cycles */
 };
 
 struct qpent {
@@ -493,6 +497,10 @@ static void usage(FILE *f)
 "  --churn-states auto|rts|init-err   churn state path          [auto]\n"
 "  --batch                  scale mode: create fast, print a summary\n"
 "  --oversized N            N creates asking for max_qp_wr+1 WRs, each refused\n"
+"  --reconnect N            one rdma_cm pair connected N times, an RDMA WRITE each\n"
+"  --rkey keep|refresh      --reconnect: the writer's R_Key    [keep]\n"
+"  --mrs keep|dereg         --reconnect: the target's old MRs  [keep]\n"
+"  --cycle-pause-ms N       --reconnect: pause between cycles  [0]\n"
 "  --quiet                  no per-QP qp/err/destroyed lines\n"
 "  --help                   this text\n");
 }
@@ -567,7 +575,8 @@ enum {
 	OPT_DEV = 256, OPT_PORT, OPT_GID, OPT_QPS, OPT_PAIRS, OPT_TYPE, OPT_SRQ, OPT_SRQ_EVERY,
 	OPT_TO, OPT_CONNECT, OPT_ADDR, OPT_CMPORT, OPT_TIMEOUT, OPT_TEARDOWN,
 	OPT_LASTWQE, OPT_DRAIN, OPT_GRACE, OPT_HOLD, OPT_ORPHAN, OPT_CHURN,
-	OPT_CHURN_SECS, OPT_CHURN_RATE, OPT_CHURN_STATES, OPT_BATCH, OPT_QUIET, OPT_OVERSIZED, OPT_HELP,
+	OPT_CHURN_SECS, OPT_CHURN_RATE, OPT_CHURN_STATES, OPT_BATCH, OPT_QUIET, OPT_OVERSIZED, OPT_RECONNECT, OPT_RKEY, OPT_MRS,
+	OPT_CYCLE_PAUSE, OPT_HELP,
 	OPT_LAST
 };
 
@@ -600,6 +609,10 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "batch",               no_argument,       NULL, OPT_BATCH },
 		{ "quiet",               no_argument,       NULL, OPT_QUIET },
 		{ "oversized",           required_argument, NULL, OPT_OVERSIZED },
+		{ "reconnect",           required_argument, NULL, OPT_RECONNECT },
+		{ "rkey",                required_argument, NULL, OPT_RKEY },
+		{ "mrs",                 required_argument, NULL, OPT_MRS },
+		{ "cycle-pause-ms",      required_argument, NULL, OPT_CYCLE_PAUSE },
 		{ "help",                no_argument,       NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -752,6 +765,24 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case OPT_OVERSIZED:
 			o->oversized = parse_long("--oversized", optarg, 1, 1000000L);
 			break;
+		case OPT_RECONNECT:
+			o->reconnect = parse_long("--reconnect", optarg, 1, 1000000L);
+			break;
+		case OPT_RKEY:
+			if (!strcmp(optarg, "keep") || !strcmp(optarg, "refresh"))
+				o->rkey_refresh = !strcmp(optarg, "refresh");
+			else
+				bad_usage("--rkey: expected keep|refresh, got '%s'", optarg);
+			break;
+		case OPT_MRS:
+			if (!strcmp(optarg, "keep") || !strcmp(optarg, "dereg"))
+				o->mrs_dereg = !strcmp(optarg, "dereg");
+			else
+				bad_usage("--mrs: expected keep|dereg, got '%s'", optarg);
+			break;
+		case OPT_CYCLE_PAUSE:
+			o->cycle_pause_ms = (int)parse_long("--cycle-pause-ms", optarg, 0, 3600000L);
+			break;
 		case OPT_HELP:
 			usage(stdout);
 			exit(0);
@@ -773,6 +804,27 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		bad_usage("--dev is required");
 
 	churn_mode = GIVEN(OPT_CHURN) || GIVEN(OPT_CHURN_SECS);
+	if (!GIVEN(OPT_RECONNECT) && (GIVEN(OPT_RKEY) || GIVEN(OPT_MRS) || GIVEN(OPT_CYCLE_PAUSE)))
+		bad_usage("--rkey, --mrs and --cycle-pause-ms need --reconnect");
+	if (GIVEN(OPT_RECONNECT)) {
+		static const int ok[] = { OPT_RECONNECT, OPT_RKEY, OPT_MRS, OPT_CYCLE_PAUSE, OPT_CONNECT,
+					  OPT_ADDR, OPT_CMPORT, OPT_TIMEOUT, OPT_PORT, OPT_HOLD, OPT_QUIET };
+		int opt;
+		size_t i;
+
+		for (opt = OPT_DEV + 1; opt < OPT_LAST; opt++) {
+			bool allowed = false;
+
+			for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+				allowed = allowed || ok[i] == opt;
+			if (GIVEN(opt) && !allowed)
+				bad_usage("--reconnect takes only --connect cm, --addr, --cm-port, --timeout-ms, "
+					  "--port, --rkey, --mrs, --cycle-pause-ms, --hold and --quiet");
+		}
+		if (o->conn != CONN_CM || !GIVEN(OPT_ADDR))
+			bad_usage("--reconnect needs --connect cm and --addr");
+		return;
+	}
 	if (GIVEN(OPT_OVERSIZED)) {
 		int opt;
 
@@ -1670,13 +1722,12 @@ unexpected:
 	c->state = s->state = IBV_QPS_RTS;
 }
 
-static void setup_cm(struct app *a, int64_t *create_us)
+/* The event channel and the listening id, on --addr. */
+static void cm_listen(struct app *a)
 {
 	struct sockaddr_in sin;
 	char addr[INET_ADDRSTRLEN];
-	int64_t t0 = now_us();
 	struct line l;
-	long p;
 
 	a->ech = rdma_create_event_channel();
 	if (!a->ech)
@@ -1707,7 +1758,14 @@ static void setup_cm(struct app *a, int64_t *create_us)
 	l_str(&l, "addr", addr);
 	l_int(&l, "port", a->cm_port);
 	l_emit(&l);
+}
 
+static void setup_cm(struct app *a, int64_t *create_us)
+{
+	int64_t t0 = now_us();
+	long p;
+
+	cm_listen(a);
 	for (p = 0; p < a->nq / 2; p++)
 		cm_connect_pair(a, p);
 	*create_us = now_us() - t0;
@@ -2151,6 +2209,198 @@ static void run_oversized(struct app *a)
 	l_emit(&l);
 }
 
+/* ------------------------------------------------------------------ */
+/* Reconnect                                                           */
+
+/* A target buffer registered for remote writes, one per cycle. */
+struct target_mr {
+	void *buf;
+	struct ibv_mr *mr;
+};
+
+static struct target_mr register_target(struct app *a)
+{
+	struct target_mr t;
+	int ret;
+
+	ret = posix_memalign(&t.buf, QPW_BUF_SIZE, QPW_BUF_SIZE);
+	if (ret)
+		fail(a, "posix_memalign", NO_QPN, ret, NULL);
+	memset(t.buf, 0, QPW_BUF_SIZE);
+	t.mr = ibv_reg_mr(a->pd, t.buf, QPW_BUF_SIZE, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!t.mr)
+		fail(a, "ibv_reg_mr", NO_QPN, err_of(-1), "target");
+	return t;
+}
+
+static void deregister_target(struct app *a, struct target_mr *t)
+{
+	int ret;
+
+	if (!t->mr)
+		return;
+	ret = ibv_dereg_mr(t->mr);
+	if (ret)
+		fail(a, "ibv_dereg_mr", NO_QPN, err_of(ret), "target");
+	free(t->buf);
+	t->mr = NULL;
+	t->buf = NULL;
+}
+
+/*
+ * One signaled RDMA WRITE of 64 bytes from the writer QP to addr with
+ * rkey; returns its completion's status (servicing async events while it
+ * waits, at most --timeout-ms).
+ */
+static enum ibv_wc_status rdma_write_once(struct app *a, struct qpent *w, uint64_t addr, uint32_t rkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)a->buf, .length = 64, .lkey = a->mr->lkey };
+	struct ibv_send_wr wr, *bad;
+	int64_t deadline = now_us() + (int64_t)a->o.timeout_ms * 1000;
+	struct ibv_wc wc;
+	int ret, n;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = w->qpn;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = addr;
+	wr.wr.rdma.rkey = rkey;
+	ret = ibv_post_send(w->qp, &wr, &bad);
+	if (ret)
+		fail(a, "ibv_post_send", w->qpn, err_of(ret), "rdma write");
+	for (;;) {
+		n = ibv_poll_cq(a->cq, 1, &wc);
+		if (n < 0)
+			fail(a, "ibv_poll_cq", w->qpn, EIO, NULL);
+		if (n == 1 && wc.wr_id == w->qpn)
+			return wc.status;
+		if (n == 1) {
+			a->stray_wc++;
+			continue;
+		}
+		if (now_us() >= deadline)
+			fail(a, "ibv_poll_cq", w->qpn, ETIMEDOUT, "no completion of the rdma write within --timeout-ms");
+		wait_async(a, 1000);
+	}
+}
+
+/* Disconnects the pair and waits until both ids say so. */
+static void cm_disconnect_pair(struct app *a, struct qpent *c, struct qpent *s)
+{
+	int64_t deadline = now_us() + (int64_t)a->o.timeout_ms * 1000;
+	bool c_done = false, s_done = false;
+
+	if (rdma_disconnect(c->id))
+		fail(a, "rdma_disconnect", c->qpn, err_of(-1), NULL);
+	while (!(c_done && s_done)) {
+		struct cm_ev ev = cm_next_event(a, deadline, 0);
+
+		if (ev.type == RDMA_CM_EVENT_DISCONNECTED && ev.id == c->id) {
+			c_done = true;
+		} else if (ev.type == RDMA_CM_EVENT_DISCONNECTED && ev.id == s->id) {
+			/* The passive side answers (IB CM: the DREP). */
+			if (rdma_disconnect(s->id) && errno != EINVAL)
+				fail(a, "rdma_disconnect", s->qpn, err_of(-1), "target");
+			s_done = true;
+		}
+		else if (ev.type != RDMA_CM_EVENT_TIMEWAIT_EXIT)
+			fail(a, "rdma_cm", NO_QPN, EPROTO, rdma_event_str(ev.type));
+	}
+	c->state = s->state = IBV_QPS_ERR;	/* rdma_cm moved them there */
+}
+
+/*
+ * --reconnect: one pair over rdma_cm (client q[0], target q[1]) connected
+ * N times. Each cycle the target registers a new buffer for remote writes,
+ * the client writes to it once with the R_Key it has (the first cycle's;
+ * with --rkey refresh, after a write failed, each cycle's own), and the
+ * pair is disconnected and destroyed, and with --mrs dereg the target
+ * deregisters the cycle's MR (keep: they pile up). With dereg the first
+ * cycle's R_Key is stale from the second cycle on: --rkey keep fails every
+ * write after the first (the client retrying with what it had), refresh
+ * fails one. A failed write leaves the client's QP in Error; the target
+ * sees an access error (the provider says how).
+ */
+static void run_reconnect(struct app *a)
+{
+	struct target_mr *mrs = calloc((size_t)a->o.reconnect, sizeof(*mrs));
+	uint32_t rkey = 0;
+	uint64_t raddr = 0;
+	long cycle, errors = 0, live = 0;
+	struct line l;
+
+	if (!mrs)
+		fail(a, "calloc", NO_QPN, ENOMEM, NULL);
+	a->nq = 2;
+	a->q = calloc(2, sizeof(*a->q));
+	if (!a->q)
+		fail(a, "calloc", NO_QPN, ENOMEM, NULL);
+	cm_listen(a);
+	l_begin(&l, "reconnect_start");
+	l_int(&l, "pid", getpid());
+	l_emit(&l);
+	for (cycle = 0; cycle < a->o.reconnect && !g_signal; cycle++) {
+		struct qpent *c = &a->q[0], *s = &a->q[1];
+		enum ibv_wc_status st;
+
+		memset(a->q, 0, 2 * sizeof(*a->q));
+		c->idx = 0;
+		s->idx = 1;
+		c->peer = s->peer = -1;
+		cm_connect_pair(a, 0);
+		mrs[cycle] = register_target(a);
+		live++;
+		if (cycle == 0 || (a->o.rkey_refresh && errors > 0)) {
+			rkey = mrs[cycle].mr->rkey;
+			raddr = (uintptr_t)mrs[cycle].buf;
+		}
+		st = rdma_write_once(a, c, raddr, rkey);
+		if (st != IBV_WC_SUCCESS)
+			errors++;
+		pump_async(a);
+		l_begin(&l, "cycle");
+		l_int(&l, "cycle", cycle);
+		l_int(&l, "client_qpn", c->qpn);
+		l_int(&l, "target_qpn", s->qpn);
+		l_int(&l, "rkey", rkey);
+		l_int(&l, "target_rkey", mrs[cycle].mr->rkey);
+		l_str(&l, "status", wc_status_name(st));
+		l_int(&l, "target_mrs", live);
+		l_emit(&l);
+		cm_disconnect_pair(a, c, s);
+		destroy_qp(a, c);
+		destroy_qp(a, s);
+		if (a->o.mrs_dereg) {
+			deregister_target(a, &mrs[cycle]);
+			live--;
+		}
+		if (a->o.cycle_pause_ms > 0 && cycle + 1 < a->o.reconnect)
+			wait_async(a, (int64_t)a->o.cycle_pause_ms * 1000);
+	}
+	l_begin(&l, "reconnect");
+	l_int(&l, "cycles", cycle);
+	l_int(&l, "write_errors", errors);
+	l_int(&l, "target_mrs", live);
+	l_emit(&l);
+	if (a->o.hold_stdin || a->o.hold > 0) {
+		l_begin(&l, "ready");
+		l_int(&l, "pid", getpid());
+		l_int(&l, "qps", 0);
+		l_str(&l, "dev", a->o.dev);
+		l_emit(&l);
+		hold(a);
+	}
+	for (cycle = 0; cycle < a->o.reconnect; cycle++)
+		deregister_target(a, &mrs[cycle]);
+	free(mrs);
+	free(a->q);
+	a->q = NULL;
+	a->nq = 0;
+}
+
 /* One QP of a churn cycle, through ibv_create_qp. */
 SITE_FN static struct ibv_qp *create_qp_churn(struct app *a)
 {
@@ -2300,6 +2550,14 @@ int main(int argc, char **argv)
 	if (a->o.conn == CONN_VERBS)
 		select_gid(a);
 
+	if (a->o.reconnect > 0) {
+		create_shared(a, 2);
+		run_reconnect(a);
+		release_shared(a);
+		l_begin(&l, "done");
+		l_emit(&l);
+		return 0;
+	}
 	if (a->o.oversized > 0) {
 		create_shared(a, 1);
 		run_oversized(a);
