@@ -41,7 +41,7 @@ func OpenBinary(t testing.TB, path string) *Binary {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { raw.Close() })
+	t.Cleanup(func() { raw.Close() }) //nolint:errcheck // read only
 	f, err := elf.NewFile(raw)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
