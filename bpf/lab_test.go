@@ -139,21 +139,7 @@ func startTrace(t *testing.T, args ...string) *traceRun {
 // waitFor waits until the trace has printed a line that match accepts.
 func (r *traceRun) waitFor(t *testing.T, what string, match func(traceLine) bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		r.mu.Lock()
-		found := slices.ContainsFunc(r.lines, match)
-		r.mu.Unlock()
-		if found {
-			return
-		}
-		select {
-		case <-r.done:
-			t.Fatalf("rdmatool trace ended before printing %s: %s", what, r.errText())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	t.Fatalf("rdmatool trace printed no %s within 1m", what)
+	r.waitCount(t, what, 1, match)
 }
 
 // waitCount waits until the trace has printed n lines that match accepts.

@@ -548,6 +548,14 @@ static double parse_double(const char *opt, const char *s, double min,
 	return v;
 }
 
+/* "keep" (false) or other (true), the two values of an option. */
+static bool parse_keep_or(const char *opt, const char *s, const char *other)
+{
+	if (strcmp(s, "keep") && strcmp(s, other))
+		bad_usage("%s: expected keep|%s, got '%s'", opt, other, s);
+	return strcmp(s, other) == 0;
+}
+
 static enum ibv_qp_state parse_state(const char *s)
 {
 	if (!strcasecmp(s, "RESET"))
@@ -769,16 +777,10 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			o->reconnect = parse_long("--reconnect", optarg, 1, 1000000L);
 			break;
 		case OPT_RKEY:
-			if (!strcmp(optarg, "keep") || !strcmp(optarg, "refresh"))
-				o->rkey_refresh = !strcmp(optarg, "refresh");
-			else
-				bad_usage("--rkey: expected keep|refresh, got '%s'", optarg);
+			o->rkey_refresh = parse_keep_or("--rkey", optarg, "refresh");
 			break;
 		case OPT_MRS:
-			if (!strcmp(optarg, "keep") || !strcmp(optarg, "dereg"))
-				o->mrs_dereg = !strcmp(optarg, "dereg");
-			else
-				bad_usage("--mrs: expected keep|dereg, got '%s'", optarg);
+			o->mrs_dereg = parse_keep_or("--mrs", optarg, "dereg");
 			break;
 		case OPT_CYCLE_PAUSE:
 			o->cycle_pause_ms = (int)parse_long("--cycle-pause-ms", optarg, 0, 3600000L);
