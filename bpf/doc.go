@@ -79,6 +79,15 @@
 // application leaves by longjmp keeps its thread's state until a call from
 // as high on the stack begins.
 //
+// The outermost call's entry also stores the thread's user stack in the
+// same stack map (bpf_get_stackid with BPF_F_USER_STACK), which the kernel
+// walks through frame pointers: the library function, then the return
+// addresses of the frames above the one that made the call. The record
+// carries its id; Event.UserStack has those frames. They are right in
+// programs built with frame pointers and cut short or wrong in others
+// (Debian's own binaries have none); watch.Sites names them up to the
+// first that lies in no file of the process.
+//
 // Uprobes attach to files (inodes), not processes. Open attaches them to
 // the host's own libibverbs and librdmacm (the library directories under
 // /proc/1/root and /) and to those every process maps (/proc/PID/maps),

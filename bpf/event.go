@@ -135,4 +135,10 @@ type Event struct {
 	// innermost first, at most 32, the first ones in the probe's own BPF
 	// program and trampoline under fentry. Nil when it was not captured.
 	Stack []uint64
+	// UserStack is, for a user QP create with Via, the return addresses of
+	// the frames above the one that made the library call (its caller's
+	// caller first), in process PID, as the frame pointers give them when
+	// the call began: right in programs built with frame pointers, cut
+	// short or wrong in others. Nil when it was not captured.
+	UserStack []uint64
 }

@@ -59,6 +59,10 @@ enum probe {
 #define FLAG_HAS_STATE (1 << 1)
 #define FLAG_USER_SITE (1 << 2) /* user_ret and user_fn are set */
 #define FLAG_KSTACK (1 << 3)    /* kstack_id is set */
+#define FLAG_USTACK (1 << 4)    /* kstack_id is the user stack of the library call */
+
+/* bpf_get_stackid's flag for the user stack (include/uapi/linux/bpf.h). */
+#define BPF_F_USER_STACK (1ULL << 8)
 
 /* The library functions the uprobes name by their cookie: libFuncs in sites.go. */
 enum lib_fn {
@@ -92,7 +96,7 @@ struct qp_event {
 	__u32 ib_event;    /*  44 */
 	union {
 		__u32 port;      /*  48: device events */
-		__s32 kstack_id; /*  48: QP create, FLAG_KSTACK: the stack's id in "stacks" */
+		__s32 kstack_id; /*  48: QP create, FLAG_KSTACK or FLAG_USTACK: the stack's id in "stacks" */
 	};
 	__u8 new_state;    /*  52 */
 	__u8 user_fn;      /*  53: QP create, FLAG_USER_SITE: enum lib_fn */
@@ -179,13 +183,18 @@ struct {
  * longjmp out of the library) leaves depth above 0: an entry from as high
  * on the stack or higher then sees from the stack pointer that the call is
  * over (one from deeper is taken for a nested call). LRU: a thread that
- * exits inside a call leaves an entry that ages out.
+ * exits inside a call leaves an entry that ages out. ustack is the user
+ * stack at the outermost entry in "stacks" (-1: none), as the frame
+ * pointers give it: the library function, then the return addresses of the
+ * frames above the call's own.
  */
 struct user_call {
 	__u64 ret;
 	__u64 sp;
 	__u32 depth;
 	__u32 fn;
+	__s32 ustack;
+	__u32 pad;
 };
 
 struct {
@@ -372,6 +381,10 @@ static __always_inline void fill_user_site(struct qp_event *e)
 	e->user_ret = c->ret;
 	e->user_fn = c->fn;
 	e->flags |= FLAG_USER_SITE;
+	if (c->ustack >= 0) {
+		e->kstack_id = c->ustack;
+		e->flags |= FLAG_USTACK;
+	}
 }
 
 /*
@@ -1025,7 +1038,7 @@ int uprobe_lib_entry(struct kprobe_regs *ctx)
 	__u64 sp = KP_SP(ctx);
 	__u64 ret = entry_return_address(ctx);
 	struct user_call *c = bpf_map_lookup_elem(&user_calls, &id);
-	struct user_call n = {.ret = ret, .sp = sp, .depth = 1};
+	struct user_call n = {.ret = ret, .sp = sp, .depth = 1, .ustack = -1};
 
 	/*
 	 * A call inside the outermost one runs on a deeper stack (a lower sp).
@@ -1039,6 +1052,12 @@ int uprobe_lib_entry(struct kprobe_regs *ctx)
 		return 0;
 	}
 	n.fn = (__u32)bpf_get_attach_cookie(ctx);
+	if (kernel_stacks) {
+		long sid = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+
+		if (sid >= 0)
+			n.ustack = sid;
+	}
 	bpf_map_update_elem(&user_calls, &id, &n, BPF_ANY);
 	return 0;
 }

@@ -62,11 +62,13 @@ type qpTaskCalls struct {
 }
 
 type qpUserCall struct {
-	_     structs.HostLayout
-	Ret   uint64
-	Sp    uint64
-	Depth uint32
-	Fn    uint32
+	_      structs.HostLayout
+	Ret    uint64
+	Sp     uint64
+	Depth  uint32
+	Fn     uint32
+	Ustack int32
+	Pad    uint32
 }
 
 // Names of all BPF objects in the ELF.

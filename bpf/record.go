@@ -31,7 +31,7 @@ const (
 	offTID       = 40  // u32
 	offIBEvent   = 44  // u32
 	offPort      = 48  // u32
-	offKStackID  = 48  // s32, instead of the port when flagKStack
+	offKStackID  = 48  // s32, instead of the port when flagKStack or flagUStack
 	offNewState  = 52  // u8
 	offUserFn    = 53  // u8: libFuncs id, when flagUserSite
 	offComm      = 56  // char[16]
@@ -44,6 +44,7 @@ const (
 	flagHasState = 1 << 1
 	flagUserSite = 1 << 2
 	flagKStack   = 1 << 3
+	flagUStack   = 1 << 4 // the stack id is the library call's user stack
 )
 
 // decoder turns records into Events.
@@ -54,9 +55,11 @@ type decoder struct {
 	// The last string of each field: device names, comms and owners repeat
 	// from record to record, so they are reused instead of allocated.
 	lastDev, lastComm, lastStr string
-	// stackID is the kernel stack id of the last record decoded (a
-	// kernel QP create), -1 when it has none: the Tracer looks it up.
-	stackID int32
+	// stackID is the stack id of the last record decoded (a kernel QP
+	// create's kernel stack, or with userStack a user QP create's user
+	// stack), -1 when it has none: the Tracer looks it up.
+	stackID   int32
+	userStack bool
 }
 
 // decode decodes one record into ev, overwriting every field, and sets
@@ -94,10 +97,11 @@ func (d *decoder) decode(rec []byte, ev *Event) error {
 		ev.ViaReturn = le.Uint64(rec[offUserRet:])
 		ev.Via = libFuncName(rec[offUserFn])
 	}
-	d.stackID = -1
-	if flags&flagKStack != 0 {
+	d.stackID, d.userStack = -1, false
+	if flags&(flagKStack|flagUStack) != 0 {
 		ev.Port = 0
 		d.stackID = int32(le.Uint32(rec[offKStackID:]))
+		d.userStack = flags&flagUStack != 0
 	}
 	str := cString(rec[offStr:offStr+nameLen], &d.lastStr)
 	if ev.Kind == KindDeviceRename {

@@ -131,8 +131,9 @@ func TestDecodeShortRecord(t *testing.T) {
 	}
 }
 
-// TestDecodeStackID: a kernel QP create's stack id is read from where the
-// port of a device event is, and only with its flag.
+// TestDecodeStackID: a QP create's stack id, a kernel QP's or the user
+// stack of the library call, is read from where the port of a device event
+// is, and only with one of their flags.
 func TestDecodeStackID(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -141,23 +142,25 @@ func TestDecodeStackID(t *testing.T) {
 		field    uint32
 		wantID   int32
 		wantPort uint32
+		wantUser bool
 	}{
-		{"stack id 0", flagKStack, 0, 0, 0},
-		{"stack id 977", flagKStack, 977, 977, 0},
-		{"no stack: the field is the port", 0, 2, -1, 2},
+		{"stack id 0", flagKStack, 0, 0, 0, false},
+		{"stack id 977", flagKStack, 977, 977, 0, false},
+		{"user stack id 31", flagUStack, 31, 31, 0, true},
+		{"no stack: the field is the port", 0, 2, -1, 2, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := encodeRecord(Event{Kind: KindQPCreate, Probe: "ib_create_qp_kernel", KernOwner: "nvmet_rdma"}, 1)
 			rec[offFlags] |= tt.flags
 			binary.LittleEndian.PutUint32(rec[offKStackID:], tt.field)
-			d := &decoder{stackID: 5}
+			d := &decoder{stackID: 5, userStack: !tt.wantUser}
 			var ev Event
 			if err := d.decode(rec, &ev); err != nil {
 				t.Fatal(err)
 			}
-			if d.stackID != tt.wantID || ev.Port != tt.wantPort {
-				t.Errorf("stack id %d, port %d; want %d, %d", d.stackID, ev.Port, tt.wantID, tt.wantPort)
+			if d.stackID != tt.wantID || ev.Port != tt.wantPort || d.userStack != tt.wantUser {
+				t.Errorf("stack id %d (user %v), port %d; want %d (%v), %d", d.stackID, d.userStack, ev.Port, tt.wantID, tt.wantUser, tt.wantPort)
 			}
 		})
 	}

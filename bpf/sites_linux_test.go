@@ -181,14 +181,27 @@ func openTestSites(t *testing.T) (*sites, *ebpf.Map) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls, err := ebpf.NewMap(spec.Maps["user_calls"])
-	if err != nil {
-		t.Skipf("cannot create BPF maps here: %v", err)
+	// Stacks on, as Open sets them with Options.Sites.
+	if err := spec.Variables["kernel_stacks"].Set(uint32(1)); err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { calls.Close() })
-	sub := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{"user_calls": spec.Maps["user_calls"]}, Programs: spec.Programs,
-		Types: spec.Types, ByteOrder: spec.ByteOrder}
-	l := &loader{spec: sub, maps: map[string]*ebpf.Map{"user_calls": calls}, cache: btf.NewCache()}
+	maps := map[string]*ebpf.Map{}
+	for _, name := range []string{"user_calls", "stacks"} {
+		m, err := ebpf.NewMap(spec.Maps[name])
+		if err != nil {
+			t.Skipf("cannot create BPF maps here: %v", err)
+		}
+		t.Cleanup(func() { m.Close() })
+		maps[name] = m
+	}
+	calls := maps["user_calls"]
+	// .rodata is made with each load, from the Variables.
+	sub := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{".rodata": spec.Maps[".rodata"]}, Programs: spec.Programs,
+		Variables: spec.Variables, Types: spec.Types, ByteOrder: spec.ByteOrder}
+	for name := range maps {
+		sub.Maps[name] = spec.Maps[name]
+	}
+	l := &loader{spec: sub, maps: maps, cache: btf.NewCache()}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s := openSites(log, l, "/proc")
 	t.Cleanup(func() {
@@ -307,8 +320,8 @@ func TestSitesUprobes(t *testing.T) {
 		if err := calls.Lookup(key, &c); err != nil {
 			t.Fatalf("no call recorded for %#x: %v", key, err)
 		}
-		if c.Fn != 1 || c.Depth != wantDepth {
-			t.Errorf("recorded function %d, depth %d; want 1 (ibv_create_qp), %d", c.Fn, c.Depth, wantDepth)
+		if c.Fn != 1 || c.Depth != wantDepth || c.Ustack < 0 {
+			t.Errorf("recorded function %d, depth %d, user stack %d; want 1 (ibv_create_qp), %d, a stack", c.Fn, c.Depth, c.Ustack, wantDepth)
 		}
 		site, err := sym.CallSite(pid, c.Ret)
 		if err != nil || site.Symbol != "create_qp_plain" || site.Path != f.bin {

@@ -462,8 +462,13 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 				t.log.Debug("malformed record", "err", err)
 				continue
 			}
-			if t.dec.stackID >= 0 {
-				ev.Stack = t.kernelStack(t.dec.stackID)
+			if t.dec.stackID >= 0 && t.dec.userStack {
+				// The first frame is the library function's entry.
+				if st := t.storedStack(t.dec.stackID); len(st) > 1 {
+					ev.UserStack = st[1:]
+				}
+			} else if t.dec.stackID >= 0 {
+				ev.Stack = t.storedStack(t.dec.stackID)
 			}
 			t.noteCreate(&ev)
 			if !t.opts.match(&ev) {
@@ -476,8 +481,8 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 	}
 }
 
-// kernelStack returns a copy of the stack stored under id, or nil.
-func (t *Tracer) kernelStack(id int32) []uint64 {
+// storedStack returns a copy of the stack (kernel or user) stored under id, or nil.
+func (t *Tracer) storedStack(id int32) []uint64 {
 	st, ok := t.stackByID[id]
 	if !ok {
 		if err := t.stacks.Lookup(uint32(id), &t.stackBuffer); err != nil {

@@ -26,7 +26,9 @@ type Site struct {
 	Offset  uint64
 	// Stack is a kernel QP's stack, innermost first: functions with their
 	// module ("create_mad_qp+0x5d [ib_core]"), or a frame's address in
-	// hex where kallsyms names none.
+	// hex where kallsyms names none. For a user QP it is the calls above
+	// Call, its caller's first ("app!main+0x1c"), where the program has
+	// frame pointers (nil where none could be followed).
 	Stack []string
 }
 

@@ -164,8 +164,9 @@ type Finding struct {
 	Draining bool `json:"draining"`
 	// The QP's creation site, when the probes saw it (Site): for a user
 	// QP the call (Site.Call), the library function called, the file, its
-	// build ID and the call's offset in it; for a kernel QP the innermost
-	// frames of its kernel stack (at most 8). Absent when not known.
+	// build ID and the call's offset in it, and in Stack the calls above it
+	// where the program has frame pointers; for a kernel QP the innermost
+	// frames of its kernel stack. At most 8 frames. Absent when not known.
 	Site        string   `json:"site,omitempty"`
 	SiteVia     string   `json:"site_via,omitempty"`
 	SiteFile    string   `json:"site_file,omitempty"`
@@ -174,7 +175,7 @@ type Finding struct {
 	Stack       []string `json:"stack,omitempty"`
 }
 
-// maxStackFrames bounds the kernel frames a finding shows.
+// maxStackFrames bounds the frames a finding shows.
 const maxStackFrames = 8
 
 // setSite gives f the site s.

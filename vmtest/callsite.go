@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -131,6 +133,17 @@ func (b *Binary) CheckCall(t testing.TB, what string, s Site, fn, via string) {
 		if insn := binary.LittleEndian.Uint32(code); insn&0xfc000000 != 0x94000000 && insn&0xfffffc1f != 0xd63f0000 {
 			t.Errorf("%s: the instruction at file offset %#x, %#08x, is no BL or BLR", what, s.Offset, insn)
 		}
+	}
+}
+
+// CheckCallsAbove holds the calls above a creation site (a site's stack,
+// from a program built with frame pointers) to program prog: its own
+// calls, prog!FUNCTION+0xOFF, up to its main. what says which QP.
+func CheckCallsAbove(t testing.TB, what, prog string, stack []string) {
+	t.Helper()
+	i := slices.IndexFunc(stack, func(f string) bool { return strings.HasPrefix(f, prog+"!main+0x") })
+	if i < 0 || slices.ContainsFunc(stack[:i+1], func(f string) bool { return !strings.HasPrefix(f, prog+"!") }) {
+		t.Errorf("%s: calls above the site %q, want %s's up to %s!main", what, stack, prog, prog)
 	}
 }
 

@@ -3,6 +3,7 @@ package watch
 import (
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
@@ -43,11 +44,34 @@ func (c *Sites) Site(ev *bpf.Event) leakwatch.Site {
 		if err != nil {
 			c.log.Debug("creation site not symbolized", "pid", ev.PID, "err", err)
 		}
-		return leakwatch.Site{Call: s.String(), Via: ev.Via, File: s.Path, BuildID: s.BuildID, Offset: s.Offset}
+		site := leakwatch.Site{Call: s.String(), Via: ev.Via, File: s.Path, BuildID: s.BuildID, Offset: s.Offset}
+		if err == nil {
+			site.Stack = c.userFrames(ev.PID, ev.UserStack)
+		}
+		return site
 	case ev.Stack != nil:
 		return leakwatch.Site{Stack: c.frames(ev.Stack, ev.Probe)}
 	}
 	return leakwatch.Site{}
+}
+
+// maxUserFrames bounds the frames above a user call site that are named.
+const maxUserFrames = 16
+
+// userFrames names the return addresses above a user call site, each as
+// the call before it, up to the first that is not in a file of the process
+// (the end of the frame-pointer chain, or a chain a program without frame
+// pointers made up): nil when there is none.
+func (c *Sites) userFrames(pid uint32, stack []uint64) []string {
+	var out []string
+	for _, ret := range stack[:min(len(stack), maxUserFrames)] {
+		s, err := c.user.CallSite(pid, ret)
+		if err != nil || s.Path == "" || strings.HasPrefix(s.Path, "[") {
+			break
+		}
+		out = append(out, s.String())
+	}
+	return out
 }
 
 // KernelErr says why kernel stacks are shown as addresses: kallsyms could

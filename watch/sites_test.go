@@ -44,9 +44,17 @@ func TestSiteUser(t *testing.T) {
 	if !strings.HasPrefix(s.Call, want) || s.File != exe || s.Offset == 0 || s.BuildID == "" || s.Via != "rdma_create_qp" {
 		t.Errorf("site of this test's call = %+v, want %s... in %s via rdma_create_qp", s, want, exe)
 	}
-	if s.String() != s.Call+" via rdma_create_qp" {
-		t.Errorf("String() = %q", s.String())
+	if s.String() != s.Call+" via rdma_create_qp" || s.Stack != nil {
+		t.Errorf("String() = %q, stack %q", s.String(), s.Stack)
 	}
+	// The frames above: named up to the first in no file of the process.
+	above := make([]uintptr, 1)
+	runtime.Callers(2, above) // a return address in testing.tRunner
+	ev.UserStack = []uint64{uint64(above[0]), 0x10, uint64(above[0])}
+	if s := c.Site(&ev); len(s.Stack) != 1 || !strings.HasPrefix(s.Stack[0], filepath.Base(exe)) {
+		t.Errorf("frames above the call = %q, want one in %s", s.Stack, filepath.Base(exe))
+	}
+	ev.UserStack = nil
 
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {

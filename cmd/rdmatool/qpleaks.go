@@ -271,6 +271,9 @@ func writeFindingSite(w io.Writer, f leakwatch.Finding) {
 			fmt.Fprintf(w, " offset 0x%x)", f.SiteOffset)
 		}
 		fmt.Fprintln(w)
+		for _, frame := range f.Stack {
+			fmt.Fprintf(w, "             called from %s\n", t(frame))
+		}
 	case len(f.Stack) > 0:
 		fmt.Fprintln(w, "           created by kernel stack:")
 		for _, frame := range f.Stack {

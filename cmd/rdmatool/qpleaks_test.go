@@ -455,7 +455,8 @@ func TestRenderLeaksStacks(t *testing.T) {
 	t.Parallel()
 	user := leakwatch.Finding{Rule: leakwatch.RuleNeverConnectedQP, Severity: leakwatch.SeverityWarning, Device: "rxe0", QPN: 17, Type: "RC", State: "INIT",
 		Owner: leakwatch.Owner{PID: 100, TGID: 100, Comm: "app"}, AgeSeconds: 6, Hint: "connect it",
-		Site: "app!connect_peer+0x4c", SiteVia: "rdma_create_qp", SiteFile: "/usr/bin/app", SiteBuildID: "3f0e", SiteOffset: 0x1a2c}
+		Site: "app!connect_peer+0x4c", SiteVia: "rdma_create_qp", SiteFile: "/usr/bin/app", SiteBuildID: "3f0e", SiteOffset: 0x1a2c,
+		Stack: []string{"app!reconnect+0x20", "app!main+0x1c"}}
 	kernel := leakwatch.Finding{Rule: leakwatch.RuleSRQDrainStalled, Severity: leakwatch.SeverityCritical, Device: "rxe0", QPN: 20, Type: "RC", State: "ERR",
 		Owner: leakwatch.Owner{Comm: "rdma_cm", KernName: "rdma_cm", ULP: "nvmet_rdma"}, Hint: "no SRQ",
 		Stack: []string{"nvmet_rdma_create_queue_ib+0x1f0 [nvmet_rdma]", "nvmet_rdma_cm_handler+0x3a [nvmet_rdma]"}}
@@ -472,7 +473,8 @@ func TestRenderLeaksStacks(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{
-		"           created at app!connect_peer+0x4c via rdma_create_qp (/usr/bin/app build-id 3f0e offset 0x1a2c)\n           connect it\n",
+		"           created at app!connect_peer+0x4c via rdma_create_qp (/usr/bin/app build-id 3f0e offset 0x1a2c)\n" +
+			"             called from app!reconnect+0x20\n             called from app!main+0x1c\n           connect it\n",
 		"           created by kernel stack:\n             nvmet_rdma_create_queue_ib+0x1f0 [nvmet_rdma]\n             nvmet_rdma_cm_handler+0x3a [nvmet_rdma]\n",
 		"by creation site:\n  rxe0  30000 QPs created at app!connect_peer+0x4c via rdma_create_qp  (never-connected-qp 29000, stale-error-qp 1000)\n" +
 			"  rxe0  1 QPs created at nvmet_rdma_create_queue_ib+0x1f0 [nvmet_rdma]  (srq-drain-stalled 1)\n  2 more sites\n",

@@ -32,7 +32,8 @@ func traceLong() string {
 		`call of site_via, the outermost of ibv_create_qp, rdma_create_qp, rdma_create_qp_ex and rdma_create_ep ` +
 		`(uprobes on libibverbs and librdmacm); site is FILE!FUNCTION+0xOFFSET (or the file's offset and build ` +
 		`ID where it has no symbols, "?" when the process was gone), site_file the file as the process maps it, ` +
-		`site_build_id its GNU build ID, site_offset the call instruction's offset in it. For a kernel QP, JSON ` +
+		`site_build_id its GNU build ID, site_offset the call instruction's offset in it, stack (where the ` +
+		`program has frame pointers) the calls above it, its caller's first. For a kernel QP, JSON ` +
 		`adds ` + strings.Join(jsonFieldNames(reflect.TypeFor[kernelSiteJSON]()), ", ") + `: the kernel ` +
 		`functions that led to the create, innermost first, as FUNCTION+0xOFFSET [MODULE] (an address in hex ` +
 		`where kallsyms names none). A text line ends in "at SITE" (with -d, "via FUNCTION" after a user ` +

@@ -14,6 +14,9 @@ type userSiteJSON struct {
 	SiteBuildID string `json:"site_build_id"` // its GNU build ID, "" when it has none
 	SiteOffset  uint64 `json:"site_offset"`   // the call instruction's offset in the file
 	SiteVia     string `json:"site_via"`      // the library function called: bpf.Event.Via
+	// Stack is the calls above the site, its caller's first, where the
+	// program has frame pointers (watch.Sites); absent when none.
+	Stack []string `json:"stack,omitempty"`
 }
 
 // kernelSiteJSON is the field a qp_create line of `trace -j` adds for a
@@ -60,17 +63,25 @@ func (s eventSite) appendJSON(b []byte) []byte {
 		b = jsonw.AppendString(append(b, `,"site_build_id":`...), u.SiteBuildID)
 		b = jsonw.AppendUint(append(b, `,"site_offset":`...), u.SiteOffset)
 		b = jsonw.AppendString(append(b, `,"site_via":`...), u.SiteVia)
-	} else {
-		b = append(b, `,"stack":[`...)
-		for i, f := range s.stack {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = jsonw.AppendString(b, f)
+		if len(u.Stack) > 0 {
+			b = appendStack(b, u.Stack)
 		}
-		b = append(b, ']')
+	} else {
+		b = appendStack(b, s.stack)
 	}
 	return append(b, '}')
+}
+
+// appendStack appends a "stack" field of frames.
+func appendStack(b []byte, frames []string) []byte {
+	b = append(b, `,"stack":[`...)
+	for i, f := range frames {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonw.AppendString(b, f)
+	}
+	return append(b, ']')
 }
 
 // eventSiteOf returns the site of ev that sites names (watch.Sites), as
@@ -79,7 +90,8 @@ func eventSiteOf(sites *watch.Sites, ev *bpf.Event) eventSite {
 	s := sites.Site(ev)
 	switch {
 	case s.Via != "":
-		return eventSite{user: &userSiteJSON{Site: s.Call, SiteFile: s.File, SiteBuildID: s.BuildID, SiteOffset: s.Offset, SiteVia: s.Via}}
+		return eventSite{user: &userSiteJSON{Site: s.Call, SiteFile: s.File, SiteBuildID: s.BuildID, SiteOffset: s.Offset, SiteVia: s.Via,
+			Stack: s.Stack}}
 	case s.Stack != nil:
 		return eventSite{stack: s.Stack}
 	}

@@ -80,7 +80,7 @@ func TestEventSiteOf(t *testing.T) {
 	t.Parallel()
 	sites := watch.NewSites(slog.New(slog.DiscardHandler), t.TempDir())
 	ev := bpf.Event{Kind: bpf.KindQPCreate, PID: 1 << 30, Via: "rdma_create_qp", ViaReturn: 0x1234}
-	if s := eventSiteOf(sites, &ev); s.user == nil || *s.user != (userSiteJSON{Site: "?", SiteVia: "rdma_create_qp"}) || s.short() != "?" {
+	if s := eventSiteOf(sites, &ev); s.user == nil || !cmp.Equal(*s.user, userSiteJSON{Site: "?", SiteVia: "rdma_create_qp"}) || s.short() != "?" {
 		t.Errorf("site of a create in a process gone = %+v, want ? via rdma_create_qp", s.user)
 	}
 	ev = bpf.Event{Kind: bpf.KindQPCreate, Probe: "ib_create_qp_kernel", Stack: []uint64{0xffffffffc0f00000}}
