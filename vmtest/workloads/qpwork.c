@@ -2211,6 +2211,21 @@ static void run_oversized(struct app *a)
 	l_emit(&l);
 }
 
+/* With --hold: a ready line (no QPs held) and the hold. */
+static void hold_without_qps(struct app *a)
+{
+	struct line l;
+
+	if (!a->o.hold_stdin && a->o.hold <= 0)
+		return;
+	l_begin(&l, "ready");
+	l_int(&l, "pid", getpid());
+	l_int(&l, "qps", 0);
+	l_str(&l, "dev", a->o.dev);
+	l_emit(&l);
+	hold(a);
+}
+
 /* ------------------------------------------------------------------ */
 /* Reconnect                                                           */
 
@@ -2387,14 +2402,7 @@ static void run_reconnect(struct app *a)
 	l_int(&l, "write_errors", errors);
 	l_int(&l, "target_mrs", live);
 	l_emit(&l);
-	if (a->o.hold_stdin || a->o.hold > 0) {
-		l_begin(&l, "ready");
-		l_int(&l, "pid", getpid());
-		l_int(&l, "qps", 0);
-		l_str(&l, "dev", a->o.dev);
-		l_emit(&l);
-		hold(a);
-	}
+	hold_without_qps(a);
 	for (cycle = 0; cycle < a->o.reconnect; cycle++)
 		deregister_target(a, &mrs[cycle]);
 	free(mrs);
@@ -2563,14 +2571,7 @@ int main(int argc, char **argv)
 	if (a->o.oversized > 0) {
 		create_shared(a, 1);
 		run_oversized(a);
-		if (a->o.hold_stdin || a->o.hold > 0) {
-			l_begin(&l, "ready");
-			l_int(&l, "pid", getpid());
-			l_int(&l, "qps", 0);
-			l_str(&l, "dev", a->o.dev);
-			l_emit(&l);
-			hold(a);
-		}
+		hold_without_qps(a);
 		release_shared(a);
 		l_begin(&l, "done");
 		l_emit(&l);
