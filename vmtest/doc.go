@@ -27,8 +27,12 @@
 // tests (the .deb, the image).
 //
 // The C workloads in vmtest/workloads create the situations (QP pairs, SRQs,
-// spec and non-spec teardown, churn); Workload runs one and reads its JSON
-// lines (StartWorkloadAs as another user). StartNVMeoF runs kernel ULPs
+// spec and non-spec teardown, churn, refused creates, reconnect loops with
+// stale R_Keys); Workload runs one and reads its JSON lines (StartWorkloadAs
+// as another user, StartWorkloadWrapped under a wrapper such as unshare).
+// Binary holds the creation sites rdmatool reports to an executable: its
+// build ID, the function at an offset and the call instruction there
+// (CheckCall), and the calls above a site (CheckCallsAbove). StartNVMeoF runs kernel ULPs
 // instead: an nvmet_rdma target (with or without SRQs) exporting null_blk
 // through configfs, and an nvme_rdma host connected to it through
 // /dev/nvme-fabrics.
