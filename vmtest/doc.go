@@ -32,8 +32,8 @@
 // as another user, StartWorkloadWrapped under a wrapper such as unshare).
 // Binary holds the creation sites rdmatool reports to an executable: its
 // build ID, the function at an offset and the call instruction there
-// (CheckCall), and the calls above a site (CheckCallsAbove). StartNVMeoF runs kernel ULPs
-// instead: an nvmet_rdma target (with or without SRQs) exporting null_blk
-// through configfs, and an nvme_rdma host connected to it through
-// /dev/nvme-fabrics.
+// (CheckCall), and the calls above a site (CheckCallsAbove). StartNVMeoF
+// runs kernel ULPs instead: an nvmet_rdma target (with or without SRQs)
+// exporting null_blk through configfs, and an nvme_rdma host connected to
+// it through /dev/nvme-fabrics.
 package vmtest
