@@ -1,6 +1,8 @@
 package watch
 
 import (
+	"encoding/binary"
+	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -24,7 +26,19 @@ type Sites struct {
 	// kernelErr is why kernel stacks are shown as addresses ("" when
 	// they are not, or no kernel QP came yet).
 	kernelErr string
+	// calls holds the named calls above user sites by process and stack:
+	// a process's creates from one code path share them (maxCallStacks).
+	calls map[callsKey][]string
 }
+
+// callsKey is a process and a hash of the return addresses of a user stack.
+type callsKey struct {
+	pid  uint32
+	hash uint64
+}
+
+// maxCallStacks bounds Sites.calls; it is emptied when full.
+const maxCallStacks = 4096
 
 // NewSites returns a Sites that reads procRoot (normally /proc).
 func NewSites(log *slog.Logger, procRoot string) *Sites {
@@ -61,8 +75,33 @@ const maxUserFrames = 16
 // userFrames names the return addresses above a user call site, each as
 // the call before it, up to the first that is not in a file of the process
 // (the end of the frame-pointer chain, or a chain a program without frame
-// pointers made up): nil when there is none.
+// pointers made up): nil when there is none. A process's stack is named
+// once: the names are kept by process and stack (a process that reuses
+// the pid of one gone, with the very same addresses, gets its names).
 func (c *Sites) userFrames(pid uint32, stack []uint64) []string {
+	if len(stack) == 0 {
+		return nil
+	}
+	h := fnv.New64a()
+	var b [8]byte
+	for _, ret := range stack {
+		binary.LittleEndian.PutUint64(b[:], ret)
+		h.Write(b[:])
+	}
+	key := callsKey{pid, h.Sum64()}
+	if out, ok := c.calls[key]; ok {
+		return out
+	}
+	out := c.nameFrames(pid, stack)
+	if c.calls == nil || len(c.calls) >= maxCallStacks {
+		c.calls = map[callsKey][]string{}
+	}
+	c.calls[key] = out
+	return out
+}
+
+// nameFrames is userFrames without the cache.
+func (c *Sites) nameFrames(pid uint32, stack []uint64) []string {
 	var out []string
 	for _, ret := range stack[:min(len(stack), maxUserFrames)] {
 		s, err := c.user.CallSite(pid, ret)
