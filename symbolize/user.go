@@ -279,7 +279,7 @@ func (u *User) recentMapping(dir string, pid uint32, addr uint64) (mapping, stri
 	if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() && identOf(fi) == r.id {
 		return r.m, name, r.id, true
 	}
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+	if processGone(dir) {
 		// The process is gone, its mappings as they were: a site of the
 		// file found before is known still (site's cache); no name opens
 		// the file for one that is not.
@@ -289,6 +289,16 @@ func (u *User) recentMapping(dir string, pid uint32, addr uint64) (mapping, stri
 	u.recent[pid] = slices.DeleteFunc(u.recent[pid], func(o recentMapping) bool { return o == r })
 	u.mu.Unlock()
 	return mapping{}, "", fileIdent{}, false
+}
+
+// processGone says whether the process in dir has exited: its directory
+// is gone, or it is a zombie not reaped yet, whose maps is empty.
+func processGone(dir string) bool {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "maps"))
+	return errors.Is(err, syscall.ESRCH) || err == nil && len(b) == 0
 }
 
 // noteMapping records a mapping of pid whose file was found through

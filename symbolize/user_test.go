@@ -390,6 +390,20 @@ func TestUserRecentMapping(t *testing.T) {
 	if err := os.Rename(gone, filepath.Join(root, "20")); err != nil {
 		t.Fatal(err)
 	}
+	// A zombie: its directory is there, its maps empty, map_files too.
+	if err := os.Rename(filepath.Join(root, entry), filepath.Join(root, "entry")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "20/maps"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("with the process a zombie")
+	if err := os.Rename(filepath.Join(root, "entry"), filepath.Join(root, entry)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(root, "20/maps")); err != nil {
+		t.Fatal(err)
+	}
 	// Another file in the mapping's place: the remembered mapping is
 	// dropped, and maps, read again, is gone.
 	if err := os.Remove(filepath.Join(root, entry)); err != nil {
