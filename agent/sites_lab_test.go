@@ -170,8 +170,12 @@ func TestLabCreateFailing(t *testing.T) {
 	if len(failed) != creates {
 		t.Fatalf("qpwork saw %d creates fail, want %d: %v", len(failed), creates, w.Events())
 	}
+	// The rule fires at the 11th failure: the agent has seen them all when
+	// its finding counts 12 (or the wait ends, and the count is reported).
 	rep := agentUntil(t, sock, "rxe0", 10*time.Second, func(rep agentapi.CheckReport) bool {
-		return len(rep.Findings) > 0
+		return slices.ContainsFunc(rep.Findings, func(f leakwatch.Finding) bool {
+			return f.Rule == leakwatch.RuleQPCreateFailing && f.Count >= creates
+		})
 	})
 	var f *leakwatch.Finding
 	for i := range rep.Findings {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Kernel symbolizes kernel addresses through /proc/kallsyms, read once and
@@ -21,13 +22,37 @@ import (
 // the module's range in /proc/modules, so an address in a module loaded
 // after the read is not named after the function before it.
 //
+// BPF programs and trampolines come and go without a module changing (an
+// fentry attached to a function moves its trampoline), and a read of
+// kallsyms while they do can miss one: an address no symbol holds makes
+// Kernel read kallsyms again, at most once every missReadEvery, and once
+// every missRetry for the same address.
+//
 // A Kernel is safe for concurrent use.
 type Kernel struct {
 	procRoot string
+	now      func() time.Time
 
-	mu  sync.Mutex // held while reading the files again
+	mu  sync.Mutex // held while reading the files again, and for the below
 	tab atomic.Pointer[kallsyms]
+	// lastMissRead is when kallsyms was last read for an address not in
+	// it; missed holds the addresses a read for them did not name, and
+	// when.
+	lastMissRead time.Time
+	missed       map[uint64]time.Time
 }
+
+const (
+	// missReadEvery bounds how often an unnamed address reads kallsyms
+	// again (a read costs 70 ms of a CPU with 120k symbols).
+	missReadEvery = time.Second
+	// missRetry is how long an address a read did not name stays unnamed
+	// before another read may be tried for it (the memory of a BPF
+	// program freed is taken by another in time).
+	missRetry = time.Minute
+	// maxMissed bounds missed; past it, it starts over.
+	maxMissed = 4096
+)
 
 // ksym is one kallsyms symbol; its name is names[name : name+nameLen].
 // Symbols that are not text are kept (without a name) as the end of the
@@ -62,7 +87,7 @@ const maxKsymName = 1 << 16
 // kallsyms shows every address as zero: without CAP_SYSLOG under
 // kernel.kptr_restrict=1, or under kptr_restrict=2.
 func NewKernel(procRoot string) (*Kernel, error) {
-	k := &Kernel{procRoot: procRoot}
+	k := &Kernel{procRoot: procRoot, now: time.Now}
 	loaded, err := readModules(filepath.Join(procRoot, "modules"))
 	if err != nil {
 		return nil, err
@@ -79,7 +104,8 @@ func NewKernel(procRoot string) (*Kernel, error) {
 // address (a probe's own address, the first frame of a stack), and addr's
 // offset in it. An address no function holds gets a Site with only Kernel
 // set and an error wrapping ErrNoSymbol; before saying so, Site reads
-// kallsyms again if the loaded modules changed (Refresh).
+// kallsyms again if the loaded modules changed (Refresh) or, as Kernel
+// says, for an address not yet tried.
 func (k *Kernel) Site(addr uint64) (Site, error) {
 	return k.lookup(addr, false)
 }
@@ -101,7 +127,7 @@ func (k *Kernel) lookup(addr uint64, ret bool) (Site, error) {
 	t := k.tab.Load()
 	s, ok := t.site(a)
 	if !ok {
-		if changed, err := k.refresh(t); err == nil && changed {
+		if changed, err := k.refresh(t, a, true); err == nil && changed {
 			s, ok = k.tab.Load().site(a)
 		}
 	}
@@ -116,17 +142,21 @@ func (k *Kernel) lookup(addr uint64, ret bool) (Site, error) {
 
 // Refresh reads kallsyms again if /proc/modules lists other modules, or
 // other addresses, than when it was last read, and says whether it did.
-// Site and Frame call it on an address they cannot name; a caller that
-// knows modules changed (or on a period) may call it too: it costs a read
-// of /proc/modules when nothing changed. An unloaded module whose memory
-// another module took is only seen here.
+// Site and Frame do the same on an address they cannot name (and, as
+// Kernel says, may read kallsyms for it with the same modules); a caller
+// that knows modules changed (or on a period) may call it too: it costs a
+// read of /proc/modules when nothing changed. An unloaded module whose
+// memory another module took is only seen here.
 func (k *Kernel) Refresh() (bool, error) {
-	return k.refresh(k.tab.Load())
+	return k.refresh(k.tab.Load(), 0, false)
 }
 
 // refresh reads kallsyms again unless t is outdated already (another
-// refresh replaced it) or the modules are still those t was read with.
-func (k *Kernel) refresh(t *kallsyms) (bool, error) {
+// refresh replaced it) or the modules are still those t was read with;
+// with miss, an address t does not name, it reads it again with the same
+// modules too, unless a read for a miss was less than missReadEvery ago
+// or a read for addr did not name it less than missRetry ago.
+func (k *Kernel) refresh(t *kallsyms, addr uint64, miss bool) (bool, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if cur := k.tab.Load(); cur != t {
@@ -136,14 +166,31 @@ func (k *Kernel) refresh(t *kallsyms) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	now := k.now()
 	if loaded.sig == t.loaded {
-		return false, nil
+		if !miss || now.Sub(k.lastMissRead) < missReadEvery {
+			return false, nil
+		}
+		if at, ok := k.missed[addr]; ok && now.Sub(at) < missRetry {
+			return false, nil
+		}
 	}
 	nt, err := k.read(loaded)
 	if err != nil {
 		return false, err
 	}
 	k.tab.Store(nt)
+	if miss {
+		k.lastMissRead = now
+		if _, ok := nt.site(addr); ok {
+			delete(k.missed, addr)
+		} else {
+			if k.missed == nil || len(k.missed) >= maxMissed {
+				k.missed = map[uint64]time.Time{}
+			}
+			k.missed[addr] = now
+		}
+	}
 	return true, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -129,6 +130,72 @@ func TestKernelRefresh(t *testing.T) {
 	}
 	if want := (Site{Kernel: true, Symbol: "rxe_create_qp", SymbolOffset: 0x10, Module: "rdma_rxe"}); got != want {
 		t.Errorf("after the reload: %+v, want %+v", got, want)
+	}
+}
+
+// TestKernelBPFMoved: an fentry trampoline made after kallsyms was read
+// (no module changed) is named once kallsyms lists it, by a read for the
+// address; reads for addresses no symbol holds are bounded, once a
+// second and once a minute for the same address.
+func TestKernelBPFMoved(t *testing.T) {
+	syms, err := os.ReadFile("testdata/kallsyms-synthetic/kallsyms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods, err := os.ReadFile("testdata/kallsyms-synthetic/modules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := fixtureProc(t, map[string]string{"kallsyms": string(syms), "modules": string(mods)})
+	k, err := NewKernel(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
+	k.now = func() time.Time { return now }
+	reads := 0
+	frame := func(addr uint64) (Site, error) {
+		t.Helper()
+		before := k.tab.Load()
+		s, err := k.Frame(addr)
+		if k.tab.Load() != before {
+			reads++
+		}
+		return s, err
+	}
+	const tramp, other = 0xffffffffc0c7d000, 0xffffffffc0b60000 // other: past nvmet_rdma
+	syms = append(syms, "ffffffffc0c7d000 t bpf_trampoline_6442491234\t[bpf]\n"...)
+	if err := os.WriteFile(filepath.Join(root, "kallsyms"), syms, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := frame(tramp + 0x3e)
+	if want := (Site{Kernel: true, Symbol: "bpf_trampoline_6442491234", SymbolOffset: 0x3e, Module: "bpf"}); err != nil || got != want || reads != 1 {
+		t.Fatalf("a trampoline made after the read: (%+v, %v) after %d reads, want %+v after 1", got, err, reads, want)
+	}
+	// Another address no symbol holds, within the second: not read for.
+	if _, err := frame(other); !errors.Is(err, ErrNoSymbol) || reads != 1 {
+		t.Errorf("unnamed address within a second: %v after %d reads, want ErrNoSymbol after 1", err, reads)
+	}
+	now = now.Add(2 * time.Second)
+	if _, err := frame(other); !errors.Is(err, ErrNoSymbol) || reads != 2 {
+		t.Errorf("unnamed address: %v after %d reads, want ErrNoSymbol after 2", err, reads)
+	}
+	// The same address again: not read for until a minute passed.
+	now = now.Add(2 * time.Second)
+	if _, err := frame(other); !errors.Is(err, ErrNoSymbol) || reads != 2 {
+		t.Errorf("the same unnamed address again: %v after %d reads, want ErrNoSymbol after 2", err, reads)
+	}
+	syms = append(syms, "ffffffffc0b60000 t bpf_prog_6deef7357e7b4530_qp_create\t[bpf]\n"...)
+	if err := os.WriteFile(filepath.Join(root, "kallsyms"), syms, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute)
+	if got, err := frame(other + 0x20); err != nil || got.Symbol != "bpf_prog_6deef7357e7b4530_qp_create" || reads != 3 {
+		t.Errorf("a minute on, a program there: (%+v, %v) after %d reads, want bpf_prog_6deef7357e7b4530_qp_create after 3", got, err, reads)
+	}
+	// Named addresses read nothing.
+	if _, err := frame(tramp + 0x10); err != nil || reads != 3 {
+		t.Errorf("a named address: %v after %d reads, want 3", err, reads)
 	}
 }
 
