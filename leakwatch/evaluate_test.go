@@ -106,7 +106,7 @@ func TestEvaluateQuery(t *testing.T) {
 				{RuleStaleErrorQP, "siw0", 20, 43},
 				{RuleStaleErrorQP, "siw0", 21, 42},
 			},
-			wantSkipped: []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleSRQDrainStalled, RuleQPExhaustion, RuleQPCreateFailing},
+			wantSkipped: []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleSRQDrainStalled, RuleQPExhaustion, RuleQPCreateFailing, RuleQPErrorStorm},
 			wantQPs:     4,
 		},
 		{

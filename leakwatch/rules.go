@@ -49,7 +49,7 @@ func Rules() []string {
 	for _, r := range qpRules {
 		ids = append(ids, r.id)
 	}
-	return append(ids, RuleQPExhaustion, RuleQPCreateFailing, RuleZombieUverbsContext)
+	return append(ids, RuleQPExhaustion, RuleQPCreateFailing, RuleQPErrorStorm, RuleZombieUverbsContext)
 }
 
 const (
@@ -367,22 +367,31 @@ func (w *Watcher) Evaluate(q Query) Report {
 				Reason: "max_qp unknown for " + strings.Join(unknown, ", ") + " (the device did not report it: set it per device)"})
 		}
 	}
-	if enabled(RuleQPCreateFailing) {
+	for _, id := range []string{RuleQPCreateFailing, RuleQPErrorStorm} {
+		if !enabled(id) {
+			continue
+		}
 		if !probes {
 			reason := "needs the eBPF probes"
 			if probesReason != "" {
 				reason += ": " + probesReason
 			}
-			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleQPCreateFailing, Reason: reason})
-		} else {
-			for _, index := range slices.Sorted(maps.Keys(w.devs)) {
-				d := w.devs[index]
-				if q.Device != "" && d.name != q.Device {
-					continue
-				}
+			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: id, Reason: reason})
+			continue
+		}
+		for _, index := range slices.Sorted(maps.Keys(w.devs)) {
+			d := w.devs[index]
+			if q.Device != "" && d.name != q.Device {
+				continue
+			}
+			if id == RuleQPCreateFailing {
 				if f, ok := qpCreateFailing(d, now, cfg); ok {
 					take(&f, nil)
 				}
+				continue
+			}
+			for _, f := range qpErrorStorms(d, now, cfg) {
+				take(&f, nil)
 			}
 		}
 	}

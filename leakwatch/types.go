@@ -56,6 +56,12 @@ type Config struct {
 	// within CreateFailureWindow (defaults 10 and 5 minutes).
 	CreateFailures      int
 	CreateFailureWindow time.Duration
+	// ErrorStormCycles and ErrorStormWindow are what qp-error-storm
+	// reports: an owner whose QPs on a device entered Error in at least
+	// ErrorStormCycles reconnect cycles within ErrorStormWindow (defaults
+	// 5 and 5 minutes).
+	ErrorStormCycles int
+	ErrorStormWindow time.Duration
 }
 
 // Query selects what one evaluation reports. What every query shares

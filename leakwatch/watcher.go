@@ -112,6 +112,9 @@ type qpEvents struct {
 	// drain is what the probes saw of the QP's drains (nil: none seen).
 	drain        *drainState
 	LastWQECount int32
+	// errCause is why the QP is in Error, from its entry until it leaves
+	// Error (0 while not in Error, or in it since before it was seen).
+	errCause ErrorCause
 }
 
 // seen is a copy of the QP's events (all zero when none was seen).
@@ -309,6 +312,7 @@ func (h *History) setState(s rdmanl.QPState, t time.Time, src source) {
 		}
 	}
 	h.StateKnown, h.stateSource = true, src
+	h.leftError(s)
 	if s == rdmanl.QPStateRTS {
 		h.EverRTS = true
 	}
@@ -340,6 +344,11 @@ type deviceState struct {
 	failures     []createFailure
 	failed       map[failureKey]uint64
 	failureSites []string
+	// qpErrors are the newest entries of its QPs into Error (at most
+	// maxQPErrors), oldest first, for qp-error-storm; errors counts them
+	// all by cause (QPErrors).
+	qpErrors []qpError
+	errors   [numCauses]uint64
 }
 
 // Watcher keeps QP histories from scans and probe events and evaluates the
@@ -391,6 +400,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.CreateFailureWindow == 0 {
 		cfg.CreateFailureWindow = DefaultCreateFailureWindow
+	}
+	if cfg.ErrorStormCycles == 0 {
+		cfg.ErrorStormCycles = DefaultErrorStormCycles
+	}
+	if cfg.ErrorStormWindow == 0 {
+		cfg.ErrorStormWindow = DefaultErrorStormWindow
 	}
 	return cfg
 }
@@ -490,6 +505,13 @@ func (w *Watcher) Scan(s Scan) {
 			// authoritative.
 			if h.stateSource == sourceProbe && (qp.State == h.State || s.Started.IsZero() || !h.StateSince.Time().Before(s.Started.Add(-probeMargin))) {
 				continue
+			}
+			if qp.State == rdmanl.QPStateErr && h.StateKnown && h.State != rdmanl.QPStateErr {
+				cause := CauseProvider
+				if !w.cfg.Probes {
+					cause = CauseUnknown
+				}
+				w.enteredError(h, dev, s.Time, cause)
 			}
 			h.setState(qp.State, s.Time, sourceScan)
 		}
@@ -634,7 +656,11 @@ func (w *Watcher) Event(ev Event) {
 				e.LastWQEAt, e.LastWQECount = 0, 0
 			}
 		}
+		wasErr := h.StateKnown && h.State == rdmanl.QPStateErr
 		h.setState(ev.NewState, ev.Time, sourceProbe)
+		if ev.NewState == rdmanl.QPStateErr && !wasErr {
+			w.enteredError(h, dev, ev.Time, CauseModify)
+		}
 	case EventQPAsync:
 		h = get()
 		if ev.LastWQE {
@@ -649,6 +675,9 @@ func (w *Watcher) Event(ev Event) {
 			return
 		}
 		h.note(ev.Time, sourceProbe, "async event %s", ev.Async)
+		if c := asyncCause(ev.Async); c != 0 {
+			w.enteredError(h, dev, ev.Time, c)
+		}
 	case EventQPDestroyed:
 		if h != nil && h.Destroyed && !h.DestroySeen && !h.DeviceGone && ev.Result == 0 {
 			// A scan that ran while this event waited in the ring

@@ -1,0 +1,291 @@
+package leakwatch
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unique"
+
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// RuleQPErrorStorm is the rule ID for an owner whose QPs keep entering
+// Error and being replaced: a reconnect loop.
+const RuleQPErrorStorm = "qp-error-storm"
+
+// Config's defaults for qp-error-storm. Five reconnect cycles in five
+// minutes: a consumer that recovers from one failure shows two (the QPs
+// that failed, then its replacements when they are disconnected at the
+// end), and one whose replacements fail as well is in a loop; nvme-rdma
+// retries every 10 s (reconnect_delay) and an RDS or user reconnect loop
+// faster, so five cycles come within a minute, and five minutes keeps a
+// loop with a backoff of a minute in view.
+const (
+	DefaultErrorStormCycles = 5
+	DefaultErrorStormWindow = 5 * time.Minute
+)
+
+// maxQPErrors bounds the Error entries a device keeps (the newest).
+const maxQPErrors = 1024
+
+// ErrorCause is why a QP entered Error, as rdmatool saw it.
+type ErrorCause uint8
+
+// The causes. A QP's entry into Error counts once, under the first
+// cause seen; it counts again after the QP left Error (a modify to
+// RESET) and entered it again.
+const (
+	// CauseModify: a modify to Error through ib_core: the consumer, its
+	// ULP or rdma_cm (a disconnect moves the QP to Error).
+	CauseModify ErrorCause = iota + 1
+	// CauseQPFatal, CauseQPReqErr and CauseQPAccessErr: the provider
+	// delivered the affiliated asynchronous error (IB_EVENT_QP_FATAL,
+	// IB_EVENT_QP_REQ_ERR, IB_EVENT_QP_ACCESS_ERR) that put the QP in
+	// Error.
+	CauseQPFatal
+	CauseQPReqErr
+	CauseQPAccessErr
+	// CauseProvider: a scan listed the QP in Error that no modify or
+	// async event the probes saw put there: the provider or the hardware
+	// did (a requester's completion error, such as a remote access error,
+	// comes with no event).
+	CauseProvider
+	// CauseUnknown: a scan listed the QP in Error while no probes fed
+	// the watcher.
+	CauseUnknown
+	numCauses
+)
+
+var causeNames = [numCauses]string{"", "modify", "QP_FATAL", "QP_REQ_ERR", "QP_ACCESS_ERR", "provider", "unknown"}
+
+// String is the cause as the metrics and findings name it.
+func (c ErrorCause) String() string {
+	if c < numCauses {
+		return causeNames[c]
+	}
+	return "cause " + strconv.Itoa(int(c))
+}
+
+// asyncCause is the cause an async event is, when it puts the QP in
+// Error (IB spec 11.6.3: the affiliated asynchronous errors); 0 for the
+// others.
+func asyncCause(name string) ErrorCause {
+	switch name {
+	case "QP_FATAL":
+		return CauseQPFatal
+	case "QP_REQ_ERR":
+		return CauseQPReqErr
+	case "QP_ACCESS_ERR":
+		return CauseQPAccessErr
+	}
+	return 0
+}
+
+// qpError is one entry of a QP into Error, as its device keeps it.
+type qpError struct {
+	at Stamp
+	// created is when the QP was first seen (its create event, or the
+	// first scan that listed it).
+	created Stamp
+	names   unique.Handle[qpNames]
+	qpn     uint32
+	cause   ErrorCause
+}
+
+// enteredError records that h entered Error at t for cause, unless the
+// entry was counted already: once per entry, under the first cause seen.
+func (w *Watcher) enteredError(h *History, dev *deviceState, t time.Time, cause ErrorCause) {
+	e := h.record()
+	if e.errCause != 0 {
+		return
+	}
+	e.errCause = cause
+	dev.errors[cause]++
+	if len(dev.qpErrors) >= maxQPErrors {
+		dev.qpErrors = dev.qpErrors[:copy(dev.qpErrors, dev.qpErrors[1:])]
+	}
+	dev.qpErrors = append(dev.qpErrors, qpError{at: stampOf(t), created: h.FirstSeen, names: h.names, qpn: h.QPN, cause: cause})
+	h.note(t, sourceOf(cause), "entered Error: %s", cause)
+}
+
+func sourceOf(c ErrorCause) source {
+	if c == CauseProvider || c == CauseUnknown {
+		return sourceScan
+	}
+	return sourceProbe
+}
+
+// leftError records that h left Error: a later entry counts again.
+func (h *History) leftError(s rdmanl.QPState) {
+	if s != rdmanl.QPStateErr && h.events != nil {
+		h.events.errCause = 0
+	}
+}
+
+// ErrorCount counts a device's QPs' entries into Error of one cause.
+type ErrorCount struct {
+	Cause ErrorCause
+	Count uint64
+}
+
+// DeviceErrors are a device's QP Error entries, counted by cause.
+type DeviceErrors struct {
+	Index  uint32
+	Name   string
+	Counts []ErrorCount // by cause, causes seen only
+}
+
+// QPErrors counts each device's QP entries into Error by cause, for as
+// long as the watcher knows the device (counts that only grow). A QP
+// first seen already in Error is not counted: when it entered is not
+// known. Sorted by device index.
+func (w *Watcher) QPErrors() []DeviceErrors {
+	var out []DeviceErrors
+	for index, d := range w.devs {
+		de := DeviceErrors{Index: index, Name: d.name}
+		for c, n := range d.errors {
+			if n > 0 {
+				de.Counts = append(de.Counts, ErrorCount{Cause: ErrorCause(c), Count: n})
+			}
+		}
+		if len(de.Counts) > 0 {
+			out = append(out, de)
+		}
+	}
+	slices.SortFunc(out, func(a, b DeviceErrors) int { return cmp.Compare(a.Index, b.Index) })
+	return out
+}
+
+// Causes lists every cause, in the order of their values.
+func Causes() []ErrorCause {
+	out := make([]ErrorCause, 0, numCauses-1)
+	for c := CauseModify; c < numCauses; c++ {
+		out = append(out, c)
+	}
+	return out
+}
+
+// stormOwner is one owner's Error entries on a device within the window.
+type stormOwner struct {
+	owner  Owner
+	errs   []qpError
+	cycles int
+}
+
+// reconnectCycles counts the cycles in errs (oldest first): the first
+// Error starts one, and so does each Error of a QP created after the
+// current cycle began (a replacement that failed in turn). QPs that fail
+// together (a controller's queues, both QPs of a pair) are one cycle.
+func reconnectCycles(errs []qpError) int {
+	cycles := 0
+	var start Stamp
+	for _, e := range errs {
+		if cycles == 0 || e.created > start {
+			cycles++
+			start = e.at
+		}
+	}
+	return cycles
+}
+
+// qpErrorStorms reports each owner whose QPs on dev failed into Error
+// in at least cfg.ErrorStormCycles reconnect cycles within
+// cfg.ErrorStormWindow before now: the errors, their rate and causes, the
+// cycles and the replacements, the most frequent creation site as the
+// finding's. Only failures count: an async error event, or the provider
+// moving the QP (CauseProvider, CauseUnknown). A modify to Error is what
+// every teardown and disconnect does, and what a consumer does after a
+// failure the kernel did not see (a completion error): it counts in
+// QPErrors, not here.
+func qpErrorStorms(dev *deviceState, now time.Time, cfg ruleConfig) []Finding {
+	since := stampOf(now.Add(-cfg.ErrorStormWindow))
+	i, _ := slices.BinarySearchFunc(dev.qpErrors, since, func(e qpError, t Stamp) int { return cmp.Compare(e.at, t) })
+	recent := dev.qpErrors[i:]
+	if len(recent) < cfg.ErrorStormCycles {
+		return nil // a cycle has one failure at least
+	}
+	byOwner := map[Owner]*stormOwner{}
+	var order []*stormOwner
+	for _, e := range recent {
+		if e.cause == CauseModify {
+			continue // a teardown or disconnect as much as a reaction to a failure
+		}
+		o := e.names.Value().owner
+		so := byOwner[o]
+		if so == nil {
+			so = &stormOwner{owner: o}
+			byOwner[o] = so
+			order = append(order, so)
+		}
+		so.errs = append(so.errs, e)
+	}
+	var out []Finding
+	for _, so := range order {
+		if so.cycles = reconnectCycles(so.errs); so.cycles < cfg.ErrorStormCycles {
+			continue
+		}
+		out = append(out, stormFinding(dev, so, now, cfg))
+	}
+	return out
+}
+
+func stormFinding(dev *deviceState, so *stormOwner, now time.Time, cfg ruleConfig) Finding {
+	errs := so.errs
+	first, last := errs[0], errs[len(errs)-1]
+	span := now.Sub(first.at.Time())
+	f := Finding{
+		Rule: RuleQPErrorStorm, Severity: SeverityError, Device: dev.name, Owner: so.owner,
+		Count: uint64(len(errs)), AgeSeconds: math.Round(span.Seconds()*1000) / 1000,
+		Spec: "IB spec 10.3: a QP in Error flushes its work; memory registered through it (fast registration, bound memory windows) goes with it",
+	}
+	if f.Kernel() && f.Comm == "" {
+		f.Comm = f.KernName
+	}
+	causes, sites := map[ErrorCause]int{}, map[siteHandle]int{}
+	replaced := 0
+	for _, e := range errs {
+		causes[e.cause]++
+		sites[e.names.Value().site]++
+		if e.created > first.at {
+			replaced++
+		}
+	}
+	byCause := make([]string, 0, len(causes))
+	order := slices.Sorted(maps.Keys(causes))
+	slices.SortStableFunc(order, func(a, b ErrorCause) int { return cmp.Compare(causes[b], causes[a]) })
+	for _, c := range order {
+		byCause = append(byCause, fmt.Sprintf("%s %d", c, causes[c]))
+	}
+	site, n := siteHandle{}, -1
+	for s, k := range sites {
+		if k > n || k == n && siteOf(s).String() < siteOf(site).String() {
+			site, n = s, k
+		}
+	}
+	f.setSite(siteOf(site))
+	count := strconv.Itoa(len(errs))
+	if len(dev.qpErrors) == maxQPErrors && errs[0] == dev.qpErrors[0] {
+		count = "at least " + count
+	}
+	rate := float64(len(errs)) / cfg.ErrorStormWindow.Minutes()
+	f.Evidence = append(f.Evidence,
+		Evidence{Time: first.at.Time(), Source: "probe", What: fmt.Sprintf("%s QPs failed into Error in %s (%.1f a minute) over %d reconnect cycles: %s",
+			count, cfg.ErrorStormWindow, rate, so.cycles, strings.Join(byCause, ", "))},
+		Evidence{Time: now.UTC(), Source: "probe", What: fmt.Sprintf("%d of them created after the first Error (replacements that failed in turn)", replaced)})
+	if where := siteOf(site).String(); where != "" {
+		f.Evidence = append(f.Evidence, Evidence{Time: now.UTC(), Source: "probe", What: fmt.Sprintf("%d created at %s", n, where)})
+	}
+	f.Evidence = append(f.Evidence, Evidence{Time: last.at.Time(), Source: sourceOf(last.cause).String(),
+		What: fmt.Sprintf("last: QP %d entered Error (%s)", last.qpn, last.cause)})
+	f.Hint = fmt.Sprintf("%s QPs of this owner failed into Error in %d reconnect cycles within %s (%s): each replacement fails as the QP before it. "+
+		"Find the first failure's cause: remote access errors (QP_ACCESS_ERR on the responder; REM_ACCESS_ERR completions on the requester, "+
+		"which reach the kernel as no event) mean a peer uses an R_Key that no longer exists (an MR deregistered or registered again, "+
+		"or registered through a QP that went to Error): the peer must fetch fresh keys after a reconnect; retry with a backoff",
+		count, so.cycles, cfg.ErrorStormWindow, strings.Join(byCause, ", "))
+	return f
+}

@@ -1,0 +1,202 @@
+package leakwatch
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/rdmanl"
+)
+
+// asyncErr is the provider's async error name for QP qpn at t.
+func asyncErr(t time.Time, dev rdmanl.Device, qpn uint32, name string) Event {
+	e := ev(t, EventQPAsync, dev, qpn)
+	e.Async = name
+	return e
+}
+
+// cycle is one reconnect cycle of a pair (QPs qpn and qpn+1) of the
+// owner with pid: created and connected at t, the target's QP failed
+// with failure ("" for none) 100 ms on, both moved to Error by the
+// consumer 200 ms on and destroyed 300 ms on.
+func cycle(w *Watcher, t time.Time, qpn, pid uint32, failure string) {
+	for q := qpn; q <= qpn+1; q++ {
+		c := create(t, rxe, q, false)
+		c.PID, c.TID = pid, pid
+		w.Event(c)
+		w.Event(modify(t, rxe, q, rdmanl.QPStateRTS))
+	}
+	if failure != "" {
+		w.Event(asyncErr(t.Add(100*time.Millisecond), rxe, qpn+1, failure))
+	}
+	for q := qpn; q <= qpn+1; q++ {
+		w.Event(modify(t.Add(200*time.Millisecond), rxe, q, rdmanl.QPStateErr))
+		w.Event(ev(t.Add(300*time.Millisecond), EventQPDestroyed, rxe, q))
+	}
+}
+
+func errorCounts(w *Watcher) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, de := range w.QPErrors() {
+		for _, c := range de.Counts {
+			out[de.Name+" "+c.Cause.String()] += c.Count
+		}
+	}
+	return out
+}
+
+// Each entry into Error counts once, under the first cause seen: the
+// async error before the consumer's modify, the modify alone, a scan's
+// Error that no probe saw set (provider), the same without probes
+// (unknown); a QP that left Error and entered it again counts again; a
+// QP first seen in Error does not count.
+func TestQPErrorCauses(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	w.Scan(dump(c.at(0), rxe, qp(9, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+	cycle(w, c.at(time.Second), 10, 42, "QP_ACCESS_ERR")
+	cycle(w, c.at(2*time.Second), 12, 42, "")
+	cycle(w, c.at(3*time.Second), 14, 42, "QP_FATAL")
+	cycle(w, c.at(4*time.Second), 16, 42, "PATH_MIG") // not an error that moves the QP
+	// QP 20 in RTS; the provider moves it to Error, a later dump says so.
+	w.Event(create(c.at(5*time.Second), rxe, 20, false))
+	w.Event(modify(c.at(5*time.Second), rxe, 20, rdmanl.QPStateRTS))
+	w.Scan(dump(c.at(10*time.Second), rxe, qp(9, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(20, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+	// Back to RESET and into Error again: a second entry.
+	w.Event(modify(c.at(11*time.Second), rxe, 20, rdmanl.QPStateReset))
+	w.Event(modify(c.at(12*time.Second), rxe, 20, rdmanl.QPStateErr))
+	w.Event(modify(c.at(12*time.Second), rxe, 20, rdmanl.QPStateErr)) // the same entry
+	want := map[string]uint64{"rxe0 modify": 7, "rxe0 QP_ACCESS_ERR": 1, "rxe0 QP_FATAL": 1, "rxe0 provider": 1}
+	if diff := cmp.Diff(want, errorCounts(w)); diff != "" {
+		t.Errorf("errors by cause (-want +got):\n%s", diff)
+	}
+	if ev := w.qps[qpKey{0, 20}].Evidence(); !strings.Contains(evidenceText(ev), "entered Error: provider") {
+		t.Errorf("QP 20's evidence %v: want its entry into Error", ev)
+	}
+
+	// Without probes, a scan's Error is of unknown cause.
+	w = New(Config{}, c.now)
+	w.Scan(dump(c.at(0), siw, qp(3, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42)))
+	w.Scan(dump(c.at(30*time.Second), siw, qp(3, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+	w.Scan(dump(c.at(60*time.Second), siw, qp(3, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)))
+	if diff := cmp.Diff(map[string]uint64{"siw0 unknown": 1}, errorCounts(w)); diff != "" {
+		t.Errorf("errors by cause without probes (-want +got):\n%s", diff)
+	}
+}
+
+func evidenceText(ev []Evidence) string {
+	var b strings.Builder
+	for _, e := range ev {
+		b.WriteString(e.What + "\n")
+	}
+	return b.String()
+}
+
+func TestQPErrorStormThresholds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		cfg      Config
+		failures []string      // one cycle each, a second apart
+		every    time.Duration // between cycles
+		now      time.Duration
+		want     int // findings
+	}{
+		{"none", Config{}, nil, time.Second, time.Minute, 0},
+		{"4 failed cycles", Config{}, repeat("QP_ACCESS_ERR", 4), time.Second, time.Minute, 0},
+		{"5 failed cycles", Config{}, repeat("QP_ACCESS_ERR", 5), time.Second, time.Minute, 1},
+		{"5 cycles, one healthy", Config{}, []string{"QP_ACCESS_ERR", "QP_ACCESS_ERR", "", "QP_ACCESS_ERR", "QP_ACCESS_ERR"}, time.Second, time.Minute, 0},
+		{"disconnects only", Config{}, repeat("", 20), time.Second, time.Minute, 0},
+		{"5 failed cycles, the first out of the window", Config{}, repeat("QP_FATAL", 5), time.Minute, 5*time.Minute + time.Second, 0},
+		{"3 with a threshold of 3", Config{ErrorStormCycles: 3, ErrorStormWindow: time.Minute}, repeat("QP_REQ_ERR", 3), time.Second, 10 * time.Second, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{t: t0}
+			w := New(Config{Probes: true, ErrorStormCycles: tt.cfg.ErrorStormCycles, ErrorStormWindow: tt.cfg.ErrorStormWindow}, c.now)
+			w.Scan(scan(c.at(0), rxe))
+			for i, f := range tt.failures {
+				cycle(w, c.at(time.Duration(i)*tt.every), uint32(10+2*i), 42, f)
+			}
+			c.at(tt.now)
+			rep := w.Evaluate(Query{Rules: []string{RuleQPErrorStorm}})
+			if len(rep.Findings) != tt.want {
+				t.Fatalf("%d findings %+v, want %d", len(rep.Findings), rep.Findings, tt.want)
+			}
+		})
+	}
+}
+
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// A storm's finding names the device and the owner (one finding per
+// owner: another process failing once is not in it), the failures, their
+// rate and causes, the cycles, the replacements and the site; error
+// severity. QPs that fail together (a controller's queues) are one cycle.
+func TestQPErrorStormEvidence(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	w.Scan(scan(c.at(0), rxe))
+	for i := range 6 {
+		at := c.at(time.Duration(i) * 10 * time.Second)
+		cycle(w, at, uint32(100+2*i), 42, "QP_ACCESS_ERR")
+		if i == 3 {
+			cycle(w, at, 300, 43, "QP_FATAL") // another owner, once
+		}
+	}
+	// Eight QPs of a kernel ULP fail together, twice: two cycles.
+	for round := range 2 {
+		at := c.at(time.Duration(70+round*10) * time.Second)
+		for q := range uint32(8) {
+			k := create(at, rxe, 400+uint32(round)*8+q, false)
+			k.KernOwner, k.PID, k.TID, k.Comm = "rdma_cm", 0, 0, ""
+			w.Event(k)
+		}
+		for q := range uint32(8) {
+			w.Event(asyncErr(at.Add(time.Second), rxe, 400+uint32(round)*8+q, "QP_FATAL"))
+		}
+	}
+	c.at(2 * time.Minute)
+	rep := w.Evaluate(Query{Rules: []string{RuleQPErrorStorm}})
+	if len(rep.Findings) != 1 {
+		t.Fatalf("findings %+v, want one", rep.Findings)
+	}
+	f := rep.Findings[0]
+	if f.Rule != RuleQPErrorStorm || f.Severity != SeverityError || f.Device != "rxe0" || f.Comm != "app" || f.Count != 6 {
+		t.Errorf("finding %+v: want an error on rxe0 for app, count 6", f)
+	}
+	want := []string{
+		"6 QPs failed into Error in 5m0s (1.2 a minute) over 6 reconnect cycles: QP_ACCESS_ERR 6",
+		"5 of them created after the first Error (replacements that failed in turn)",
+		"last: QP 111 entered Error (QP_ACCESS_ERR)",
+	}
+	var got []string
+	for _, e := range f.Evidence {
+		got = append(got, e.What)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("evidence (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(f.Hint, "R_Key") {
+		t.Errorf("hint %q says nothing of R_Keys", f.Hint)
+	}
+	if got := reconnectCycles(w.devs[0].qpErrors[len(w.devs[0].qpErrors)-16:]); got != 2 {
+		t.Errorf("two rounds of 8 QPs failing together: %d cycles, want 2", got)
+	}
+
+	// Without the probes the rule is skipped with their reason.
+	w.SetProbes(false, "no BTF")
+	rep = w.Evaluate(Query{Rules: []string{RuleQPErrorStorm}})
+	if len(rep.Findings) != 0 || len(rep.SkippedRules) != 1 || rep.SkippedRules[0].Reason != "needs the eBPF probes: no BTF" {
+		t.Errorf("without probes: %+v, skipped %+v", rep.Findings, rep.SkippedRules)
+	}
+}
