@@ -57,6 +57,11 @@ type Config struct {
 	// the window.
 	CreateFailures      *failures `yaml:"create_failures"`
 	CreateFailureWindow *duration `yaml:"create_failure_window"`
+	// ErrorStormCycles and ErrorStormWindow are what qp-error-storm
+	// reports: an owner whose QPs on a device failed into Error in at
+	// least that many reconnect cycles within the window.
+	ErrorStormCycles *cycles   `yaml:"error_storm_cycles"`
+	ErrorStormWindow *duration `yaml:"error_storm_window"`
 	// Policy is the file's policy mapping: what it sets of the
 	// remediation policy, over DefaultPolicy (Config.policy).
 	Policy *policyConfig `yaml:"policy"`
@@ -583,6 +588,18 @@ func (f *failures) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// cycles is a count of reconnect cycles, 1 or more.
+type cycles int
+
+func (c *cycles) UnmarshalYAML(n *yaml.Node) error {
+	var v int
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < 1 {
+		return refuse(n, "%s: want a whole number, 1 or more", quote.String(n.Value))
+	}
+	*c = cycles(v)
+	return nil
+}
+
 // share is a number, which Policy.Check holds from 0 to 1.
 type share float64
 
@@ -680,8 +697,8 @@ func (m *maxQP) UnmarshalYAML(n *yaml.Node) error {
 // given reports whether the flag for a key was set (socket,
 // metrics_address, interval, reconcile, probes, rename, names_map,
 // rename_force, exhaustion_threshold, create_failures,
-// create_failure_window, state_file, state_interval, policy,
-// policy_dry_run). max_qp
+// create_failure_window, error_storm_cycles, error_storm_window,
+// state_file, state_interval, policy, policy_dry_run). max_qp
 // merges, the command line's entries winning per device. The rename keys
 // complete o.Rename, which the command line set (nil when it named no
 // policies).
@@ -727,6 +744,12 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 	if c.CreateFailureWindow != nil && !given("create_failure_window") {
 		o.CreateFailureWindow = time.Duration(*c.CreateFailureWindow)
 	}
+	if c.ErrorStormCycles != nil && !given("error_storm_cycles") {
+		o.ErrorStormCycles = int(*c.ErrorStormCycles)
+	}
+	if c.ErrorStormWindow != nil && !given("error_storm_window") {
+		o.ErrorStormWindow = time.Duration(*c.ErrorStormWindow)
+	}
 	if c.Probes != nil && !given("probes") {
 		o.NoProbes = !bool(*c.Probes)
 	}
@@ -757,8 +780,9 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 // the options the agent was started with (base: those of the command line
 // alone). A file that does not load, or that changes an option only a
 // restart can (socket, metrics_address, interval, probes, retain,
-// exhaustion_threshold, create_failures, create_failure_window, the rename
-// keys, state_file, state_interval), is
+// exhaustion_threshold, create_failures, create_failure_window,
+// error_storm_cycles, error_storm_window, the rename keys, state_file,
+// state_interval), is
 // an error and nothing is reloaded.
 func ReloadFrom(path string, optional bool, base, running RunOptions, given func(key string) bool) (Reloadable, error) {
 	c, err := LoadConfig(context.Background(), path, optional) // reloadOnHUP stops waiting on SIGTERM
@@ -779,6 +803,8 @@ func ReloadFrom(path string, optional bool, base, running RunOptions, given func
 		{"exhaustion_threshold", running.ExhaustionThreshold, o.ExhaustionThreshold},
 		{"create_failures", running.CreateFailures, o.CreateFailures},
 		{"create_failure_window", running.CreateFailureWindow, o.CreateFailureWindow},
+		{"error_storm_cycles", running.ErrorStormCycles, o.ErrorStormCycles},
+		{"error_storm_window", running.ErrorStormWindow, o.ErrorStormWindow},
 		{"rename", renameString(running.Rename), renameString(o.Rename)},
 		{"state_file", running.StateFile, o.StateFile},
 		{"state_interval", running.StateInterval, o.StateInterval},

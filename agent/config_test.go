@@ -53,10 +53,11 @@ max_qp:
 		t.Errorf("(-want +got):\n%s", d)
 	}
 	rest, err := parseConfig("a.yaml", []byte("rename: map,guid\nnames_map: /etc/x\nrename_force: true\nexhaustion_threshold: 0.5\nstate_file: /var/x.json\nstate_interval: 1m\n"+
-		"create_failures: 3\ncreate_failure_window: 1m\n"))
+		"create_failures: 3\ncreate_failure_window: 1m\nerror_storm_cycles: 4\nerror_storm_window: 2m\n"))
 	wantRest := Config{Rename: ptr[renamePolicies]("map,guid"), NamesMap: ptr[absPath]("/etc/x"), RenameForce: ptr[boolean](true),
 		ExhaustionThreshold: ptr[threshold](0.5), StateFile: ptr[optionalPath]("/var/x.json"), StateInterval: ptr(duration(time.Minute)),
-		CreateFailures: ptr[failures](3), CreateFailureWindow: ptr(duration(time.Minute))}
+		CreateFailures: ptr[failures](3), CreateFailureWindow: ptr(duration(time.Minute)),
+		ErrorStormCycles: ptr[cycles](4), ErrorStormWindow: ptr(duration(2 * time.Minute))}
 	if d := cmp.Diff(wantRest, rest); err != nil || d != "" {
 		t.Errorf("rename, threshold and state keys: %v (-want +got):\n%s", err, d)
 	}
@@ -87,13 +88,15 @@ max_qp:
 // Every bad file is refused with the file, the line and the key.
 func TestParseConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
-		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: create_failure_window, create_failures, exhaustion_threshold, interval, max_qp, metrics_address, names_map, policy, probes, reconcile, rename, rename_force, retain, socket, state_file, state_interval)`},
+		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: create_failure_window, create_failures, error_storm_cycles, error_storm_window, exhaustion_threshold, interval, max_qp, metrics_address, names_map, policy, probes, reconcile, rename, rename_force, retain, socket, state_file, state_interval)`},
 		{"rename: map,uuid\n", `agent: config a.yaml:1: rename: unknown policy "uuid"`},
 		{"names_map: names.conf\n", `agent: config a.yaml:1: names_map: "names.conf": want an absolute path`},
 		{"exhaustion_threshold: 80\n", `agent: config a.yaml:1: exhaustion_threshold: "80": want a share of max_qp above 0 and at most 1`},
 		{"exhaustion_threshold: high\n", `agent: config a.yaml:1: exhaustion_threshold: "high"`},
 		{"create_failures: 0\n", `agent: config a.yaml:1: create_failures: "0": want a whole number, 1 or more`},
 		{"create_failure_window: 10ms\n", `agent: config a.yaml:1: create_failure_window: "10ms"`},
+		{"error_storm_cycles: -1\n", `agent: config a.yaml:1: error_storm_cycles: "-1": want a whole number, 1 or more`},
+		{"error_storm_window: 1\n", `agent: config a.yaml:1: error_storm_window: "1"`},
 		{"probes: true\ninterval: 10\n", `agent: config a.yaml:2: interval: "10": want a duration of at least 1s, such as 30s or 5m`},
 		{"interval: 100ms\n", `agent: config a.yaml:1: interval: "100ms": want a duration of at least 1s`},
 		{"reconcile: [1m]\n", `agent: config a.yaml:1: reconcile: want a duration such as 30s or 5m`},
@@ -234,6 +237,8 @@ func TestDefaultConfigFile(t *testing.T) {
 		{"exhaustion_threshold", float64(*c.ExhaustionThreshold), leakwatch.DefaultExhaustionThreshold},
 		{"create_failures", int(*c.CreateFailures), leakwatch.DefaultCreateFailures},
 		{"create_failure_window", time.Duration(*c.CreateFailureWindow), leakwatch.DefaultCreateFailureWindow},
+		{"error_storm_cycles", int(*c.ErrorStormCycles), leakwatch.DefaultErrorStormCycles},
+		{"error_storm_window", time.Duration(*c.ErrorStormWindow), leakwatch.DefaultErrorStormWindow},
 		{"state_file", string(*c.StateFile), DefaultStateFile},
 		{"state_interval", time.Duration(*c.StateInterval), DefaultStateInterval},
 		{"policy", *c.policy(), DefaultPolicy()},

@@ -66,6 +66,10 @@ type RunOptions struct {
 	// reports (leakwatch.Config; its defaults when 0).
 	CreateFailures      int
 	CreateFailureWindow time.Duration
+	// ErrorStormCycles and ErrorStormWindow are what qp-error-storm
+	// reports (leakwatch.Config; its defaults when 0).
+	ErrorStormCycles int
+	ErrorStormWindow time.Duration
 	// Version is reported by /v1/status and the metrics.
 	Version string
 	// MetricsAddress is the TCP address /metrics is served on; "" serves
@@ -168,7 +172,8 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	}
 
 	cfg := leakwatch.Config{MaxQP: o.MaxQP, Retain: o.Retain, ExhaustionThreshold: o.ExhaustionThreshold,
-		CreateFailures: o.CreateFailures, CreateFailureWindow: o.CreateFailureWindow, ProbesReason: "not attached yet"}
+		CreateFailures: o.CreateFailures, CreateFailureWindow: o.CreateFailureWindow,
+		ErrorStormCycles: o.ErrorStormCycles, ErrorStormWindow: o.ErrorStormWindow, ProbesReason: "not attached yet"}
 	if o.NoProbes {
 		cfg.ProbesReason = "disabled by --no-probes"
 	}

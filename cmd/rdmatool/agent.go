@@ -47,7 +47,11 @@ func newAgentCmd(g *globals) *cobra.Command {
 			if o.CreateFailures < 1 {
 				return fmt.Errorf("--create-failures %d: want 1 or more", o.CreateFailures)
 			}
-			if err := checkDurations(durationFlag{name: "create-failure-window", value: o.CreateFailureWindow, min: time.Second}); err != nil {
+			if o.ErrorStormCycles < 1 {
+				return fmt.Errorf("--error-storm-cycles %d: want 1 or more", o.ErrorStormCycles)
+			}
+			if err := checkDurations(durationFlag{name: "create-failure-window", value: o.CreateFailureWindow, min: time.Second},
+				durationFlag{name: "error-storm-window", value: o.ErrorStormWindow, min: time.Second}); err != nil {
 				return err
 			}
 			if m := o.Policy.Mode; m != agent.PolicyObserve && m != agent.PolicyReset {
@@ -144,6 +148,8 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.Float64Var(&o.ExhaustionThreshold, "exhaustion-threshold", leakwatch.DefaultExhaustionThreshold, "share of max_qp in use that qp-exhaustion reports")
 	f.IntVar(&o.CreateFailures, "create-failures", leakwatch.DefaultCreateFailures, "failed QP creates on a device within --create-failure-window that qp-create-failing reports")
 	f.DurationVar(&o.CreateFailureWindow, "create-failure-window", leakwatch.DefaultCreateFailureWindow, "the window of --create-failures")
+	f.IntVar(&o.ErrorStormCycles, "error-storm-cycles", leakwatch.DefaultErrorStormCycles, "reconnect cycles in which one owner's QPs on a device failed into Error within --error-storm-window that qp-error-storm reports")
+	f.DurationVar(&o.ErrorStormWindow, "error-storm-window", leakwatch.DefaultErrorStormWindow, "the window of --error-storm-cycles")
 	f.StringVar(&o.Policy.Mode, "policy", agent.PolicyObserve, "remediation policy: observe (never act) or reset (thresholds in the config's policy key)")
 	f.BoolVar(&o.Policy.DryRun, "policy-dry-run", false, "with --policy reset, log the resets the policy would make and make none")
 	return cmd
