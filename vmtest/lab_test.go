@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/vmtest"
 )
 
@@ -120,60 +121,100 @@ func TestLastWQEReached(t *testing.T) {
 	}
 }
 
-// TestLabStaleRKey runs qpwork's reconnect loop on rxe0, three cycles of
-// one rdma_cm pair and one RDMA WRITE, as the R_Key workloads of the lab
-// tests use it: a writer that keeps the first R_Key after the target
-// deregistered its MR fails every write after the first with
-// REM_ACCESS_ERR (the target QP gets QP_ACCESS_ERR where the kernel's rxe
-// gives it); one that refreshes its R_Key after a failure fails once; MRs
-// kept by the target pile up one a cycle.
+// TestLabStaleRKey runs qpwork's reconnect loop on rxe0: three RDMA WRITEs of
+// a client to a target over one rdma_cm pair that reconnects only after a
+// failed write, the client starting with an R_Key whose MR the target has
+// deregistered. A client that keeps that key fails every write with
+// REM_ACCESS_ERR and reconnects every cycle; one that takes the new
+// connection's key after a failure fails once and stays on its second
+// connection. A target that keeps the MRs of ended connections holds one per
+// connection at the end. The target QP of each failed write gets
+// QP_ACCESS_ERR where the kernel's rxe gives it.
 func TestLabStaleRKey(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE)
 	accessErr := vmtest.Fact(t, "rxe gives the target QP_ACCESS_ERR on a stale R_Key")
+	type outcome struct {
+		Failed      []int // cycles whose write fails
+		Connection  []int // each cycle's connection
+		TargetMRs   []int // MRs the target holds at each cycle's line
+		WriteErrors int
+		Connections int
+		MRsLeft     int // registered after the loop
+	}
 	for _, c := range []struct {
 		rkey, mrs string
-		failed    []int // cycles whose write fails
-		mrsLeft   int
+		want      outcome
 	}{
-		{"keep", "dereg", []int{1, 2}, 0},
-		{"refresh", "dereg", []int{1}, 0},
-		{"refresh", "keep", nil, 3},
+		{"keep", "dereg", outcome{[]int{0, 1, 2}, []int{0, 1, 2}, []int{1, 1, 1}, 3, 3, 0}},
+		{"refresh", "dereg", outcome{[]int{0}, []int{0, 1, 1}, []int{1, 1, 1}, 1, 2, 0}},
+		{"keep", "keep", outcome{[]int{0, 1, 2}, []int{0, 1, 2}, []int{1, 2, 3}, 3, 3, 3}},
+		{"refresh", "keep", outcome{[]int{0}, []int{0, 1, 1}, []int{1, 2, 2}, 1, 2, 2}},
 	} {
 		t.Run(fmt.Sprintf("rkey %s, mrs %s on %s", c.rkey, c.mrs, vmtest.Kernel()), func(t *testing.T) {
 			evs := vmtest.StartWorkload(t, "--dev", "rxe0", "--reconnect", "3", "--connect", "cm", "--addr", vmtest.RXEAddr,
 				"--rkey", c.rkey, "--mrs", c.mrs).Wait(60 * time.Second)
-			cycles := vmtest.Filter(evs, "cycle")
-			if len(cycles) != 3 {
-				t.Fatalf("%d cycles, want 3: %v", len(cycles), evs)
+			start, cycles, end := vmtest.Filter(evs, "reconnect_start"), vmtest.Filter(evs, "cycle"), vmtest.Filter(evs, "reconnect")
+			if len(start) != 1 || len(cycles) != 3 || len(end) != 1 || end[0].Cycles != 3 {
+				t.Fatalf("want reconnect_start, 3 cycles and reconnect with 3 cycles: %v", evs)
 			}
-			var failed []int
-			var targets []uint32
+			stale := start[0].RKey
+			got := outcome{WriteErrors: end[0].WriteErrors, Connections: end[0].Connections, MRsLeft: end[0].TargetMRs}
+			var failedTargets []uint32
+			qps := map[int][2]uint32{} // a connection's client and target QPN
 			for i, cy := range cycles {
+				got.Connection = append(got.Connection, cy.Connection)
+				got.TargetMRs = append(got.TargetMRs, cy.TargetMRs)
 				switch cy.Status {
 				case "SUCCESS":
 				case "REM_ACCESS_ERR":
-					failed = append(failed, i)
-					targets = append(targets, cy.TargetQPN)
+					got.Failed = append(got.Failed, i)
+					failedTargets = append(failedTargets, cy.TargetQPN)
 				default:
 					t.Errorf("cycle %d: write %s, want SUCCESS or REM_ACCESS_ERR", i, cy.Status)
 				}
+				// keep writes with the stale key; refresh with the
+				// connection's once a write failed (connection 1 on)
+				wantRKey := stale
+				if c.rkey == "refresh" && cy.Connection > 0 {
+					wantRKey = cy.TargetRKey
+				}
+				if cy.RKey != wantRKey || cy.TargetRKey == stale {
+					t.Errorf("cycle %d: wrote with R_Key %#x, want %#x (stale %#x, the connection's %#x)",
+						i, cy.RKey, wantRKey, stale, cy.TargetRKey)
+				}
+				pair := [2]uint32{cy.ClientQPN, cy.TargetQPN}
+				if p, ok := qps[cy.Connection]; ok && p != pair {
+					t.Errorf("cycle %d: QPs %v, want connection %d's %v", i, pair, cy.Connection, p)
+				}
+				qps[cy.Connection] = pair
 			}
-			if !slices.Equal(failed, c.failed) {
-				t.Errorf("writes failed in cycles %v, want %v", failed, c.failed)
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("reconnect loop (-want +got):\n%s", diff)
 			}
-			var events []uint32
+			// every connection's QPs are new ones, destroyed by the end
+			var destroyed []uint32
+			for _, d := range vmtest.Filter(evs, "destroyed") {
+				destroyed = append(destroyed, d.QPN)
+			}
+			var made []uint32
+			for k := range len(qps) {
+				made = append(made, qps[k][0], qps[k][1])
+			}
+			slices.Sort(destroyed)
+			slices.Sort(made)
+			if len(slices.Compact(slices.Clone(made))) != 2*len(qps) || !slices.Equal(destroyed, made) {
+				t.Errorf("destroyed QPs %v, want the connections' QPs %v, each its own", destroyed, made)
+			}
+			var accessErrs []uint32
 			for _, a := range vmtest.Filter(evs, "async") {
 				if a.Type != "QP_ACCESS_ERR" {
 					t.Errorf("async event %s for QP %d", a.Type, a.QPN)
 					continue
 				}
-				events = append(events, a.QPN)
+				accessErrs = append(accessErrs, a.QPN)
 			}
-			if want := map[bool][]uint32{true: targets, false: nil}[accessErr]; !slices.Equal(events, want) {
-				t.Errorf("QP_ACCESS_ERR for QPs %v, want %v (the failed cycles' target QPs: %v)", events, want, accessErr)
-			}
-			if end := vmtest.Filter(evs, "reconnect"); len(end) != 1 || end[0].TargetMRs != c.mrsLeft {
-				t.Errorf("end of the loop: %v, want %d target MRs left", end, c.mrsLeft)
+			if want := map[bool][]uint32{true: failedTargets, false: nil}[accessErr]; !slices.Equal(accessErrs, want) {
+				t.Errorf("QP_ACCESS_ERR for QPs %v, want %v (the failed writes' target QPs: %v)", accessErrs, want, accessErr)
 			}
 		})
 	}

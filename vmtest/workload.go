@@ -35,12 +35,17 @@ type Event struct {
 	Cycles       int64   `json:"cycles"`
 	Seconds      float64 `json:"seconds"`
 	CyclesPerSec float64 `json:"cycles_per_sec"`
-	// A --reconnect cycle's.
-	ClientQPN uint32 `json:"client_qpn"`
-	TargetQPN uint32 `json:"target_qpn"`
-	Status    string `json:"status"`
-	TargetMRs int    `json:"target_mrs"`
-	Raw       string `json:"-"`
+	// --reconnect's: reconnect_start, cycle and reconnect.
+	Connection  int    `json:"connection"`
+	ClientQPN   uint32 `json:"client_qpn"`
+	TargetQPN   uint32 `json:"target_qpn"`
+	RKey        uint32 `json:"rkey"`
+	TargetRKey  uint32 `json:"target_rkey"`
+	Status      string `json:"status"`
+	TargetMRs   int    `json:"target_mrs"`
+	WriteErrors int    `json:"write_errors"`
+	Connections int    `json:"connections"`
+	Raw         string `json:"-"`
 }
 
 // Workload is a running qpwork process.

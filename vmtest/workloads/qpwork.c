@@ -497,10 +497,12 @@ static void usage(FILE *f)
 "  --churn-states auto|rts|init-err   churn state path          [auto]\n"
 "  --batch                  scale mode: create fast, print a summary\n"
 "  --oversized N            N creates asking for max_qp_wr+1 WRs, each refused\n"
-"  --reconnect N            one rdma_cm pair connected N times, an RDMA WRITE each\n"
-"  --rkey keep|refresh      --reconnect: the writer's R_Key    [keep]\n"
-"  --mrs keep|dereg         --reconnect: the target's old MRs  [keep]\n"
-"  --cycle-pause-ms N       --reconnect: pause between cycles  [0]\n"
+"  --reconnect N            N RDMA WRITEs of one rdma_cm pair that reconnects\n"
+"                           after a failed write; the first R_Key is stale\n"
+"  --rkey keep|refresh      --reconnect: the stale R_Key, or     [keep]\n"
+"                           the new connection's after a failure\n"
+"  --mrs keep|dereg         --reconnect: ended connections' MRs  [keep]\n"
+"  --cycle-pause-ms N       --reconnect: pause between writes    [0]\n"
 "  --quiet                  no per-QP qp/err/destroyed lines\n"
 "  --help                   this text\n");
 }
@@ -2229,7 +2231,7 @@ static void hold_without_qps(struct app *a)
 /* ------------------------------------------------------------------ */
 /* Reconnect                                                           */
 
-/* A target buffer registered for remote writes, one per cycle. */
+/* A target buffer registered for remote writes, one per connection. */
 struct target_mr {
 	void *buf;
 	struct ibv_mr *mr;
@@ -2329,83 +2331,144 @@ static void cm_disconnect_pair(struct app *a, struct qpent *c, struct qpent *s)
 	c->state = s->state = IBV_QPS_ERR;	/* rdma_cm moved them there */
 }
 
+/* --reconnect: the pair and the target's MRs between cycles. */
+struct reconnect {
+	struct target_mr *mrs;		/* one per connection, in order */
+	long connections;		/* made so far */
+	long live;			/* target MRs registered now */
+	bool connected;
+};
+
 /*
- * --reconnect: one pair over rdma_cm (client q[0], target q[1]) connected
- * N times. Each cycle the target registers a new buffer for remote writes,
- * the client writes to it once with the R_Key it has (the first cycle's;
- * with --rkey refresh, after a write failed, each cycle's own), and the
- * pair is disconnected and destroyed, and with --mrs dereg the target
- * deregisters the cycle's MR (keep: they pile up). With dereg the first
- * cycle's R_Key is stale from the second cycle on: --rkey keep fails every
- * write after the first (the client retrying with what it had), refresh
- * fails one. A failed write leaves the client's QP in Error; the target
- * sees an access error (the provider says how).
+ * Connects the pair (client q[0], target q[1]) anew, and the target
+ * registers the connection's MR.
+ */
+static void reconnect_pair(struct app *a, struct reconnect *r)
+{
+	memset(a->q, 0, 2 * sizeof(*a->q));
+	a->q[0].idx = 0;
+	a->q[1].idx = 1;
+	a->q[0].peer = a->q[1].peer = -1;
+	cm_connect_pair(a, 0);
+	r->mrs[r->connections++] = register_target(a);
+	r->live++;
+	r->connected = true;
+}
+
+/*
+ * Ends the connection as both sides do: disconnect, destroy both QPs and,
+ * with --mrs dereg, deregister the connection's MR (keep: it stays).
+ */
+static void end_connection(struct app *a, struct reconnect *r)
+{
+	cm_disconnect_pair(a, &a->q[0], &a->q[1]);
+	destroy_qp(a, &a->q[0]);
+	destroy_qp(a, &a->q[1]);
+	if (a->o.mrs_dereg) {
+		deregister_target(a, &r->mrs[r->connections - 1]);
+		r->live--;
+	}
+	r->connected = false;
+}
+
+/* --cycle-pause-ms: the pause, servicing async events; a signal ends it. */
+static void cycle_pause(struct app *a)
+{
+	int64_t end = now_us() + (int64_t)a->o.cycle_pause_ms * 1000;
+	int64_t left;
+
+	while (!g_signal && (left = end - now_us()) > 0)
+		wait_async(a, left);
+}
+
+/*
+ * --reconnect: N RDMA WRITEs ("cycles") of a client to a target over one
+ * rdma_cm pair (client q[0], target q[1]) that reconnects only after a
+ * failed write, as a client and a target do. Before cycle 0 the target
+ * registered a buffer whose R_Key and address the client learned, and
+ * deregistered it (a target restarted since): the client's first R_Key is
+ * stale. Whenever the pair is not connected (at the start, after a failed
+ * write) it connects, and the target registers a new buffer for remote
+ * writes, one per connection. Each cycle the client posts one signaled
+ * write with the R_Key it has: --rkey keep never changes it (every write
+ * fails and every cycle reconnects), --rkey refresh takes the new
+ * connection's after a failure (one failure, then the writes succeed on
+ * one connection). A failed write (REM_ACCESS_ERR on rxe; the client's QP
+ * is in Error, the target sees an access error as the provider reports
+ * it) ends the connection: disconnect, destroy both QPs and, with --mrs
+ * dereg, deregister the connection's MR (keep: they pile up, one per
+ * connection). A successful write keeps the connection. After the last
+ * cycle a connected pair is disconnected and destroyed as on exit; MRs
+ * kept are deregistered after the hold.
  */
 static void run_reconnect(struct app *a)
 {
-	struct target_mr *mrs = calloc((size_t)a->o.reconnect, sizeof(*mrs));
-	uint32_t rkey = 0;
-	uint64_t raddr = 0;
-	long cycle, errors = 0, live = 0;
+	struct reconnect r = { .mrs = calloc((size_t)a->o.reconnect, sizeof(*r.mrs)) };
+	struct target_mr stale;
+	uint32_t rkey;
+	uint64_t raddr;
+	long cycle, errors = 0, i;
 	struct line l;
 
-	if (!mrs)
+	if (!r.mrs)
 		fail(a, "calloc", NO_QPN, ENOMEM, NULL);
 	a->nq = 2;
 	a->q = calloc(2, sizeof(*a->q));
 	if (!a->q)
 		fail(a, "calloc", NO_QPN, ENOMEM, NULL);
 	cm_listen(a);
+	stale = register_target(a);
+	rkey = stale.mr->rkey;
+	raddr = (uintptr_t)stale.buf;
+	deregister_target(a, &stale);
 	l_begin(&l, "reconnect_start");
 	l_int(&l, "pid", getpid());
+	l_int(&l, "rkey", rkey);
 	l_emit(&l);
 	for (cycle = 0; cycle < a->o.reconnect && !g_signal; cycle++) {
 		struct qpent *c = &a->q[0], *s = &a->q[1];
+		struct target_mr *t;
 		enum ibv_wc_status st;
 
-		memset(a->q, 0, 2 * sizeof(*a->q));
-		c->idx = 0;
-		s->idx = 1;
-		c->peer = s->peer = -1;
-		cm_connect_pair(a, 0);
-		mrs[cycle] = register_target(a);
-		live++;
-		if (cycle == 0 || (a->o.rkey_refresh && errors > 0)) {
-			rkey = mrs[cycle].mr->rkey;
-			raddr = (uintptr_t)mrs[cycle].buf;
+		if (!r.connected) {
+			reconnect_pair(a, &r);
+			if (a->o.rkey_refresh && errors > 0) {
+				rkey = r.mrs[r.connections - 1].mr->rkey;
+				raddr = (uintptr_t)r.mrs[r.connections - 1].buf;
+			}
 		}
+		t = &r.mrs[r.connections - 1];
 		st = rdma_write_once(a, c, raddr, rkey);
 		if (st != IBV_WC_SUCCESS)
 			errors++;
 		pump_async(a);
 		l_begin(&l, "cycle");
 		l_int(&l, "cycle", cycle);
+		l_int(&l, "connection", r.connections - 1);
 		l_int(&l, "client_qpn", c->qpn);
 		l_int(&l, "target_qpn", s->qpn);
 		l_int(&l, "rkey", rkey);
-		l_int(&l, "target_rkey", mrs[cycle].mr->rkey);
+		l_int(&l, "target_rkey", t->mr->rkey);
 		l_str(&l, "status", wc_status_name(st));
-		l_int(&l, "target_mrs", live);
+		l_int(&l, "target_mrs", r.live);
 		l_emit(&l);
-		cm_disconnect_pair(a, c, s);
-		destroy_qp(a, c);
-		destroy_qp(a, s);
-		if (a->o.mrs_dereg) {
-			deregister_target(a, &mrs[cycle]);
-			live--;
-		}
+		if (st != IBV_WC_SUCCESS)
+			end_connection(a, &r);
 		if (a->o.cycle_pause_ms > 0 && cycle + 1 < a->o.reconnect)
-			wait_async(a, (int64_t)a->o.cycle_pause_ms * 1000);
+			cycle_pause(a);
 	}
+	if (r.connected)
+		end_connection(a, &r);
 	l_begin(&l, "reconnect");
 	l_int(&l, "cycles", cycle);
 	l_int(&l, "write_errors", errors);
-	l_int(&l, "target_mrs", live);
+	l_int(&l, "connections", r.connections);
+	l_int(&l, "target_mrs", r.live);
 	l_emit(&l);
 	hold_without_qps(a);
-	for (cycle = 0; cycle < a->o.reconnect; cycle++)
-		deregister_target(a, &mrs[cycle]);
-	free(mrs);
+	for (i = 0; i < r.connections; i++)
+		deregister_target(a, &r.mrs[i]);
+	free(r.mrs);
 	free(a->q);
 	a->q = NULL;
 	a->nq = 0;
