@@ -50,6 +50,7 @@ type metricsSnapshot struct {
 	dev          map[string]watch.DeviceScans
 	tally        []leakwatch.DeviceTally
 	failures     []leakwatch.DeviceFailures
+	qpErrors     []leakwatch.DeviceErrors
 	learned      map[string]uint64 // max_qp the devices reported
 	findings     map[findingKey]int
 	maxQP        map[string]uint64
@@ -121,7 +122,7 @@ func (s *state) snapshot() metricsSnapshot {
 	snap := metricsSnapshot{
 		version: s.version, started: h.Started, probes: h.Probes, listedOK: h.ListedOK, lost: h.Lost,
 		events: h.Events, devices: h.Devices, guids: h.GUIDs, dev: h.Scans,
-		tally: s.Tally(topOwners), failures: s.CreateFailures(), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
+		tally: s.Tally(topOwners), failures: s.CreateFailures(), qpErrors: s.QPErrors(), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
 		policy: s.pol, decisions: maps.Clone(s.decisions), resets: maps.Clone(s.resets), renames: maps.Clone(s.renames),
 	}
 	s.zeroCounters(&snap)
@@ -185,7 +186,7 @@ type collector struct {
 
 	buildInfo, startTime, probesUp, netlinkUp, events, lost *prometheus.Desc
 	resources, qps, ownerQPs, findings, maxQP, useRatio     *prometheus.Desc
-	siteQPs, createFailures                                 *prometheus.Desc
+	siteQPs, createFailures, qpErrors                       *prometheus.Desc
 	scans, scanErrors, scanDuration, lastScan               *prometheus.Desc
 	ruleSkipped                                             *prometheus.Desc
 	policyInfo, decisions, resets, renames                  *prometheus.Desc
@@ -215,6 +216,8 @@ func newCollector(st *state) prometheus.Collector {
 			append(dev, "site")...),
 		createFailures: d("qp_create_failures_total", "QP creates the device refused, by errno (ENOMEM, EINVAL, ...) and creation site (the device's first 10 sites; site \"other\" counts the rest, \"\" those whose site is not known).",
 			append(dev, "errno", "site")...),
+		qpErrors: d("qp_errors_total", "QP entries into Error, by cause: modify (a modify through ib_core: a disconnect, a teardown, a consumer's reaction to a completion error), QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR (the provider's async errors), provider (a dump listed the QP in Error that nothing seen put there), unknown (the same without probes). A QP first seen in Error is not counted.",
+			append(dev, "cause")...),
 		findings:     d("findings", "Current qp-leaks findings (min age "+query.DefaultMinAge.String()+"), by rule and severity.", append(dev, "rule", "severity")...),
 		ruleSkipped:  d("rule_skipped", "Rules the agent cannot evaluate now (1), with the reason.", "rule", "reason"),
 		maxQP:        d("device_max_qps", "The device's QP limit (max_qp): configured, else as the device reports it.", dev...),
@@ -235,7 +238,7 @@ func newCollector(st *state) prometheus.Collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
-		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
+		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.qpErrors, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
 		c.policyInfo, c.decisions, c.resets, c.renames} {
 		ch <- d
 	}
@@ -328,6 +331,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, df := range s.failures {
 		for _, fc := range df.Counts {
 			ch <- prometheus.MustNewConstMetric(c.createFailures, prometheus.CounterValue, float64(fc.Count), df.Name, s.guids[df.Name], fc.Errno, fc.Site)
+		}
+	}
+	for _, de := range s.qpErrors {
+		for _, ec := range de.Counts {
+			ch <- prometheus.MustNewConstMetric(c.qpErrors, prometheus.CounterValue, float64(ec.Count), de.Name, s.guids[de.Name], ec.Cause.String())
 		}
 	}
 	keys := make([]findingKey, 0, len(s.findings))

@@ -156,6 +156,12 @@ func TestMetrics(t *testing.T) {
 		{Kind: bpf.KindQPModify, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 17, NewState: rdmanl.QPStateErr, HasState: true},
 		{Kind: bpf.KindDeviceEvent, Time: now, DevIndex: 1, DevName: "rxe0"},
 		created, refused(22), refused(22), refused(12),
+		// QP 19 fails (the provider's access error), QP 18 is moved
+		// from Error to RESET and back by its consumer: one entry each;
+		// QP 17, first seen in Error, entered it before it was seen.
+		{Kind: bpf.KindQPEvent, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 19, IBEvent: 3},
+		{Kind: bpf.KindQPModify, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 18, NewState: rdmanl.QPStateReset, HasState: true},
+		{Kind: bpf.KindQPModify, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 18, NewState: rdmanl.QPStateErr, HasState: true},
 	}}
 	sites := watch.NewSites(slog.New(slog.DiscardHandler), t.TempDir())
 	if err := watch.FollowProbes(t.Context(), probes, st.State, "", time.Hour, sites, nil); err != nil {
@@ -183,7 +189,8 @@ func TestMetrics(t *testing.T) {
 		{"rdmatool_probes_up", nil, 1},
 		{"rdmatool_netlink_up", nil, 1},
 		{"rdmatool_probe_events_lost_total", nil, 2},
-		{"rdmatool_probe_events_total", map[string]string{"kind": "qp_modify"}, 1},
+		{"rdmatool_probe_events_total", map[string]string{"kind": "qp_modify"}, 3},
+		{"rdmatool_probe_events_total", map[string]string{"kind": "qp_event"}, 1},
 		{"rdmatool_probe_events_total", map[string]string{"kind": "device_event"}, 1},
 		{"rdmatool_qps", with("type", "RC", "state", "ERR"), 2},
 		{"rdmatool_qps", with("type", "GSI", "state", "RTS"), 1},
@@ -192,6 +199,8 @@ func TestMetrics(t *testing.T) {
 		{"rdmatool_creation_site_qps", with("site", "? via rdma_create_qp"), 1},
 		{"rdmatool_qp_create_failures_total", with("errno", "EINVAL", "site", "? via rdma_create_qp"), 2},
 		{"rdmatool_qp_create_failures_total", with("errno", "ENOMEM", "site", "? via rdma_create_qp"), 1},
+		{"rdmatool_qp_errors_total", with("cause", "QP_ACCESS_ERR"), 1},
+		{"rdmatool_qp_errors_total", with("cause", "modify"), 1},
 		{"rdmatool_device_resources", with("resource", "mr"), 7},
 		{"rdmatool_device_resources", with("resource", "qp"), 3},
 		{"rdmatool_device_max_qps", d, 100},

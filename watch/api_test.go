@@ -132,13 +132,13 @@ func TestAsk(t *testing.T) {
 	}{
 		{"defaults of the CLI", CheckOptions{MinAge: 5 * time.Second}, []leak{
 			{"stale-error-qp", "rxe0", 17, 42, 60}, {"never-connected-qp", "rxe0", 18, 42, 60}, {"stale-error-qp", "siw0", 20, 43, 10},
-		}, []string{"rxe0", "siw0"}, 6},
+		}, []string{"rxe0", "siw0"}, 7},
 		{"longer than siw0's ERR", CheckOptions{MinAge: 30 * time.Second}, []leak{
 			{"stale-error-qp", "rxe0", 17, 42, 60}, {"never-connected-qp", "rxe0", 18, 42, 60},
-		}, []string{"rxe0", "siw0"}, 6},
+		}, []string{"rxe0", "siw0"}, 7},
 		{"one device", CheckOptions{Device: "siw0", MinAge: time.Second}, []leak{
 			{"stale-error-qp", "siw0", 20, 43, 10},
-		}, []string{"siw0"}, 6},
+		}, []string{"siw0"}, 7},
 		{"one rule", CheckOptions{MinAge: time.Second, Rules: []string{"never-connected-qp"}}, []leak{
 			{"never-connected-qp", "rxe0", 18, 42, 60},
 		}, []string{"rxe0", "siw0"}, 0},
@@ -152,7 +152,7 @@ func TestAsk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Probes != "off" || rep.ProbesError != "disabled by --no-probes" || len(rep.SkippedRules) != 6 ||
+	if rep.Probes != "off" || rep.ProbesError != "disabled by --no-probes" || len(rep.SkippedRules) != 7 ||
 		rep.SkippedRules[0].Reason != "needs the eBPF probes: disabled by --no-probes" || len(rep.Findings) != 3 {
 		t.Errorf("--no-probes report: probes %s (%s), skipped %+v, %d findings", rep.Probes, rep.ProbesError, rep.SkippedRules, len(rep.Findings))
 	}

@@ -352,6 +352,14 @@ func (s *State) CreateFailures() []leakwatch.DeviceFailures {
 	return s.w.CreateFailures()
 }
 
+// QPErrors counts each device's QP entries into Error by cause
+// (leakwatch.Watcher.QPErrors).
+func (s *State) QPErrors() []leakwatch.DeviceErrors {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.QPErrors()
+}
+
 // resolveOwners has the history name owners as /proc sees them now. The
 // caller holds s.mu.
 func (s *State) resolveOwners() {
