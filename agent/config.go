@@ -55,12 +55,12 @@ type Config struct {
 	// CreateFailures and CreateFailureWindow are what qp-create-failing
 	// reports: at least that many failed QP creates on a device within
 	// the window.
-	CreateFailures      *failures `yaml:"create_failures"`
+	CreateFailures      *positive `yaml:"create_failures"`
 	CreateFailureWindow *duration `yaml:"create_failure_window"`
 	// ErrorStormCycles and ErrorStormWindow are what qp-error-storm
 	// reports: an owner whose QPs on a device failed into Error in at
 	// least that many reconnect cycles within the window.
-	ErrorStormCycles *cycles   `yaml:"error_storm_cycles"`
+	ErrorStormCycles *positive `yaml:"error_storm_cycles"`
 	ErrorStormWindow *duration `yaml:"error_storm_window"`
 	// Policy is the file's policy mapping: what it sets of the
 	// remediation policy, over DefaultPolicy (Config.policy).
@@ -576,27 +576,16 @@ func (t *threshold) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// failures is a count of failed QP creates, 1 or more.
-type failures int
+// positive is a whole number, 1 or more: a count of failed QP creates,
+// of reconnect cycles.
+type positive int
 
-func (f *failures) UnmarshalYAML(n *yaml.Node) error {
+func (p *positive) UnmarshalYAML(n *yaml.Node) error {
 	var v int
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < 1 {
 		return refuse(n, "%s: want a whole number, 1 or more", quote.String(n.Value))
 	}
-	*f = failures(v)
-	return nil
-}
-
-// cycles is a count of reconnect cycles, 1 or more.
-type cycles int
-
-func (c *cycles) UnmarshalYAML(n *yaml.Node) error {
-	var v int
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil || v < 1 {
-		return refuse(n, "%s: want a whole number, 1 or more", quote.String(n.Value))
-	}
-	*c = cycles(v)
+	*p = positive(v)
 	return nil
 }
 

@@ -56,8 +56,8 @@ max_qp:
 		"create_failures: 3\ncreate_failure_window: 1m\nerror_storm_cycles: 4\nerror_storm_window: 2m\n"))
 	wantRest := Config{Rename: ptr[renamePolicies]("map,guid"), NamesMap: ptr[absPath]("/etc/x"), RenameForce: ptr[boolean](true),
 		ExhaustionThreshold: ptr[threshold](0.5), StateFile: ptr[optionalPath]("/var/x.json"), StateInterval: ptr(duration(time.Minute)),
-		CreateFailures: ptr[failures](3), CreateFailureWindow: ptr(duration(time.Minute)),
-		ErrorStormCycles: ptr[cycles](4), ErrorStormWindow: ptr(duration(2 * time.Minute))}
+		CreateFailures: ptr[positive](3), CreateFailureWindow: ptr(duration(time.Minute)),
+		ErrorStormCycles: ptr[positive](4), ErrorStormWindow: ptr(duration(2 * time.Minute))}
 	if d := cmp.Diff(wantRest, rest); err != nil || d != "" {
 		t.Errorf("rename, threshold and state keys: %v (-want +got):\n%s", err, d)
 	}

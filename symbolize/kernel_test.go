@@ -85,19 +85,7 @@ func TestKernelRestricted(t *testing.T) {
 // not named after the module before it, and Site reads kallsyms again on
 // finding /proc/modules changed.
 func TestKernelRefresh(t *testing.T) {
-	syms, err := os.ReadFile("testdata/kallsyms-synthetic/kallsyms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mods, err := os.ReadFile("testdata/kallsyms-synthetic/modules")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := fixtureProc(t, map[string]string{"kallsyms": string(syms), "modules": string(mods)})
-	k, err := NewKernel(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	syms, mods, root, k := syntheticKernel(t)
 	if changed, err := k.Refresh(); changed || err != nil {
 		t.Fatalf("Refresh() = %v, %v with nothing changed", changed, err)
 	}
@@ -138,19 +126,7 @@ func TestKernelRefresh(t *testing.T) {
 // address; reads for addresses no symbol holds are bounded, once a
 // second and once a minute for the same address.
 func TestKernelBPFMoved(t *testing.T) {
-	syms, err := os.ReadFile("testdata/kallsyms-synthetic/kallsyms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mods, err := os.ReadFile("testdata/kallsyms-synthetic/modules")
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := fixtureProc(t, map[string]string{"kallsyms": string(syms), "modules": string(mods)})
-	k, err := NewKernel(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	syms, _, root, k := syntheticKernel(t)
 	now := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
 	k.now = func() time.Time { return now }
 	reads := 0
@@ -197,6 +173,25 @@ func TestKernelBPFMoved(t *testing.T) {
 	if _, err := frame(tramp + 0x10); err != nil || reads != 3 {
 		t.Errorf("a named address: %v after %d reads, want 3", err, reads)
 	}
+}
+
+// syntheticKernel is a Kernel of testdata/kallsyms-synthetic in a /proc
+// of its own (root), with the files' contents.
+func syntheticKernel(t *testing.T) (syms, mods []byte, root string, k *Kernel) {
+	t.Helper()
+	syms, err := os.ReadFile("testdata/kallsyms-synthetic/kallsyms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods, err = os.ReadFile("testdata/kallsyms-synthetic/modules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root = fixtureProc(t, map[string]string{"kallsyms": string(syms), "modules": string(mods)})
+	if k, err = NewKernel(root); err != nil {
+		t.Fatal(err)
+	}
+	return syms, mods, root, k
 }
 
 // TestKernelHost reads this host's kallsyms and names a function as
