@@ -4,19 +4,23 @@
 // kernel: package watch from the eBPF probes) into per-QP histories, and
 // runs the leak rules (stale-error-qp, never-connected-qp,
 // srq-destroy-without-last-wqe, last-wqe-not-emitted, last-wqe-unhandled,
-// xrc-tgt-orphan, qp-exhaustion, srq-drain-stalled, qp-create-failing)
-// over them. A create the provider refused (Event.Result) is kept per
-// device (the newest 1,024, and counts by errno and site:
-// CreateFailures) for qp-create-failing. A scan may
-// also carry what a look at the host's processes found (Zombies): processes
-// holding the deleted uverbs node of an unregistered device with no verbs
-// context on any device, which zombie-uverbs-context reports. Drains
-// (ib_drain_qp, ib_drain_rq) are events too: srq-drain-stalled reports an
-// SRQ QP's drain that waits, or waited, past the query's MinAge. A scan
-// may name the ULP of kernel QPs netlink reports as rdma_cm's
-// (DeviceScan.ULPs); findings carry it. Evaluate runs the rules a Query
-// selects, with its MinAge, and reports the findings with their summary
-// (groups by device, rule and owner).
+// xrc-tgt-orphan, qp-exhaustion, srq-drain-stalled, qp-create-failing,
+// qp-error-storm, mr-leak, zombie-uverbs-context) over them. A create the
+// provider refused (Event.Result) is kept per device (the newest 1,024, and
+// counts by errno and site: CreateFailures) for qp-create-failing. A scan
+// may also carry what a look at the host's processes found (Zombies):
+// processes holding the deleted uverbs node of an unregistered device with
+// no verbs context on any device, which zombie-uverbs-context reports. A
+// device's MR dumps (MRDump, counted MR by MR as the caller streams them,
+// then ScanMRs) give each owner's MRs and bytes over time (a bounded series
+// of samples, with the owner's live QPs at each) and its oldest MRs; with
+// the QP creates the probes saw, kept per owner, they are what mr-leak
+// reports and MRTally counts. Drains (ib_drain_qp, ib_drain_rq) are events
+// too: srq-drain-stalled reports an SRQ QP's drain that waits, or waited,
+// past the query's MinAge. A scan may name the ULP of kernel QPs netlink
+// reports as rdma_cm's (DeviceScan.ULPs); findings carry it. Evaluate runs
+// the rules a Query selects, with its MinAge, and reports the findings with
+// their summary (groups by device, rule and owner).
 //
 // An Event of a QP create may carry its creation site (Site: the
 // application's call of the verbs library, or the kernel stack), named by
@@ -30,7 +34,8 @@
 // history: the new watcher finds the devices in its first listing (Listed,
 // by node GUID) and, in each device's first scan, the QPs that are still
 // the same QPs (their number, type, owner thread and module, SRQ and PD);
-// the others are new, or gone.
+// the others are new, or gone. The MR samples and QP creates mr-leak
+// reads are not among the records: they start again with the new watcher.
 //
 // It is pure logic: no system calls, no I/O, and time comes from a clock the
 // caller injects, so every rule is tested deterministically. It imports no

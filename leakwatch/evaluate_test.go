@@ -27,6 +27,9 @@ func twoDevices(t *testing.T, cfg Config) (*Watcher, *clock) {
 	s = scan(c.at(8*time.Second), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), qp(18, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42))
 	s.Devices = append(s.Devices, DeviceScan{Device: siw, QPs: []rdmanl.QP{qp(20, rdmanl.QPTypeRC, rdmanl.QPStateErr, 43), onSRQ(qp(21, rdmanl.QPTypeRC, rdmanl.QPStateErr, 42), 0)}, Contexts: 1})
 	w.Scan(s)
+	for _, dev := range []rdmanl.Device{rxe, siw} { // no MRs on either
+		w.ScanMRs(&MRDump{Device: dev, Time: c.at(9 * time.Second)})
+	}
 	c.at(10 * time.Second)
 	return w, c
 }
@@ -106,7 +109,7 @@ func TestEvaluateQuery(t *testing.T) {
 				{RuleStaleErrorQP, "siw0", 20, 43},
 				{RuleStaleErrorQP, "siw0", 21, 42},
 			},
-			wantSkipped: []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleSRQDrainStalled, RuleQPExhaustion, RuleQPCreateFailing, RuleQPErrorStorm},
+			wantSkipped: []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleSRQDrainStalled, RuleQPExhaustion, RuleQPCreateFailing, RuleQPErrorStorm, RuleMRLeak},
 			wantQPs:     4,
 		},
 		{

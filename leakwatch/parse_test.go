@@ -55,7 +55,7 @@ func TestCheckRules(t *testing.T) {
 	if !errors.Is(err, ErrUnknownRule) {
 		t.Fatalf("CheckRules with stale-qp: %v, want ErrUnknownRule", err)
 	}
-	want := `leakwatch: unknown rule "stale-qp" (valid: stale-error-qp, never-connected-qp, srq-destroy-without-last-wqe, last-wqe-not-emitted, last-wqe-unhandled, xrc-tgt-orphan, srq-drain-stalled, qp-exhaustion, qp-create-failing, qp-error-storm, zombie-uverbs-context)`
+	want := `leakwatch: unknown rule "stale-qp" (valid: stale-error-qp, never-connected-qp, srq-destroy-without-last-wqe, last-wqe-not-emitted, last-wqe-unhandled, xrc-tgt-orphan, srq-drain-stalled, qp-exhaustion, qp-create-failing, qp-error-storm, mr-leak, zombie-uverbs-context)`
 	if err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
 	}

@@ -45,11 +45,11 @@ func IsQPRule(id string) bool {
 
 // Rules lists every rule ID in the order they are evaluated.
 func Rules() []string {
-	ids := make([]string, 0, len(qpRules)+1)
+	ids := make([]string, 0, len(qpRules)+5)
 	for _, r := range qpRules {
 		ids = append(ids, r.id)
 	}
-	return append(ids, RuleQPExhaustion, RuleQPCreateFailing, RuleQPErrorStorm, RuleZombieUverbsContext)
+	return append(ids, RuleQPExhaustion, RuleQPCreateFailing, RuleQPErrorStorm, RuleMRLeak, RuleZombieUverbsContext)
 }
 
 const (
@@ -289,6 +289,10 @@ func (w *Watcher) Evaluate(q Query) Report {
 		probes, probesReason = false, q.SkipProbeRules
 	}
 	enabled := func(id string) bool { return len(q.Rules) == 0 || slices.Contains(q.Rules, id) }
+	noProbes := "needs the eBPF probes" // why the rules that need them are skipped
+	if probesReason != "" {
+		noProbes += ": " + probesReason
+	}
 	rep := Report{SkippedRules: []Skipped{}, ObservedSeconds: math.Round(now.Sub(w.start).Seconds()*1000) / 1000}
 	var rules []qpRule
 	for _, r := range qpRules {
@@ -296,11 +300,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 			continue
 		}
 		if r.needsProbes && !probes {
-			reason := "needs the eBPF probes"
-			if probesReason != "" {
-				reason += ": " + probesReason
-			}
-			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: r.id, Reason: reason})
+			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: r.id, Reason: noProbes})
 			continue
 		}
 		rules = append(rules, r)
@@ -372,11 +372,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 			continue
 		}
 		if !probes {
-			reason := "needs the eBPF probes"
-			if probesReason != "" {
-				reason += ": " + probesReason
-			}
-			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: id, Reason: reason})
+			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: id, Reason: noProbes})
 			continue
 		}
 		for _, index := range slices.Sorted(maps.Keys(w.devs)) {
@@ -392,6 +388,24 @@ func (w *Watcher) Evaluate(q Query) Report {
 			}
 			for _, f := range qpErrorStorms(d, now, cfg) {
 				take(&f, nil)
+			}
+		}
+	}
+	if enabled(RuleMRLeak) {
+		switch {
+		case !probes:
+			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleMRLeak, Reason: noProbes})
+		case w.mrsUndumped(q.Device):
+			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleMRLeak, Reason: "no MR dump yet"})
+		default:
+			for _, index := range slices.Sorted(maps.Keys(w.devs)) {
+				d := w.devs[index]
+				if q.Device != "" && d.name != q.Device {
+					continue
+				}
+				for _, f := range w.mrLeaks(index, d, now, cfg) {
+					take(&f, nil)
+				}
 			}
 		}
 	}

@@ -62,6 +62,12 @@ type Config struct {
 	// 5 and 5 minutes).
 	ErrorStormCycles int
 	ErrorStormWindow time.Duration
+	// MRLeakGrowth and MRLeakWindow are what mr-leak reports: an owner
+	// whose MRs on a device grew by at least MRLeakGrowth within
+	// MRLeakWindow, over at least as many QP creates, while its live QPs
+	// did not grow (defaults 3 and 10 minutes).
+	MRLeakGrowth int
+	MRLeakWindow time.Duration
 }
 
 // Query selects what one evaluation reports. What every query shares

@@ -349,6 +349,9 @@ type deviceState struct {
 	// all by cause (QPErrors).
 	qpErrors []qpError
 	errors   [numCauses]uint64
+	// mrs is what the MR dumps and the QP creates say of its owners,
+	// for mr-leak (nil until either came).
+	mrs *mrState
 }
 
 // Watcher keeps QP histories from scans and probe events and evaluates the
@@ -406,6 +409,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.ErrorStormWindow == 0 {
 		cfg.ErrorStormWindow = DefaultErrorStormWindow
+	}
+	if cfg.MRLeakGrowth == 0 {
+		cfg.MRLeakGrowth = DefaultMRLeakGrowth
+	}
+	if cfg.MRLeakWindow == 0 {
+		cfg.MRLeakWindow = DefaultMRLeakWindow
 	}
 	return cfg
 }
@@ -623,6 +632,7 @@ func (w *Watcher) Event(ev Event) {
 			dev.createFailed(ev.Time, -ev.Result, ev.Site.intern())
 			return
 		}
+		w.qpCreated(dev, ev)
 		h = nil // a new QP, even if its number was used before
 		w.forgetRestored(k)
 		h = get()

@@ -291,7 +291,7 @@ func TestWithoutProbes(t *testing.T) {
 			t.Errorf("%s skipped with reason %q", s.Rule, s.Reason)
 		}
 	}
-	want := []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleSRQDrainStalled, RuleQPExhaustion, RuleQPCreateFailing, RuleQPErrorStorm}
+	want := []string{RuleSRQDestroyWithoutLastWQE, RuleLastWQENotEmitted, RuleLastWQEUnhandled, RuleSRQDrainStalled, RuleQPExhaustion, RuleQPCreateFailing, RuleQPErrorStorm, RuleMRLeak}
 	if !slices.Equal(skipped, want) {
 		t.Errorf("skipped rules %v, want %v", skipped, want)
 	}
