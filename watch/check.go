@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rdmatool/rdmatool/agentapi"
@@ -87,7 +88,9 @@ func (o CheckOptions) query() leakwatch.Query {
 const noProbesReason = "disabled by --no-probes"
 
 // checkOnce observes the host for o.Watch with the probes (when they load)
-// and netlink scans every o.Interval, then evaluates the leak rules. The
+// and netlink scans every o.Interval (each device's MRs dumped at the
+// first, and at those whose resource summary counts another number of
+// MRs), then evaluates the leak rules. The
 // probe events are applied as they arrive, on a goroutine of their own
 // that checkOnce stops and waits for before it returns.
 func checkOnce(ctx context.Context, d Deps, o CheckOptions) (agentapi.CheckReport, error) {
@@ -151,12 +154,26 @@ func checkOnce(ctx context.Context, d Deps, o CheckOptions) (agentapi.CheckRepor
 		context.AfterFunc(watchCtx, stopProbes)
 	}
 	sc := Scanner{NL: nl, ProcRoot: d.ProcRoot, Now: d.Now, Facts: NewFactsCache(d.LearnDevice), zombies: true}
+	mrs := map[uint32]MRMark{} // by device index
 	scan := func() error {
-		s, _, err := sc.Scan(ctx, devs)
+		s, sums, err := sc.Scan(ctx, devs)
 		if err != nil {
 			return err
 		}
 		st.Scan(s)
+		// The MRs at the first scan, and again where their number
+		// changed.
+		for _, sum := range sums {
+			i := slices.IndexFunc(devs, func(dev rdmanl.Device) bool { return dev.Index == sum.DevIndex })
+			if i < 0 {
+				continue
+			}
+			mark, err := sc.UpdateMRs(ctx, st, devs[i], sum, mrs[sum.DevIndex], o.Watch)
+			if err != nil && !errors.Is(err, rdmanl.ErrNoDevice) {
+				return err
+			}
+			mrs[sum.DevIndex] = mark
+		}
 		return nil
 	}
 	if err := scan(); err != nil {

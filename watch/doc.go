@@ -8,8 +8,11 @@
 // agent's socket answers from; it saves and restores its history (Save,
 // Restore: leakwatch's records), which the agent keeps in a file. A
 // Scanner dumps a device's QPs (with their SRQs, rdma_cm IDs and ULPs)
-// over RDMA netlink and names their owners from /proc; LookForZombies
-// looks for zombie verbs contexts; FollowProbes applies the eBPF probes'
+// over RDMA netlink and names their owners from /proc, and its MRs
+// (DumpMRs, counted by owner as they stream; UpdateMRs dumps them only
+// when the device's resource summary counts another number of MRs than
+// at the last dump, and at least once a period the caller gives:
+// MRMark); LookForZombies looks for zombie verbs contexts; FollowProbes applies the eBPF probes'
 // events as they come, naming each QP create's site as it is read (Sites,
 // through package symbolize, while the creating process still runs).
 // LearnDevice learns a device's provider and max_qp

@@ -170,6 +170,38 @@ func (s Scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 	return ds, nil
 }
 
+// DumpMRs dumps dev's MRs, counting them by owner as they come
+// (leakwatch.MRDump: a dump of 100,000 MRs is never held whole), and
+// names their owners' processes through /proc. Each MR the dump lists
+// may cost the provider a query of its own (a firmware command on
+// hardware): the agent dumps a device's MRs only when its resource
+// summary says their number changed, and every reconcile (MRMark). A
+// device that goes away during the dump gives an error matching
+// rdmanl.ErrNoDevice; entries that do not decode are left out.
+func (s Scanner) DumpMRs(ctx context.Context, dev rdmanl.Device) (*leakwatch.MRDump, error) {
+	procs, _ := owner.NewResolver(s.ProcRoot) // without /proc, owners have no comm
+	d := &leakwatch.MRDump{Device: dev, Owners: map[uint32]leakwatch.Owner{}}
+	for mr, err := range s.NL.MRs(ctx, dev, rdmanl.DumpOptions{}) {
+		if err != nil {
+			var pe *rdmanl.PartialError
+			if errors.As(err, &pe) {
+				continue // the entries that decoded are in
+			}
+			return nil, err
+		}
+		d.Add(mr)
+		if pid := mr.Owner.PID; pid != 0 {
+			if _, done := d.Owners[pid]; !done {
+				if p, ok := procs.Lookup(pid); ok {
+					d.Owners[pid] = leakOwner(p)
+				}
+			}
+		}
+	}
+	d.Time = s.Now()
+	return d, nil
+}
+
 // collect gathers a dump, skipping the entries of a partial answer that
 // did not decode.
 func collect[T any](seq iter.Seq2[T, error]) ([]T, error) {

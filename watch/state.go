@@ -56,6 +56,8 @@ type DeviceScans struct {
 	// LastDuration how long it took.
 	Last         time.Time
 	LastDuration time.Duration
+	// MRDumps counts the device's MR dumps folded in (ScanMRs).
+	MRDumps uint64
 	// Resources are the device's resources in use, from its last resource
 	// summary.
 	Resources []rdmanl.ResourceCount
@@ -208,6 +210,24 @@ func (s *State) CountQPs(dev rdmanl.Device, sum rdmanl.Summary, at time.Time) {
 	}
 }
 
+// ScanMRs folds a device's MR dump into the history
+// (leakwatch.Watcher.ScanMRs), under the name the device's listing gives
+// it now; a dump of a device the last listing no longer has is dropped.
+func (s *State) ScanMRs(d *leakwatch.MRDump) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listed != nil {
+		if s.listed[d.Device.Index] == "" {
+			return
+		}
+		d.Device.Name = s.listed[d.Device.Index] // dumped before a rename the listing has seen
+	}
+	s.w.ScanMRs(d)
+	if slices.Contains(s.devices, d.Device.Name) {
+		s.devScans(d.Device.Name).MRDumps++
+	}
+}
+
 // SetResources records the devices' resource counts (netlink's summary)
 // for those of names.
 func (s *State) SetResources(sums []rdmanl.Summary, names ...string) {
@@ -342,6 +362,14 @@ func (s *State) Tally(topN int) []leakwatch.DeviceTally {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Tally(topN)
+}
+
+// MRTally is what each device's last MR dump counted, its topN owners
+// named (leakwatch.Watcher.MRTally).
+func (s *State) MRTally(topN int) []leakwatch.DeviceMRs {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.MRTally(topN)
 }
 
 // CreateFailures counts each device's failed QP creates by errno and

@@ -12,7 +12,7 @@ import (
 )
 
 // Host is a fake host's RDMA netlink: devices and their QPs, SRQs, rdma_cm
-// IDs and verbs contexts, which a test may change while the clients Dial
+// IDs, verbs contexts and MRs, which a test may change while the clients Dial
 // hands out read them. A client answers as rdmanl.Client's methods do
 // (a QP dump joins SRQs as rdmanl.DumpOptions says; a device that is gone
 // gives rdmanl.ErrNoDevice), and the host counts the dumps and the clients
@@ -24,20 +24,21 @@ type Host struct {
 	cmIDs   map[uint32][]rdmanl.CMID
 	ctxs    map[uint32][]rdmanl.Context
 	srqs    map[uint32][]rdmanl.SRQ
+	mrs     map[uint32][]rdmanl.MR
 	open    int    // clients not closed
 	blockOn string // a device whose QP dump blocks until its ctx ends
 	renames int
-	// QP, SRQ and rdma_cm ID dumps per device name; a QP dump that joins
-	// SRQs it was not given makes an SRQ dump of its own, as rdmanl's
-	// does.
-	dumps, srqDumps, cmIDDumps map[string]int
+	// QP, SRQ, rdma_cm ID and MR dumps per device name; a QP dump that
+	// joins SRQs it was not given makes an SRQ dump of its own, as
+	// rdmanl's does.
+	dumps, srqDumps, cmIDDumps, mrDumps map[string]int
 }
 
 // NewHost returns a host with devs and nothing on them.
 func NewHost(devs ...rdmanl.Device) *Host {
 	return &Host{devs: devs, qps: map[uint32][]rdmanl.QP{}, cmIDs: map[uint32][]rdmanl.CMID{},
-		ctxs: map[uint32][]rdmanl.Context{}, srqs: map[uint32][]rdmanl.SRQ{},
-		dumps: map[string]int{}, srqDumps: map[string]int{}, cmIDDumps: map[string]int{}}
+		ctxs: map[uint32][]rdmanl.Context{}, srqs: map[uint32][]rdmanl.SRQ{}, mrs: map[uint32][]rdmanl.MR{},
+		dumps: map[string]int{}, srqDumps: map[string]int{}, cmIDDumps: map[string]int{}, mrDumps: map[string]int{}}
 }
 
 // Set replaces the host's devices and their QPs (by device index).
@@ -78,6 +79,13 @@ func (h *Host) SetContexts(index uint32, ctxs ...rdmanl.Context) {
 	h.ctxs[index] = ctxs
 }
 
+// SetMRs replaces the MRs of the device with index.
+func (h *Host) SetMRs(index uint32, mrs ...rdmanl.MR) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mrs[index] = mrs
+}
+
 // Block makes QP dumps of the device named dev block until their ctx
 // ends ("": none block).
 func (h *Host) Block(dev string) {
@@ -112,6 +120,13 @@ func (h *Host) CMIDDumps() map[string]int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return maps.Clone(h.cmIDDumps)
+}
+
+// MRDumps counts the MR dumps of the device named dev.
+func (h *Host) MRDumps(dev string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mrDumps[dev]
 }
 
 // Renames counts the devices renamed through the host's clients.
@@ -155,7 +170,8 @@ func (c *Client) present(index uint32) bool {
 	return slices.ContainsFunc(c.h.devs, func(d rdmanl.Device) bool { return d.Index == index })
 }
 
-// Summary counts a device's QPs, as the kernel's summary does, and one PD.
+// Summary counts a device's QPs and MRs, as the kernel's summary does, and
+// one PD.
 func (c *Client) Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary, error) {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
@@ -163,7 +179,8 @@ func (c *Client) Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary
 		return rdmanl.Summary{}, &rdmanl.Error{Op: "summarize resources of " + dev.Name, Err: rdmanl.ErrNoDevice}
 	}
 	return rdmanl.Summary{DevIndex: dev.Index, DevName: dev.Name,
-		Counts: []rdmanl.ResourceCount{{Name: "pd", Current: 1}, {Name: "qp", Current: uint64(len(c.h.qps[dev.Index]))}}}, ctx.Err()
+		Counts: []rdmanl.ResourceCount{{Name: "pd", Current: 1}, {Name: "qp", Current: uint64(len(c.h.qps[dev.Index]))},
+			{Name: "mr", Current: uint64(len(c.h.mrs[dev.Index]))}}}, ctx.Err()
 }
 
 // QPs dumps a device's QPs, joined with its SRQs as opts says.
@@ -228,6 +245,24 @@ func (c *Client) Contexts(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpO
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
 	return yieldAll(slices.Clone(c.h.ctxs[dev.Index]))
+}
+
+// MRs dumps a device's MRs; a device that is gone gives
+// rdmanl.ErrNoDevice.
+func (c *Client) MRs(ctx context.Context, dev rdmanl.Device, _ rdmanl.DumpOptions) iter.Seq2[rdmanl.MR, error] {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	c.h.mrDumps[dev.Name]++
+	if !c.present(dev.Index) {
+		return func(yield func(rdmanl.MR, error) bool) {
+			yield(rdmanl.MR{}, &rdmanl.Error{Op: "dump MRs of " + dev.Name, Err: rdmanl.ErrNoDevice})
+		}
+	}
+	mrs := slices.Clone(c.h.mrs[dev.Index])
+	for i := range mrs {
+		mrs[i].DevIndex, mrs[i].DevName = dev.Index, dev.Name
+	}
+	return yieldAll(mrs)
 }
 
 // yieldAll yields vs without error.
