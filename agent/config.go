@@ -62,6 +62,11 @@ type Config struct {
 	// least that many reconnect cycles within the window.
 	ErrorStormCycles *positive `yaml:"error_storm_cycles"`
 	ErrorStormWindow *duration `yaml:"error_storm_window"`
+	// MRLeakGrowth and MRLeakWindow are what mr-leak reports: an owner
+	// whose MRs on a device grew by at least that many within the window,
+	// over as many QP creates that replaced a QP.
+	MRLeakGrowth *positive `yaml:"mr_leak_growth"`
+	MRLeakWindow *duration `yaml:"mr_leak_window"`
 	// Policy is the file's policy mapping: what it sets of the
 	// remediation policy, over DefaultPolicy (Config.policy).
 	Policy *policyConfig `yaml:"policy"`
@@ -577,7 +582,7 @@ func (t *threshold) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // positive is a whole number, 1 or more: a count of failed QP creates,
-// of reconnect cycles.
+// of reconnect cycles, of MRs.
 type positive int
 
 func (p *positive) UnmarshalYAML(n *yaml.Node) error {
@@ -687,7 +692,8 @@ func (m *maxQP) UnmarshalYAML(n *yaml.Node) error {
 // metrics_address, interval, reconcile, probes, rename, names_map,
 // rename_force, exhaustion_threshold, create_failures,
 // create_failure_window, error_storm_cycles, error_storm_window,
-// state_file, state_interval, policy, policy_dry_run). max_qp
+// mr_leak_growth, mr_leak_window, state_file, state_interval, policy,
+// policy_dry_run). max_qp
 // merges, the command line's entries winning per device. The rename keys
 // complete o.Rename, which the command line set (nil when it named no
 // policies).
@@ -739,6 +745,12 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 	if c.ErrorStormWindow != nil && !given("error_storm_window") {
 		o.ErrorStormWindow = time.Duration(*c.ErrorStormWindow)
 	}
+	if c.MRLeakGrowth != nil && !given("mr_leak_growth") {
+		o.MRLeakGrowth = int(*c.MRLeakGrowth)
+	}
+	if c.MRLeakWindow != nil && !given("mr_leak_window") {
+		o.MRLeakWindow = time.Duration(*c.MRLeakWindow)
+	}
 	if c.Probes != nil && !given("probes") {
 		o.NoProbes = !bool(*c.Probes)
 	}
@@ -770,8 +782,8 @@ func (c Config) Apply(o *RunOptions, given func(key string) bool) {
 // alone). A file that does not load, or that changes an option only a
 // restart can (socket, metrics_address, interval, probes, retain,
 // exhaustion_threshold, create_failures, create_failure_window,
-// error_storm_cycles, error_storm_window, the rename keys, state_file,
-// state_interval), is
+// error_storm_cycles, error_storm_window, mr_leak_growth, mr_leak_window,
+// the rename keys, state_file, state_interval), is
 // an error and nothing is reloaded.
 func ReloadFrom(path string, optional bool, base, running RunOptions, given func(key string) bool) (Reloadable, error) {
 	c, err := LoadConfig(context.Background(), path, optional) // reloadOnHUP stops waiting on SIGTERM
@@ -794,6 +806,8 @@ func ReloadFrom(path string, optional bool, base, running RunOptions, given func
 		{"create_failure_window", running.CreateFailureWindow, o.CreateFailureWindow},
 		{"error_storm_cycles", running.ErrorStormCycles, o.ErrorStormCycles},
 		{"error_storm_window", running.ErrorStormWindow, o.ErrorStormWindow},
+		{"mr_leak_growth", running.MRLeakGrowth, o.MRLeakGrowth},
+		{"mr_leak_window", running.MRLeakWindow, o.MRLeakWindow},
 		{"rename", renameString(running.Rename), renameString(o.Rename)},
 		{"state_file", running.StateFile, o.StateFile},
 		{"state_interval", running.StateInterval, o.StateInterval},

@@ -53,11 +53,12 @@ max_qp:
 		t.Errorf("(-want +got):\n%s", d)
 	}
 	rest, err := parseConfig("a.yaml", []byte("rename: map,guid\nnames_map: /etc/x\nrename_force: true\nexhaustion_threshold: 0.5\nstate_file: /var/x.json\nstate_interval: 1m\n"+
-		"create_failures: 3\ncreate_failure_window: 1m\nerror_storm_cycles: 4\nerror_storm_window: 2m\n"))
+		"create_failures: 3\ncreate_failure_window: 1m\nerror_storm_cycles: 4\nerror_storm_window: 2m\nmr_leak_growth: 6\nmr_leak_window: 20m\n"))
 	wantRest := Config{Rename: ptr[renamePolicies]("map,guid"), NamesMap: ptr[absPath]("/etc/x"), RenameForce: ptr[boolean](true),
 		ExhaustionThreshold: ptr[threshold](0.5), StateFile: ptr[optionalPath]("/var/x.json"), StateInterval: ptr(duration(time.Minute)),
 		CreateFailures: ptr[positive](3), CreateFailureWindow: ptr(duration(time.Minute)),
-		ErrorStormCycles: ptr[positive](4), ErrorStormWindow: ptr(duration(2 * time.Minute))}
+		ErrorStormCycles: ptr[positive](4), ErrorStormWindow: ptr(duration(2 * time.Minute)),
+		MRLeakGrowth: ptr[positive](6), MRLeakWindow: ptr(duration(20 * time.Minute))}
 	if d := cmp.Diff(wantRest, rest); err != nil || d != "" {
 		t.Errorf("rename, threshold and state keys: %v (-want +got):\n%s", err, d)
 	}
@@ -88,7 +89,7 @@ max_qp:
 // Every bad file is refused with the file, the line and the key.
 func TestParseConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
-		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: create_failure_window, create_failures, error_storm_cycles, error_storm_window, exhaustion_threshold, interval, max_qp, metrics_address, names_map, policy, probes, reconcile, rename, rename_force, retain, socket, state_file, state_interval)`},
+		{"intervall: 10s\n", `agent: config a.yaml:1: intervall: unknown key (valid: create_failure_window, create_failures, error_storm_cycles, error_storm_window, exhaustion_threshold, interval, max_qp, metrics_address, mr_leak_growth, mr_leak_window, names_map, policy, probes, reconcile, rename, rename_force, retain, socket, state_file, state_interval)`},
 		{"rename: map,uuid\n", `agent: config a.yaml:1: rename: unknown policy "uuid"`},
 		{"names_map: names.conf\n", `agent: config a.yaml:1: names_map: "names.conf": want an absolute path`},
 		{"exhaustion_threshold: 80\n", `agent: config a.yaml:1: exhaustion_threshold: "80": want a share of max_qp above 0 and at most 1`},
@@ -97,6 +98,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"create_failure_window: 10ms\n", `agent: config a.yaml:1: create_failure_window: "10ms"`},
 		{"error_storm_cycles: -1\n", `agent: config a.yaml:1: error_storm_cycles: "-1": want a whole number, 1 or more`},
 		{"error_storm_window: 1\n", `agent: config a.yaml:1: error_storm_window: "1"`},
+		{"mr_leak_growth: 0\n", `agent: config a.yaml:1: mr_leak_growth: "0": want a whole number, 1 or more`},
+		{"mr_leak_window: 500ms\n", `agent: config a.yaml:1: mr_leak_window: "500ms": want a duration of at least 1s`},
 		{"probes: true\ninterval: 10\n", `agent: config a.yaml:2: interval: "10": want a duration of at least 1s, such as 30s or 5m`},
 		{"interval: 100ms\n", `agent: config a.yaml:1: interval: "100ms": want a duration of at least 1s`},
 		{"reconcile: [1m]\n", `agent: config a.yaml:1: reconcile: want a duration such as 30s or 5m`},
@@ -239,6 +242,8 @@ func TestDefaultConfigFile(t *testing.T) {
 		{"create_failure_window", time.Duration(*c.CreateFailureWindow), leakwatch.DefaultCreateFailureWindow},
 		{"error_storm_cycles", int(*c.ErrorStormCycles), leakwatch.DefaultErrorStormCycles},
 		{"error_storm_window", time.Duration(*c.ErrorStormWindow), leakwatch.DefaultErrorStormWindow},
+		{"mr_leak_growth", int(*c.MRLeakGrowth), leakwatch.DefaultMRLeakGrowth},
+		{"mr_leak_window", time.Duration(*c.MRLeakWindow), leakwatch.DefaultMRLeakWindow},
 		{"state_file", string(*c.StateFile), DefaultStateFile},
 		{"state_interval", time.Duration(*c.StateInterval), DefaultStateInterval},
 		{"policy", *c.policy(), DefaultPolicy()},
@@ -349,6 +354,7 @@ func TestApplyAndReload(t *testing.T) {
 		"interval: 30s\nsocket: /run/other.sock\n": "socket: changed from  to /run/other.sock",
 		"interval: 30s\nstate_file: \"\"\n":        "state_file: changed from /var/lib/x.json to , which takes a restart",
 		"interval: 30s\nstate_interval: 1m\n":      "state_interval: changed from 5m0s to 1m0s, which takes a restart",
+		"interval: 30s\nmr_leak_window: 1h\n":      "mr_leak_window: changed from 0s to 1h0m0s, which takes a restart",
 	} {
 		write(file)
 		if _, err := ReloadFrom(path, false, base, running, given); err == nil || !strings.Contains(err.Error(), want) {

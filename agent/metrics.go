@@ -49,6 +49,7 @@ type metricsSnapshot struct {
 	guids        map[string]string
 	dev          map[string]watch.DeviceScans
 	tally        []leakwatch.DeviceTally
+	mrs          []leakwatch.DeviceMRs
 	failures     []leakwatch.DeviceFailures
 	qpErrors     []leakwatch.DeviceErrors
 	learned      map[string]uint64 // max_qp the devices reported
@@ -122,7 +123,7 @@ func (s *state) snapshot() metricsSnapshot {
 	snap := metricsSnapshot{
 		version: s.version, started: h.Started, probes: h.Probes, listedOK: h.ListedOK, lost: h.Lost,
 		events: h.Events, devices: h.Devices, guids: h.GUIDs, dev: h.Scans,
-		tally: s.Tally(topOwners), failures: s.CreateFailures(), qpErrors: s.QPErrors(), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
+		tally: s.Tally(topOwners), mrs: s.MRTally(topOwners), failures: s.CreateFailures(), qpErrors: s.QPErrors(), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
 		policy: s.pol, decisions: maps.Clone(s.decisions), resets: maps.Clone(s.resets), renames: maps.Clone(s.renames),
 	}
 	s.zeroCounters(&snap)
@@ -187,6 +188,7 @@ type collector struct {
 	buildInfo, startTime, probesUp, netlinkUp, events, lost *prometheus.Desc
 	resources, qps, ownerQPs, findings, maxQP, useRatio     *prometheus.Desc
 	siteQPs, createFailures, qpErrors                       *prometheus.Desc
+	mrs, mrBytes, ownerMRs, ownerMRBytes, mrDumps           *prometheus.Desc
 	scans, scanErrors, scanDuration, lastScan               *prometheus.Desc
 	ruleSkipped                                             *prometheus.Desc
 	policyInfo, decisions, resets, renames                  *prometheus.Desc
@@ -218,6 +220,13 @@ func newCollector(st *state) prometheus.Collector {
 			append(dev, "errno", "site")...),
 		qpErrors: d("qp_errors_total", "QP entries into Error, by cause: modify (a modify through ib_core: a disconnect, a teardown, a consumer's reaction to a completion error), QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR (the provider's async errors), provider (a dump listed the QP in Error that nothing seen put there), unknown (the same without probes). A QP first seen in Error is not counted.",
 			append(dev, "cause")...),
+		mrs:     d("mrs", "MRs on the device at its last MR dump (made when the resource summary counts another number of MRs, and every reconcile).", dev...),
+		mrBytes: d("mr_bytes", "Bytes the device's MRs register (the sum of their lengths) at its last MR dump.", dev...),
+		ownerMRs: d("owner_mrs", fmt.Sprintf("MRs per owning process at the device's last MR dump (pid and comm; pid 0 for a kernel module, its name in comm and ulp), the %d owners of each device with the most; comm \"(other)\" counts the rest.", topOwners),
+			append(dev, "pid", "comm", "ulp")...),
+		ownerMRBytes: d("owner_mr_bytes", fmt.Sprintf("Bytes the MRs of an owning process register at the device's last MR dump, for the %d owners of rdmatool_owner_mrs; comm \"(other)\" counts the rest.", topOwners),
+			append(dev, "pid", "comm", "ulp")...),
+		mrDumps:      d("mr_dumps_total", "Netlink MR dumps of the device.", dev...),
 		findings:     d("findings", "Current qp-leaks findings (min age "+query.DefaultMinAge.String()+"), by rule and severity.", append(dev, "rule", "severity")...),
 		ruleSkipped:  d("rule_skipped", "Rules the agent cannot evaluate now (1), with the reason.", "rule", "reason"),
 		maxQP:        d("device_max_qps", "The device's QP limit (max_qp): configured, else as the device reports it.", dev...),
@@ -238,7 +247,7 @@ func newCollector(st *state) prometheus.Collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
-		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.qpErrors, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
+		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.qpErrors, c.mrs, c.mrBytes, c.ownerMRs, c.ownerMRBytes, c.mrDumps, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
 		c.policyInfo, c.decisions, c.resets, c.renames} {
 		ch <- d
 	}
@@ -284,6 +293,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		m := s.dev[name]
 		counter(c.scans, float64(m.Scans), name, guid)
 		counter(c.scanErrors, float64(m.Errors), name, guid)
+		counter(c.mrDumps, float64(m.MRDumps), name, guid)
 		if !m.Last.IsZero() {
 			gauge(c.scanDuration, m.LastDuration.Seconds(), name, guid)
 			gauge(c.lastScan, float64(m.Last.UnixNano())/1e9, name, guid)
@@ -326,6 +336,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if t.OtherSiteQPs > 0 {
 			gauge(c.siteQPs, float64(t.OtherSiteQPs), t.Name, guid, leakwatch.OtherSite)
+		}
+	}
+	for _, dm := range s.mrs {
+		if !slices.Contains(s.devices, dm.Name) {
+			continue // its device was not listed (yet, or any more)
+		}
+		guid := s.guids[dm.Name]
+		gauge(c.mrs, float64(dm.MRs), dm.Name, guid)
+		gauge(c.mrBytes, float64(dm.Bytes), dm.Name, guid)
+		for _, o := range dm.Owners {
+			pid := strconv.FormatUint(uint64(o.PID), 10)
+			gauge(c.ownerMRs, float64(o.MRs), dm.Name, guid, pid, o.Comm, o.ULP)
+			gauge(c.ownerMRBytes, float64(o.Bytes), dm.Name, guid, pid, o.Comm, o.ULP)
+		}
+		if dm.OtherMRs > 0 {
+			gauge(c.ownerMRs, float64(dm.OtherMRs), dm.Name, guid, "", "(other)", "")
+			gauge(c.ownerMRBytes, float64(dm.OtherBytes), dm.Name, guid, "", "(other)", "")
 		}
 	}
 	for _, df := range s.failures {

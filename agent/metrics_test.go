@@ -145,6 +145,22 @@ func TestMetrics(t *testing.T) {
 		Device: dev, QPs: qps, Owners: map[uint32]leakwatch.Owner{42: {TGID: 40, Comm: "app"}}}}})
 	st.SetResources([]rdmanl.Summary{{DevIndex: 1, DevName: "rxe0", Counts: []rdmanl.ResourceCount{{Name: "qp", Current: 3}, {Name: "mr", Current: 7}}}}, "rxe0")
 	st.ScanFailed("rxe0", io.ErrUnexpectedEOF)
+	// An MR dump: process 40 (thread 42) with two MRs, rds_rdma with one
+	// of 16 KiB, eleven processes /proc does not know with one each: the
+	// three with the highest PIDs are "(other)".
+	mrs := &leakwatch.MRDump{Device: dev, Time: now, Owners: map[uint32]leakwatch.Owner{42: {TGID: 40, Comm: "app"}}}
+	owners := []rdmanl.Owner{{PID: 42}, {PID: 42}, {KernName: "rds_rdma"}}
+	for pid := range uint32(11) {
+		owners = append(owners, rdmanl.Owner{PID: 100 + pid})
+	}
+	for i, o := range owners {
+		length := uint64(4096)
+		if o.Kernel() {
+			length = 16384
+		}
+		mrs.Add(rdmanl.MR{MRN: uint32(i + 1), Len: length, Owner: o})
+	}
+	st.ScanMRs(mrs)
 	// A QP event and a device event read, two lost.
 	// A QP created through rdma_create_qp by a process gone before its
 	// site was named ("?"), and three creates the device refused: each
@@ -202,6 +218,16 @@ func TestMetrics(t *testing.T) {
 		{"rdmatool_qp_errors_total", with("cause", "QP_ACCESS_ERR"), 1},
 		{"rdmatool_qp_errors_total", with("cause", "modify"), 1},
 		{"rdmatool_device_resources", with("resource", "mr"), 7},
+		{"rdmatool_mrs", d, 14},
+		{"rdmatool_mr_bytes", d, 13*4096 + 16384},
+		{"rdmatool_mr_dumps_total", d, 1},
+		{"rdmatool_owner_mrs", with("pid", "40", "comm", "app", "ulp", ""), 2},
+		{"rdmatool_owner_mr_bytes", with("pid", "40", "comm", "app", "ulp", ""), 8192},
+		{"rdmatool_owner_mrs", with("pid", "0", "comm", "rds_rdma", "ulp", "rds_rdma"), 1},
+		{"rdmatool_owner_mr_bytes", with("pid", "0", "comm", "rds_rdma", "ulp", "rds_rdma"), 16384},
+		{"rdmatool_owner_mrs", with("pid", "107", "comm", "", "ulp", ""), 1},
+		{"rdmatool_owner_mrs", with("pid", "", "comm", "(other)", "ulp", ""), 3},
+		{"rdmatool_owner_mr_bytes", with("pid", "", "comm", "(other)", "ulp", ""), 3 * 4096},
 		{"rdmatool_device_resources", with("resource", "qp"), 3},
 		{"rdmatool_device_max_qps", d, 100},
 		{"rdmatool_device_qp_use_ratio", d, 0.03},

@@ -113,6 +113,70 @@ func TestRunReconcile(t *testing.T) {
 	waitFor(t, "rxe0 dumped every interval without probes", func() bool { return host.Dumps("rxe0") >= roceDumps+6 })
 }
 
+// The agent dumps a device's MRs once, then only when its resource
+// summary, read every interval, counts another number of them, and every
+// reconcile: never at every interval otherwise. An iWARP device, dumped
+// every interval, paces the test.
+func TestRunDumpsMRs(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	roce := rdmanl.Device{Index: 1, Name: "rxe0", Protocol: "roce"}
+	iw := rdmanl.Device{Index: 2, Name: "siw0", Protocol: "iw"}
+	host := rdmanltest.NewHost(roce, iw)
+	mr := func(mrn uint32) rdmanl.MR { return rdmanl.MR{MRN: mrn, Len: 4096, Owner: rdmanl.Owner{PID: 7}} }
+	host.SetMRs(roce.Index, mr(1), mr(2))
+	var now atomic.Int64 // the agent's clock, which the test moves
+	now.Store(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC).UnixNano())
+	src := newLiveStream()
+	d := watch.Deps{
+		Log:        slog.New(slog.DiscardHandler),
+		Dial:       dialer(host),
+		OpenProbes: func(context.Context, *slog.Logger) (watch.EventSource, error) { return src, nil },
+		Now:        func() time.Time { return time.Unix(0, now.Load()) },
+	}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: time.Hour, retry: time.Hour})
+	}()
+	defer stopRun(t, cancel, done)
+	waitFor(t, "the probes on and rxe0's MRs dumped", func() bool {
+		st, err := askStatus(context.Background(), sock)
+		return err == nil && st.Probes == "on" && host.MRDumps("rxe0") > 0
+	})
+	intervals := func(n int) {
+		t.Helper()
+		from := host.Dumps("siw0")
+		waitFor(t, fmt.Sprintf("%d more intervals", n), func() bool { return host.Dumps("siw0") >= from+n })
+	}
+	intervals(20)
+	if n := host.MRDumps("rxe0"); n != 1 {
+		t.Errorf("rxe0's MRs dumped %d times over 20 intervals of an unchanged count, want once", n)
+	}
+	if n := host.MRDumps("siw0"); n != 1 {
+		t.Errorf("siw0's MRs dumped %d times, want once (its QPs every interval)", n)
+	}
+	// One more MR: the next interval dumps them, once.
+	host.SetMRs(roce.Index, mr(1), mr(2), mr(3))
+	waitFor(t, "an MR dump after the count changed", func() bool { return host.MRDumps("rxe0") == 2 })
+	intervals(20)
+	if n := host.MRDumps("rxe0"); n != 2 {
+		t.Errorf("rxe0's MRs dumped %d times after one change, want 2", n)
+	}
+	// An MR replaced: the count stays, the dump waits for the reconcile.
+	host.SetMRs(roce.Index, mr(1), mr(2), mr(4))
+	intervals(20)
+	if n := host.MRDumps("rxe0"); n != 2 {
+		t.Errorf("rxe0's MRs dumped %d times before the reconcile, want 2", n)
+	}
+	now.Add(int64(time.Hour))
+	waitFor(t, "an MR dump at the reconcile", func() bool { return host.MRDumps("rxe0") == 3 && host.MRDumps("siw0") == 2 })
+	intervals(20)
+	if n := host.MRDumps("rxe0"); n != 3 {
+		t.Errorf("rxe0's MRs dumped %d times after the reconcile, want 3", n)
+	}
+}
+
 // With Rename the agent gives every device it sees appear its persistent
 // name: at its start, and again when the device comes back under its
 // kernel name (a reset re-registers it).

@@ -70,6 +70,10 @@ type RunOptions struct {
 	// reports (leakwatch.Config; its defaults when 0).
 	ErrorStormCycles int
 	ErrorStormWindow time.Duration
+	// MRLeakGrowth and MRLeakWindow are what mr-leak reports
+	// (leakwatch.Config; its defaults when 0).
+	MRLeakGrowth int
+	MRLeakWindow time.Duration
 	// Version is reported by /v1/status and the metrics.
 	Version string
 	// MetricsAddress is the TCP address /metrics is served on; "" serves
@@ -173,7 +177,8 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 
 	cfg := leakwatch.Config{MaxQP: o.MaxQP, Retain: o.Retain, ExhaustionThreshold: o.ExhaustionThreshold,
 		CreateFailures: o.CreateFailures, CreateFailureWindow: o.CreateFailureWindow,
-		ErrorStormCycles: o.ErrorStormCycles, ErrorStormWindow: o.ErrorStormWindow, ProbesReason: "not attached yet"}
+		ErrorStormCycles: o.ErrorStormCycles, ErrorStormWindow: o.ErrorStormWindow,
+		MRLeakGrowth: o.MRLeakGrowth, MRLeakWindow: o.MRLeakWindow, ProbesReason: "not attached yet"}
 	if o.NoProbes {
 		cfg.ProbesReason = "disabled by --no-probes"
 	}
@@ -539,7 +544,10 @@ func scanned(sc leakwatch.Scan) int {
 // scanLoop dumps one device's QPs on a netlink client of its own until
 // ctx ends: every Interval, or with probes every Reconcile (state.dumpDue);
 // at the Intervals in between it reads the device's resource summary.
-// dev is the device as last listed (its name follows renames).
+// After either it dumps the device's MRs when the summary counts another
+// number of them than at their last dump, and every Reconcile
+// (watch.Scanner.UpdateMRs). dev is the device as last listed (its name
+// follows renames).
 func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *atomic.Pointer[rdmanl.Device], facts *watch.FactsCache, log *slog.Logger) {
 	if f, learned := facts.Of(*dev.Load()); learned {
 		log.Info("device learned", "device", dev.Load().Name, "facts", describeFacts(f))
@@ -554,6 +562,8 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 	tick := time.NewTicker(o.Interval)
 	defer tick.Stop()
 	var last dumpMark
+	var lastMRs watch.MRMark
+	mrErr := "" // the last MR dump's error, logged once
 	for {
 		cur := *dev.Load()
 		err := error(nil)
@@ -564,13 +574,16 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 			}
 		}
 		due := st.dumpDue(cur, last)
+		var sum rdmanl.Summary // this interval's resource summary
+		summed := false
 		if nl != nil && !due {
 			// Between dumps the counts of resources in use stay current:
 			// one small request, no firmware query per QP.
-			var sum rdmanl.Summary
-			sum, serr := nl.Summary(ctx, cur)
+			var serr error
+			sum, serr = nl.Summary(ctx, cur)
 			switch {
 			case serr == nil:
+				summed = true
 				st.SetResources([]rdmanl.Summary{sum}, cur.Name)
 				st.CountQPs(cur, sum, d.Now())
 			case errors.Is(serr, rdmanl.ErrNoDevice):
@@ -593,6 +606,9 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 						log.Info("scan succeeded again", "device", cur.Name)
 					}
 					st.SetResources(sums, cur.Name)
+					if len(sums) == 1 {
+						sum, summed = sums[0], true
+					}
 					if scanned(sc) >= bigScan {
 						// The listing (about 170 bytes a QP) is dead once
 						// folded in: its memory goes back to the OS now,
@@ -606,6 +622,24 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 					nl.Close()
 					nl = nil
 				}
+			}
+		}
+		if nl != nil && summed {
+			// The MRs when their number changed, and every reconcile.
+			var merr error
+			lastMRs, merr = watch.Scanner{NL: nl, ProcRoot: d.ProcRoot, Now: d.Now}.UpdateMRs(ctx, st.State, cur, sum, lastMRs, st.mrsEvery())
+			switch {
+			case merr == nil && mrErr != "":
+				log.Info("MR dump succeeded again", "device", cur.Name)
+				mrErr = ""
+			case merr == nil, errors.Is(merr, rdmanl.ErrNoDevice), ctx.Err() != nil:
+			default:
+				if merr.Error() != mrErr {
+					log.Warn("MR dump failed", "device", cur.Name, "err", merr)
+				}
+				mrErr = merr.Error()
+				nl.Close() // a fresh socket next time
+				nl = nil
 			}
 		}
 		if ctx.Err() != nil {

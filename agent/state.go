@@ -110,6 +110,15 @@ func (s *state) dumpDue(dev rdmanl.Device, last dumpMark) bool {
 	return s.now().Sub(last.started) >= s.reconcile
 }
 
+// mrsEvery is how often a device's MRs are dumped at least: every
+// reconcile, between the dumps a change of their number brings
+// (watch.MRMark).
+func (s *state) mrsEvery() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reconcile
+}
+
 func (s *state) setReconcile(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

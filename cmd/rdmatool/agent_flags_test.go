@@ -68,6 +68,8 @@ func TestAgentFlagsRefused(t *testing.T) {
 		{[]string{"--names-map", ""}, `rdmatool: --names-map "": want a path`},
 		{[]string{"--state-file", "/var/lib/" + strings.Repeat("n", 256) + "/state.json"}, `rdmatool: --state-file "/var/lib/nnn`},
 		{[]string{"--state-interval", "0s"}, `rdmatool: --state-interval 0s: want a duration at least 1s`},
+		{[]string{"--mr-leak-growth", "0"}, `rdmatool: --mr-leak-growth 0: want 1 or more`},
+		{[]string{"--mr-leak-window", "100ms"}, `rdmatool: --mr-leak-window 100ms: want a duration at least 1s`},
 		{[]string{"--max-qp", "rxe0=5", "--max-qp", "rxe0=6"}, `rdmatool: --max-qp: leakwatch: max_qp "rxe0=5" and "rxe0=6": one limit per device`},
 		{[]string{"--log-format", "xml"}, `rdmatool: --log-format "xml": want text or json`},
 		{[]string{"--policy", strings.Repeat("p", 1<<20)}, `rdmatool: --policy "` + strings.Repeat("p", 64) + `" (1048576 bytes): want observe or reset`},
