@@ -9,9 +9,10 @@
 // on a goroutine of its own that it waits for: the probe reader
 // (watch.FollowProbes), the device lister with one scanner per device
 // (watch.Scanner, which dumps a device every Interval, or every Reconcile
-// while the probes keep the history), the RDMA netlink monitor, the
-// policy, the metrics server (newCollector) and systemd's notifications
-// and watchdog. Before those start it restores the history from the state
+// while the probes keep the history, and its MRs when its resource summary
+// counts another number of them, and every Reconcile: watch.MRMark), the
+// RDMA netlink monitor, the policy, the metrics server (newCollector) and
+// systemd's notifications and watchdog. Before those start it restores the history from the state
 // file (stateFile), which it saves every StateInterval and when it stops;
 // the file is read through opfile and written by writeAtomic; Run stops
 // waiting for that read when ctx ends (opfile.Await), as LoadConfig does

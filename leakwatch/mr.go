@@ -526,7 +526,8 @@ func signedSize(b int64) string {
 // OwnerMRs is an owner's MRs on a device and their bytes. Its Owner holds
 // what the owner metrics' labels name, as OwnerQPs's does: for a process,
 // PID (the process: its TGID, else the thread) and Comm; for a kernel
-// module, its name in Comm (PID 0).
+// module, its name in Comm and in ULP (PID 0): the module registered the
+// MRs itself, where the QPs rdma_cm made for it name it as their ULP.
 type OwnerMRs struct {
 	Owner
 	MRs, Bytes uint64
@@ -562,7 +563,11 @@ func (w *Watcher) MRTally(topN int) []DeviceMRs {
 			if last.mrs == 0 {
 				continue // none at the last dump
 			}
-			dm.Owners = append(dm.Owners, OwnerMRs{Owner: o.owner.tallied(), MRs: last.mrs, Bytes: last.bytes})
+			owner := o.owner.tallied()
+			if o.owner.Kernel() {
+				owner.ULP = o.owner.KernName
+			}
+			dm.Owners = append(dm.Owners, OwnerMRs{Owner: owner, MRs: last.mrs, Bytes: last.bytes})
 		}
 		slices.SortFunc(dm.Owners, func(a, b OwnerMRs) int {
 			return cmp.Or(cmp.Compare(b.MRs, a.MRs), cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(a.PID, b.PID), cmp.Compare(a.Comm, b.Comm))

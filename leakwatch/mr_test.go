@@ -261,7 +261,7 @@ func TestMRTally(t *testing.T) {
 	got := w.MRTally(2)
 	want := []DeviceMRs{
 		{Index: 0, Name: "rxe0", At: t0.Add(time.Second), MRs: 10, Bytes: 7*4096 + 3<<20,
-			Owners:   []OwnerMRs{{Owner: Owner{PID: 42, Comm: "app"}, MRs: 5, Bytes: 5 * 4096}, {Owner: Owner{Comm: "rds_rdma"}, MRs: 3, Bytes: 3 << 20}},
+			Owners:   []OwnerMRs{{Owner: Owner{PID: 42, Comm: "app"}, MRs: 5, Bytes: 5 * 4096}, {Owner: Owner{Comm: "rds_rdma", ULP: "rds_rdma"}, MRs: 3, Bytes: 3 << 20}},
 			OtherMRs: 2, OtherBytes: 2 * 4096},
 		{Index: 1, Name: "siw0", At: t0.Add(time.Second)},
 	}

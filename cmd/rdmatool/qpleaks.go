@@ -186,6 +186,8 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport, stacks bool) error {
 				fmt.Fprintf(bw, "  %-8s %-29s %d of %d QPs\n", severity, rule, f.Count, f.Limit)
 			case f.Rule == leakwatch.RuleZombieUverbsContext && len(f.Evidence) > 0:
 				fmt.Fprintf(bw, "  %-8s %-29s %s for %.1fs\n", severity, rule, t(f.Evidence[0].What), f.AgeSeconds)
+			case f.Rule == leakwatch.RuleMRLeak && len(f.Evidence) > 0:
+				fmt.Fprintf(bw, "  %-8s %-29s %s\n", severity, rule, t(f.Evidence[0].What))
 			default:
 				srq := ""
 				if f.SRQ {
