@@ -57,6 +57,26 @@ func (s *liveStream) Events(ctx context.Context) iter.Seq2[bpf.Event, error] {
 func (s *liveStream) Stats() (bpf.Stats, error) { return bpf.Stats{Lost: s.lost.Load()}, nil }
 func (s *liveStream) Close() error              { return nil }
 
+// runProbed runs the agent on host with src as its probes, the devices
+// listed every 10ms, a reconcile of an hour and the clock now (time.Now
+// when nil); stop stops it.
+func runProbed(t *testing.T, host *rdmanltest.Host, src *liveStream, now func() time.Time) (sock string, stop func()) {
+	t.Helper()
+	d := watch.Deps{
+		Log:        slog.New(slog.DiscardHandler),
+		Dial:       dialer(host),
+		OpenProbes: func(context.Context, *slog.Logger) (watch.EventSource, error) { return src, nil },
+		Now:        now,
+	}
+	sock = filepath.Join(t.TempDir(), "agent.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: time.Hour, retry: time.Hour})
+	}()
+	return sock, func() { t.Helper(); stopRun(t, cancel, done) }
+}
+
 // With probes the agent dumps a RoCE device once and then lives on the
 // events; an iWARP device, whose RTS the probes cannot see, is still dumped
 // every interval; lost events bring a dump forward; probes that fail put
@@ -68,18 +88,8 @@ func TestRunReconcile(t *testing.T) {
 	host := rdmanltest.NewHost(roce, iw)
 	host.SetQPs(roce.Index, qp(17, rdmanl.QPStateRTS, 0))
 	src := newLiveStream()
-	d := watch.Deps{
-		Log:        slog.New(slog.DiscardHandler),
-		Dial:       dialer(host),
-		OpenProbes: func(context.Context, *slog.Logger) (watch.EventSource, error) { return src, nil },
-	}
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: time.Hour, retry: time.Hour})
-	}()
-	defer stopRun(t, cancel, done)
+	sock, stop := runProbed(t, host, src, nil)
+	defer stop()
 	waitFor(t, "the probes on and both devices dumped", func() bool {
 		st, err := askStatus(context.Background(), sock)
 		return err == nil && st.Probes == "on" && host.Dumps("rxe0") > 0 && host.Dumps("siw0") > 0
@@ -126,20 +136,8 @@ func TestRunDumpsMRs(t *testing.T) {
 	host.SetMRs(roce.Index, mr(1), mr(2))
 	var now atomic.Int64 // the agent's clock, which the test moves
 	now.Store(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC).UnixNano())
-	src := newLiveStream()
-	d := watch.Deps{
-		Log:        slog.New(slog.DiscardHandler),
-		Dial:       dialer(host),
-		OpenProbes: func(context.Context, *slog.Logger) (watch.EventSource, error) { return src, nil },
-		Now:        func() time.Time { return time.Unix(0, now.Load()) },
-	}
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, Reconcile: time.Hour, retry: time.Hour})
-	}()
-	defer stopRun(t, cancel, done)
+	sock, stop := runProbed(t, host, newLiveStream(), func() time.Time { return time.Unix(0, now.Load()) })
+	defer stop()
 	waitFor(t, "the probes on and rxe0's MRs dumped", func() bool {
 		st, err := askStatus(context.Background(), sock)
 		return err == nil && st.Probes == "on" && host.MRDumps("rxe0") > 0

@@ -160,10 +160,7 @@ func TestMRLeakEvidence(t *testing.T) {
 		"oldest: MR 10, 4 KiB, R_Key 0x100a, L_Key 0x200a (listed since then)",
 		"oldest: MR 11, 4 KiB, R_Key 0x100b, L_Key 0x200b (listed since then)",
 	}
-	var got []string
-	for _, e := range f.Evidence {
-		got = append(got, e.What)
-	}
+	got := strings.Split(strings.TrimSuffix(evidenceText(f.Evidence), "\n"), "\n")
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("evidence (-want +got):\n%s", diff)
 	}
