@@ -16,13 +16,14 @@ import (
 // a client that recovers from a stale R_Key (--rkey refresh: one failed
 // write, then a connection that lasts) and one that retries with the
 // stale key every time (--rkey keep: every write fails, every cycle
-// reconnects). The agent counts each QP's entry into Error once, by
-// cause, in rdmatool_qp_errors_total: the disconnects and the client's
-// own modifies as "modify", and where the kernel's rxe gives the target
-// QP_ACCESS_ERR (7.x), the targets' failures as QP_ACCESS_ERR, and then
-// the retrying client, not the recovering one, is a qp-error-storm with
-// that cause. Where rxe gives the target no event (6.1, 6.12) the loop is
-// modifies only, which every teardown makes: no storm.
+// reconnects). rxe moves both QPs of a failed write to Error itself (the
+// requester on the REM_ACCESS_ERR completion, the responder on the R_Key
+// violation), which the agent learns when the consumer's disconnect
+// modifies them (the provider's state, from ib_modify_qp_is_ok), or
+// earlier for the responder where rxe gives it QP_ACCESS_ERR (7.x). The
+// agent counts each QP's entry into Error once, by cause, in
+// rdmatool_qp_errors_total, and the retrying client, not the recovering
+// one, is one qp-error-storm: 6 cycles, both QPs of each failed.
 func TestLabErrorStorm(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE)
 	accessErr := vmtest.Fact(t, "rxe gives the target QP_ACCESS_ERR on a stale R_Key")
@@ -51,15 +52,13 @@ func TestLabErrorStorm(t *testing.T) {
 	healthy := run("refresh")
 	storm := run("keep")
 
-	// Every entry counted: each connection's two QPs enter Error once,
-	// the failed targets' first by QP_ACCESS_ERR where rxe gives it.
-	failedTargets := 0
+	// Every entry counted: the failed connections' QPs (1 + cycles pairs)
+	// as failures, the responders by QP_ACCESS_ERR where rxe gives it;
+	// the recovering client's last connection, disconnected, as modifies.
+	failed := 1 + cycles
+	wantErrors := map[string]float64{"modify": 2, "provider": float64(2 * failed)}
 	if accessErr {
-		failedTargets = 1 + cycles
-	}
-	wantErrors := map[string]float64{"modify": float64(2*(2+cycles) - failedTargets)}
-	if accessErr {
-		wantErrors["QP_ACCESS_ERR"] = float64(failedTargets)
+		wantErrors["provider"], wantErrors["QP_ACCESS_ERR"] = float64(failed), float64(failed)
 	}
 	var got map[string]float64
 	deadline := time.Now().Add(10 * time.Second)
@@ -75,7 +74,7 @@ func TestLabErrorStorm(t *testing.T) {
 	}
 
 	rep := agentUntil(t, sock, "rxe0", 5*time.Second, func(rep agentapi.CheckReport) bool {
-		return !accessErr || slices.ContainsFunc(rep.Findings, func(f leakwatch.Finding) bool { return f.Rule == leakwatch.RuleQPErrorStorm })
+		return slices.ContainsFunc(rep.Findings, func(f leakwatch.Finding) bool { return f.Rule == leakwatch.RuleQPErrorStorm })
 	})
 	var storms []leakwatch.Finding
 	for _, f := range rep.Findings {
@@ -83,28 +82,28 @@ func TestLabErrorStorm(t *testing.T) {
 			storms = append(storms, f)
 		}
 	}
-	if !accessErr {
-		if len(storms) != 0 {
-			t.Errorf("storms %+v where rxe gives no access error event: want none", storms)
-		}
-		return
-	}
 	if len(storms) != 1 {
 		t.Fatalf("qp-error-storm findings %+v, want one for the retrying client (pid %d; the recovering one is %d)", storms, storm, healthy)
 	}
 	f := storms[0]
-	if f.TGID != storm || f.Comm != "qpwork" || f.Device != "rxe0" || f.Severity != leakwatch.SeverityError || f.Count != cycles {
-		t.Errorf("qp-error-storm %+v: want qpwork pid %d on rxe0, error, count %d", f, storm, cycles)
+	if f.TGID != storm || f.Comm != "qpwork" || f.Device != "rxe0" || f.Severity != leakwatch.SeverityError || f.Count != 2*cycles {
+		t.Errorf("qp-error-storm %+v: want qpwork pid %d on rxe0, error, count %d", f, storm, 2*cycles)
 	}
 	var evidence []string
 	for _, e := range f.Evidence {
 		evidence = append(evidence, e.What)
 	}
+	causes := fmt.Sprintf("provider %d", 2*cycles)
+	if accessErr {
+		causes = fmt.Sprintf("QP_ACCESS_ERR %d, provider %d", cycles, cycles)
+	}
 	all := strings.Join(evidence, "\n")
-	if want := fmt.Sprintf("%d QPs failed into Error in 5m0s", cycles); !strings.Contains(all, want) ||
-		!strings.Contains(all, fmt.Sprintf("over %d reconnect cycles: QP_ACCESS_ERR %d", cycles, cycles)) ||
-		!strings.Contains(all, fmt.Sprintf("%d of them created after the first Error", cycles-1)) {
-		t.Errorf("qp-error-storm evidence %q: want %d access errors in %d cycles, %d replacements", evidence, cycles, cycles, cycles-1)
+	if want := fmt.Sprintf("%d QPs failed into Error in 5m0s (%.1f a minute) over %d reconnect cycles: %s", 2*cycles, float64(2*cycles)/5, cycles, causes); !strings.Contains(all, want) ||
+		!strings.Contains(all, fmt.Sprintf("%d of them created after the first Error", 2*(cycles-1))) {
+		t.Errorf("qp-error-storm evidence %q: want %q and %d replacements", evidence, want, 2*(cycles-1))
+	}
+	if !strings.Contains(all, "created at qpwork!") {
+		t.Errorf("qp-error-storm evidence %q: want qpwork's creation site", evidence)
 	}
 }
 
