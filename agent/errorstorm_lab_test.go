@@ -37,8 +37,13 @@ func TestLabErrorStorm(t *testing.T) {
 
 	run := func(rkey string) (pid uint32) {
 		t.Helper()
-		evs := vmtest.StartWorkload(t, "--dev", "rxe0", "--reconnect", fmt.Sprint(cycles), "--connect", "cm", "--addr", vmtest.RXEAddr,
-			"--rkey", rkey, "--mrs", "dereg").Wait(60 * time.Second)
+		// It lives on after its loop, as a client does: the agent names
+		// the creation sites from the process.
+		w := vmtest.StartWorkload(t, "--dev", "rxe0", "--reconnect", fmt.Sprint(cycles), "--connect", "cm", "--addr", vmtest.RXEAddr,
+			"--rkey", rkey, "--mrs", "dereg", "--hold", "stdin")
+		w.WaitFor("ready", 60*time.Second)
+		t.Cleanup(func() { w.Release(30 * time.Second) })
+		evs := w.Events()
 		start, end := vmtest.Filter(evs, "reconnect_start"), vmtest.Filter(evs, "reconnect")
 		if len(start) != 1 || len(end) != 1 {
 			t.Fatalf("--rkey %s: %v", rkey, evs)
@@ -52,26 +57,38 @@ func TestLabErrorStorm(t *testing.T) {
 	healthy := run("refresh")
 	storm := run("keep")
 
-	// Every entry counted: the failed connections' QPs (1 + cycles pairs)
-	// as failures, the responders by QP_ACCESS_ERR where rxe gives it;
-	// the recovering client's last connection, disconnected, as modifies.
+	// Every entry counted once: both QPs of each connection (1 + cycles
+	// failed, and the recovering client's last). The responders of the
+	// failed writes fail by QP_ACCESS_ERR where rxe gives it, else as the
+	// provider's; a requester as the provider's when rxe moved it to Error
+	// before the consumer's disconnect, which races with it (rxe posts the
+	// completion first): else as a modify. The recovering client's last
+	// connection, disconnected, is two modifies.
 	failed := 1 + cycles
-	wantErrors := map[string]float64{"modify": 2, "provider": float64(2 * failed)}
-	if accessErr {
-		wantErrors["provider"], wantErrors["QP_ACCESS_ERR"] = float64(failed), float64(failed)
+	want := func(got map[string]float64) bool {
+		access, provider, modify := got["QP_ACCESS_ERR"], got["provider"], got["modify"]
+		if access+provider+modify != float64(2*(failed+1)) || len(got) > 3 || modify < 2 {
+			return false
+		}
+		if accessErr {
+			return access == float64(failed) && provider <= float64(failed)
+		}
+		return access == 0 && provider >= float64(failed)
 	}
 	var got map[string]float64
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got = qpErrorsByCause(t, addr)
-		if fmt.Sprint(got) == fmt.Sprint(wantErrors) || time.Now().After(deadline) {
+		if want(got) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond) // the agent reads the probes' ring buffer on its own
 	}
-	if fmt.Sprint(got) != fmt.Sprint(wantErrors) {
-		t.Errorf("rdmatool_qp_errors_total on rxe0 by cause: %v, want %v", got, wantErrors)
+	if !want(got) {
+		t.Errorf("rdmatool_qp_errors_total on rxe0 by cause: %v, want %d entries: the %d failed responders as %s, the requesters as provider or modify, at least 2 modifies",
+			got, 2*(failed+1), failed, map[bool]string{true: "QP_ACCESS_ERR", false: "provider"}[accessErr])
 	}
+	t.Logf("rdmatool_qp_errors_total on rxe0 by cause: %v", got)
 
 	rep := agentUntil(t, sock, "rxe0", 5*time.Second, func(rep agentapi.CheckReport) bool {
 		return slices.ContainsFunc(rep.Findings, func(f leakwatch.Finding) bool { return f.Rule == leakwatch.RuleQPErrorStorm })
@@ -85,25 +102,23 @@ func TestLabErrorStorm(t *testing.T) {
 	if len(storms) != 1 {
 		t.Fatalf("qp-error-storm findings %+v, want one for the retrying client (pid %d; the recovering one is %d)", storms, storm, healthy)
 	}
+	// One failure a cycle at least (the responder), two at most.
 	f := storms[0]
-	if f.TGID != storm || f.Comm != "qpwork" || f.Device != "rxe0" || f.Severity != leakwatch.SeverityError || f.Count != 2*cycles {
-		t.Errorf("qp-error-storm %+v: want qpwork pid %d on rxe0, error, count %d", f, storm, 2*cycles)
+	if f.TGID != storm || f.Comm != "qpwork" || f.Device != "rxe0" || f.Severity != leakwatch.SeverityError || f.Count < cycles || f.Count > 2*cycles {
+		t.Errorf("qp-error-storm %+v: want qpwork pid %d on rxe0, error, count %d to %d", f, storm, cycles, 2*cycles)
 	}
 	var evidence []string
 	for _, e := range f.Evidence {
 		evidence = append(evidence, e.What)
 	}
-	causes := fmt.Sprintf("provider %d", 2*cycles)
-	if accessErr {
-		causes = fmt.Sprintf("QP_ACCESS_ERR %d, provider %d", cycles, cycles)
-	}
 	all := strings.Join(evidence, "\n")
-	if want := fmt.Sprintf("%d QPs failed into Error in 5m0s (%.1f a minute) over %d reconnect cycles: %s", 2*cycles, float64(2*cycles)/5, cycles, causes); !strings.Contains(all, want) ||
-		!strings.Contains(all, fmt.Sprintf("%d of them created after the first Error", 2*(cycles-1))) {
-		t.Errorf("qp-error-storm evidence %q: want %q and %d replacements", evidence, want, 2*(cycles-1))
+	cause := "provider"
+	if accessErr {
+		cause = fmt.Sprintf("QP_ACCESS_ERR %d", cycles)
 	}
-	if !strings.Contains(all, "created at qpwork!") {
-		t.Errorf("qp-error-storm evidence %q: want qpwork's creation site", evidence)
+	if want := fmt.Sprintf("%d QPs failed into Error in 5m0s (%.1f a minute) over %d reconnect cycles: ", f.Count, float64(f.Count)/5, cycles); !strings.Contains(all, want) ||
+		!strings.Contains(all, cause) || !strings.Contains(all, "created after the first Error") || !strings.Contains(all, "created at qpwork!") {
+		t.Errorf("qp-error-storm evidence %q: want %q with %s, the replacements and qpwork's creation site", evidence, want, cause)
 	}
 }
 
