@@ -218,7 +218,7 @@ func newCollector(st *state) prometheus.Collector {
 			append(dev, "site")...),
 		createFailures: d("qp_create_failures_total", "QP creates the device refused, by errno (ENOMEM, EINVAL, ...) and creation site (the device's first 10 sites; site \"other\" counts the rest, \"\" those whose site is not known).",
 			append(dev, "errno", "site")...),
-		qpErrors: d("qp_errors_total", "QP entries into Error, by cause: modify (a modify through ib_core: a disconnect, a teardown, a consumer's reaction to a completion error), QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR (the provider's async errors), provider (a dump listed the QP in Error that nothing seen put there), unknown (the same without probes). A QP first seen in Error is not counted.",
+		qpErrors: d("qp_errors_total", "QP entries into Error, by cause: modify (a modify through ib_core: a disconnect, a teardown), QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR (the provider's async errors), provider (the provider moved the QP without an event, a completion error: a modify found it in Error, or a dump listed it so), unknown (a dump listed it in Error, without probes). A QP first seen in Error is not counted.",
 			append(dev, "cause")...),
 		mrs:     d("mrs", "MRs on the device at its last MR dump (made when the resource summary counts another number of MRs, and every reconcile).", dev...),
 		mrBytes: d("mr_bytes", "Bytes the device's MRs register (the sum of their lengths) at its last MR dump.", dev...),

@@ -97,6 +97,13 @@ type Event struct {
 	// IB_QP_STATE).
 	NewState rdmanl.QPState
 	HasState bool
+	// CurState is the QP's state as its provider saw it when a modify
+	// began, when HasCurState: the provider told ib_modify_qp_is_ok (rxe,
+	// mlx4, mlx5, hns and others do). ERR there, with the QP in another
+	// state as far as the modifies went, is the provider's own move to
+	// Error (a completion error, an access error as responder).
+	CurState    rdmanl.QPState
+	HasCurState bool
 	// Result is the function's return: 0 or a negative errno (create,
 	// modify, destroy, register, rename; the drains return nothing).
 	Result int32

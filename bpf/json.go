@@ -10,7 +10,8 @@ import (
 // prints for it. Its json tags are the schema: every field is always
 // present, in this order. Fields that do not apply to the event's kind hold
 // their zero value: QPType is "" unless Kind.HasQP, NewState "" unless the
-// modify changed the state (Event.HasState), Event and EventCode are ""
+// modify changed the state (Event.HasState), CurState "" unless the
+// provider said its state (Event.HasCurState), Event and EventCode are ""
 // and 0 unless Kind.HasIBEvent.
 type EventJSON struct {
 	Kind            string  `json:"kind"`
@@ -22,6 +23,7 @@ type EventJSON struct {
 	SRQ             bool    `json:"srq"`
 	SRQN            uint32  `json:"srqn"`
 	NewState        string  `json:"new_state"`
+	CurState        string  `json:"cur_state"`
 	Result          int32   `json:"result"`
 	PID             uint32  `json:"pid"`
 	TID             uint32  `json:"tid"`
@@ -44,7 +46,7 @@ func (ev Event) jsonObject() EventJSON {
 	f := ev.kindFields()
 	return EventJSON{
 		Kind: ev.Kind.String(), Time: ev.Time.UTC().Format(time.RFC3339Nano), Device: ev.DevName, DevIndex: ev.DevIndex,
-		QPN: ev.QPN, QPType: f.qpType, SRQ: ev.OnSRQ, SRQN: ev.SRQN, NewState: f.newState, Result: ev.Result,
+		QPN: ev.QPN, QPType: f.qpType, SRQ: ev.OnSRQ, SRQN: ev.SRQN, NewState: f.newState, CurState: f.curState, Result: ev.Result,
 		PID: ev.PID, TID: ev.TID, Comm: ev.Comm, KernOwner: ev.KernOwner, Event: f.event, EventCode: f.eventCode,
 		Port: ev.Port, NewName: ev.NewName, Probe: ev.Probe, DurationSeconds: ev.Duration.Seconds(),
 	}
@@ -53,7 +55,7 @@ func (ev Event) jsonObject() EventJSON {
 // kindFields are the EventJSON fields that hold their zero value on some
 // kinds.
 type kindFields struct {
-	qpType, newState, event string
+	qpType, newState, curState, event string
 	eventCode               uint32
 }
 
@@ -64,6 +66,9 @@ func (ev Event) kindFields() kindFields {
 	}
 	if ev.HasState {
 		f.newState = ev.NewState.String()
+	}
+	if ev.HasCurState {
+		f.curState = ev.CurState.String()
 	}
 	if ev.Kind.HasIBEvent() {
 		f.event, f.eventCode = ev.IBEvent.String(), uint32(ev.IBEvent)
@@ -85,6 +90,7 @@ func (ev Event) AppendJSON(b []byte) []byte {
 	b = jsonw.AppendBool(append(b, `,"srq":`...), ev.OnSRQ)
 	b = jsonw.AppendUint(append(b, `,"srqn":`...), ev.SRQN)
 	b = jsonw.AppendString(append(b, `,"new_state":`...), f.newState)
+	b = jsonw.AppendString(append(b, `,"cur_state":`...), f.curState)
 	b = jsonw.AppendInt(append(b, `,"result":`...), ev.Result)
 	b = jsonw.AppendUint(append(b, `,"pid":`...), ev.PID)
 	b = jsonw.AppendUint(append(b, `,"tid":`...), ev.TID)

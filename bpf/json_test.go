@@ -29,7 +29,7 @@ func TestEventJSONSchema(t *testing.T) {
 			Event{Kind: KindQPModify, Time: jsonT0, DevIndex: 1, DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC, OnSRQ: true,
 				SRQN: 3, NewState: rdmanl.QPStateErr, HasState: true, PID: 272, TID: 273, Comm: "qpwork", Probe: "_ib_modify_qp"},
 			`{"kind":"qp_modify","time":"2026-01-02T03:04:05.123456789Z","device":"rxe0","dev_index":1,"qpn":17,` +
-				`"qp_type":"RC","srq":true,"srqn":3,"new_state":"ERR","result":0,"pid":272,"tid":273,"comm":"qpwork",` +
+				`"qp_type":"RC","srq":true,"srqn":3,"new_state":"ERR","cur_state":"","result":0,"pid":272,"tid":273,"comm":"qpwork",` +
 				`"kern_owner":"","event":"","event_code":0,"port":0,"new_name":"","probe":"_ib_modify_qp","duration_seconds":0}`,
 		},
 		{
@@ -37,7 +37,7 @@ func TestEventJSONSchema(t *testing.T) {
 			Event{Kind: KindDeviceEvent, Time: jsonT0.Truncate(time.Second), DevName: "siw0", QPType: rdmanl.QPTypeRC,
 				IBEvent: 10, Port: 1, Probe: "ib_dispatch_event"},
 			`{"kind":"device_event","time":"2026-01-02T03:04:05Z","device":"siw0","dev_index":0,"qpn":0,` +
-				`"qp_type":"","srq":false,"srqn":0,"new_state":"","result":0,"pid":0,"tid":0,"comm":"",` +
+				`"qp_type":"","srq":false,"srqn":0,"new_state":"","cur_state":"","result":0,"pid":0,"tid":0,"comm":"",` +
 				`"kern_owner":"","event":"PORT_ERR","event_code":10,"port":1,"new_name":"","probe":"ib_dispatch_event","duration_seconds":0}`,
 		},
 		{
@@ -46,7 +46,7 @@ func TestEventJSONSchema(t *testing.T) {
 				Duration: 60*time.Second + 1500*time.Microsecond, PID: 5, TID: 5, Comm: "kworker/0:1", KernOwner: "nvme_rdma",
 				Probe: "ib_drain_qp"},
 			`{"kind":"drain_end","time":"2026-01-02T03:04:05.123456789Z","device":"rxe0","dev_index":0,"qpn":20,` +
-				`"qp_type":"RC","srq":false,"srqn":0,"new_state":"","result":0,"pid":5,"tid":5,"comm":"kworker/0:1",` +
+				`"qp_type":"RC","srq":false,"srqn":0,"new_state":"","cur_state":"","result":0,"pid":5,"tid":5,"comm":"kworker/0:1",` +
 				`"kern_owner":"nvme_rdma","event":"","event_code":0,"port":0,"new_name":"","probe":"ib_drain_qp","duration_seconds":60.0015}`,
 		},
 		{
@@ -54,7 +54,7 @@ func TestEventJSONSchema(t *testing.T) {
 			Event{Kind: KindDeviceRename, Time: jsonT0, DevIndex: 2, DevName: "trcrxe", NewName: "fab0-hca0", Result: -17,
 				PID: 9, TID: 9, Comm: "rdma", Probe: "ib_device_rename"},
 			`{"kind":"device_rename","time":"2026-01-02T03:04:05.123456789Z","device":"trcrxe","dev_index":2,"qpn":0,` +
-				`"qp_type":"","srq":false,"srqn":0,"new_state":"","result":-17,"pid":9,"tid":9,"comm":"rdma",` +
+				`"qp_type":"","srq":false,"srqn":0,"new_state":"","cur_state":"","result":-17,"pid":9,"tid":9,"comm":"rdma",` +
 				`"kern_owner":"","event":"","event_code":0,"port":0,"new_name":"fab0-hca0","probe":"ib_device_rename","duration_seconds":0}`,
 		},
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/vmtest"
 	"golang.org/x/sys/unix"
 )
@@ -569,13 +570,16 @@ func TestLabOpen(t *testing.T) {
 			defer cancel()
 			type result struct {
 				creates, modifies, destroys int
-				err                         error
+				// curStates counts the modifies by the provider's state
+				// when they began and the state asked for ("RESET>INIT").
+				curStates map[string]int
+				err       error
 			}
 			done := make(chan result, 1)
 			var pid int
 			var pidMu sync.Mutex
 			go func() {
-				var r result
+				r := result{curStates: map[string]int{}}
 				for ev, err := range tr.Events(ctx) {
 					if err != nil {
 						r.err = err
@@ -592,6 +596,11 @@ func TestLabOpen(t *testing.T) {
 						r.creates++
 					case KindQPModify:
 						r.modifies++
+						cur := "none"
+						if ev.HasCurState {
+							cur = ev.CurState.String()
+						}
+						r.curStates[cur+">"+ev.NewState.String()]++
 					case KindQPDestroy:
 						r.destroys++
 					}
@@ -620,6 +629,12 @@ func TestLabOpen(t *testing.T) {
 			if r.err != nil || r.creates != 200 || r.modifies != 800 || r.destroys != 200 {
 				t.Errorf("churn of 200 cycles: %d creates, %d modifies, %d destroys, err %v; want 200, 800, 200",
 					r.creates, r.modifies, r.destroys, r.err)
+			}
+			// rxe tells ib_modify_qp_is_ok where each QP is: every modify
+			// of the churn says its state before (nothing in Error).
+			wantCur := map[string]int{"RESET>INIT": 200, "INIT>RTR": 200, "RTR>RTS": 200, "RTS>ERR": 200}
+			if diff := cmp.Diff(wantCur, r.curStates); diff != "" {
+				t.Errorf("churn's modifies by the provider's state before and the state asked for (-want +got):\n%s", diff)
 			}
 			if st, err := tr.Stats(); err != nil || st.Total() != 0 {
 				t.Errorf("Stats = %+v, %v; want nothing lost", st, err)

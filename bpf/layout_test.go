@@ -39,6 +39,7 @@ func TestRecordLayout(t *testing.T) {
 		{"kstack_id (union with port)", unsafe.Offsetof(r.Port), offKStackID},
 		{"new_state", unsafe.Offsetof(r.NewState), offNewState},
 		{"user_fn", unsafe.Offsetof(r.UserFn), offUserFn},
+		{"cur_state", unsafe.Offsetof(r.CurState), offCurState},
 		{"comm", unsafe.Offsetof(r.Comm), offComm},
 		{"dev_name", unsafe.Offsetof(r.DevName), offDevName},
 		{"str", unsafe.Offsetof(r.Str), offStr},
@@ -116,7 +117,7 @@ func TestProbeSpecsMatchObject(t *testing.T) {
 			t.Errorf("program %s is in the object but no probe uses it", name)
 		}
 	}
-	if got := reflect.TypeOf(qpQpEvent{}).NumField(); got != 21 {
+	if got := reflect.TypeOf(qpQpEvent{}).NumField(); got != 22 {
 		t.Errorf("struct qp_event has %d fields (with padding); update the decoder and this test", got)
 	}
 }

@@ -81,6 +81,9 @@ var probeSpecs = []probeSpec{
 		kprobe: "kprobe_drain_qp", kretprobe: "kretprobe_drain_qp"},
 	{id: 13, function: "ib_drain_rq", fentry: "fentry_drain_rq", fexit: "fexit_drain_rq",
 		kprobe: "kprobe_drain_rq", kretprobe: "kretprobe_drain_rq"},
+	// Only inside a modify, its programs record nothing of their own: they
+	// give the modify's record the provider's state (Event.CurState).
+	{id: 14, function: "ib_modify_qp_is_ok", fentry: "fentry_modify_qp_is_ok", kprobe: "kprobe_modify_qp_is_ok"},
 }
 
 // probeName names the function behind a record's probe id.

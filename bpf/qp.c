@@ -53,6 +53,7 @@ enum probe {
 	PROBE_DEVICE_RENAME = 11,
 	PROBE_DRAIN_QP = 12,
 	PROBE_DRAIN_RQ = 13,
+	PROBE_MODIFY_QP_IS_OK = 14,
 };
 
 #define FLAG_ON_SRQ (1 << 0)
@@ -60,6 +61,7 @@ enum probe {
 #define FLAG_USER_SITE (1 << 2) /* user_ret and user_fn are set */
 #define FLAG_KSTACK (1 << 3)    /* kstack_id is set */
 #define FLAG_USTACK (1 << 4)    /* kstack_id is the user stack of the library call */
+#define FLAG_CUR_STATE (1 << 5) /* modify: cur_state is the provider's state when it began */
 
 /* bpf_get_stackid's flag for the user stack (include/uapi/linux/bpf.h). */
 #define BPF_F_USER_STACK (1ULL << 8)
@@ -100,7 +102,8 @@ struct qp_event {
 	};
 	__u8 new_state;    /*  52 */
 	__u8 user_fn;      /*  53: QP create, FLAG_USER_SITE: enum lib_fn */
-	__u8 pad[2];       /*  54 */
+	__u8 cur_state;    /*  54: modify, FLAG_CUR_STATE */
+	__u8 pad;          /*  55 */
 	char comm[16];     /*  56 */
 	char dev_name[64]; /*  72 */
 	char str[64];      /* 136: kernel owner (create) or new name (rename) */
@@ -162,6 +165,7 @@ struct {
  */
 struct task_calls {
 	__u64 modify_ts;
+	__u64 modify_cur;     /* the provider's state as ib_modify_qp_is_ok saw it, plus 1; 0: not seen */
 	__u64 drain_ts[2];    /* ib_drain_qp, ib_drain_rq */
 	__u64 destroy_qp[2];  /* the QP each destroy slot records; 0: free */
 	struct qp_event destroy[2];
@@ -425,7 +429,7 @@ static __always_inline void on_create(void *ctx, __u8 probe, struct ib_qp *qp, s
  * event the call itself raised (rxe's LAST_WQE_REACHED after ERR) is later.
  */
 static __always_inline void on_modify(__u64 ts, struct ib_qp *qp, struct ib_qp_attr *attr,
-				      int mask, long ret, bool direct)
+				      int mask, long ret, __u64 cur, bool direct)
 {
 	struct qp_event *e = reserve(KIND_QP_MODIFY, PROBE_MODIFY_QP, ts);
 
@@ -436,6 +440,10 @@ static __always_inline void on_modify(__u64 ts, struct ib_qp *qp, struct ib_qp_a
 	if (mask & IB_QP_STATE) {
 		e->flags |= FLAG_HAS_STATE;
 		e->new_state = READ(direct, attr, qp_state);
+	}
+	if (cur) {
+		e->flags |= FLAG_CUR_STATE;
+		e->cur_state = cur - 1;
 	}
 	e->result = (__s32)ret;
 	submit(e);
@@ -610,8 +618,10 @@ int fentry_modify_qp(__u64 *ctx)
 {
 	struct task_calls *tc = task_calls_get(true);
 
-	if (tc)
+	if (tc) {
 		tc->modify_ts = bpf_ktime_get_ns();
+		tc->modify_cur = 0;
+	}
 	return 0;
 }
 
@@ -620,12 +630,32 @@ int fexit_modify_qp(__u64 *ctx)
 {
 	struct task_calls *tc = task_calls_get(false);
 	__u64 ts = tc ? tc->modify_ts : 0;
+	__u64 cur = tc ? tc->modify_cur : 0;
 
 	if (!ts)
 		ts = bpf_ktime_get_ns(); /* attached mid-call: the return's time */
-	on_modify(ts, (struct ib_qp *)ctx[0], (struct ib_qp_attr *)ctx[1], (int)ctx[2], (int)ctx[4], true);
-	if (tc)
+	on_modify(ts, (struct ib_qp *)ctx[0], (struct ib_qp_attr *)ctx[1], (int)ctx[2], (int)ctx[4], cur, true);
+	if (tc) {
 		tc->modify_ts = 0;
+		tc->modify_cur = 0;
+	}
+	return 0;
+}
+
+/*
+ * Providers check a modify with ib_modify_qp_is_ok(cur_state, next_state,
+ * type, mask), cur_state being their own idea of the QP's state (rxe,
+ * mlx4, mlx5, hns and others): inside a modify, the first call says where
+ * the QP was when the modify began, Error when the provider moved it there
+ * itself (a completion error, a responder's access error).
+ */
+SEC("fentry/ib_modify_qp_is_ok")
+int fentry_modify_qp_is_ok(__u64 *ctx)
+{
+	struct task_calls *tc = task_calls_get(false);
+
+	if (tc && tc->modify_ts && !tc->modify_cur)
+		tc->modify_cur = (__u32)ctx[0] + 1;
 	return 0;
 }
 
@@ -885,8 +915,24 @@ int kretprobe_modify_qp(struct kprobe_regs *ctx)
 		e->flags |= FLAG_HAS_STATE;
 		e->new_state = c.arg1 >> 32;
 	}
+	if (c.arg2) {
+		e->flags |= FLAG_CUR_STATE;
+		e->cur_state = c.arg2 - 1;
+	}
 	e->result = (__s32)KP_RET(ctx);
 	submit(e);
+	return 0;
+}
+
+/* The kprobe side of fentry_modify_qp_is_ok: arg2 of the modify's call. */
+SEC("kprobe/ib_modify_qp_is_ok")
+int kprobe_modify_qp_is_ok(struct kprobe_regs *ctx)
+{
+	struct call_key k = key_of(PROBE_MODIFY_QP);
+	struct call *c = bpf_map_lookup_elem(&calls, &k);
+
+	if (c && !c->arg2)
+		c->arg2 = (__u32)KP_ARG1(ctx) + 1;
 	return 0;
 }
 

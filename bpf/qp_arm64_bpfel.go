@@ -46,7 +46,8 @@ type qpQpEvent struct {
 	Port       uint32
 	NewState   uint8
 	UserFn     uint8
-	Pad        [2]uint8
+	CurState   uint8
+	Pad        uint8
 	Comm       [16]int8
 	DevName    [64]int8
 	Str        [64]int8
@@ -55,6 +56,7 @@ type qpQpEvent struct {
 type qpTaskCalls struct {
 	_         structs.HostLayout
 	ModifyTs  uint64
+	ModifyCur uint64
 	DrainTs   [2]uint64
 	DestroyQp [2]uint64
 	Destroy   [2]qpQpEvent
@@ -88,6 +90,7 @@ const (
 	qpProgFentryDrainQp           = "fentry_drain_qp"
 	qpProgFentryDrainRq           = "fentry_drain_rq"
 	qpProgFentryModifyQp          = "fentry_modify_qp"
+	qpProgFentryModifyQpIsOk      = "fentry_modify_qp_is_ok"
 	qpProgFentryQpEvent           = "fentry_qp_event"
 	qpProgFentrySharedQpEvent     = "fentry_shared_qp_event"
 	qpProgFentryUnregisterDevice  = "fentry_unregister_device"
@@ -108,6 +111,7 @@ const (
 	qpProgKprobeDrainQp           = "kprobe_drain_qp"
 	qpProgKprobeDrainRq           = "kprobe_drain_rq"
 	qpProgKprobeModifyQp          = "kprobe_modify_qp"
+	qpProgKprobeModifyQpIsOk      = "kprobe_modify_qp_is_ok"
 	qpProgKprobeQpEvent           = "kprobe_qp_event"
 	qpProgKprobeRegisterDevice    = "kprobe_register_device"
 	qpProgKprobeSharedQpEvent     = "kprobe_shared_qp_event"
@@ -175,6 +179,7 @@ type qpProgramSpecs struct {
 	FentryDrainQp           *ebpf.ProgramSpec `ebpf:"fentry_drain_qp"`
 	FentryDrainRq           *ebpf.ProgramSpec `ebpf:"fentry_drain_rq"`
 	FentryModifyQp          *ebpf.ProgramSpec `ebpf:"fentry_modify_qp"`
+	FentryModifyQpIsOk      *ebpf.ProgramSpec `ebpf:"fentry_modify_qp_is_ok"`
 	FentryQpEvent           *ebpf.ProgramSpec `ebpf:"fentry_qp_event"`
 	FentrySharedQpEvent     *ebpf.ProgramSpec `ebpf:"fentry_shared_qp_event"`
 	FentryUnregisterDevice  *ebpf.ProgramSpec `ebpf:"fentry_unregister_device"`
@@ -195,6 +200,7 @@ type qpProgramSpecs struct {
 	KprobeDrainQp           *ebpf.ProgramSpec `ebpf:"kprobe_drain_qp"`
 	KprobeDrainRq           *ebpf.ProgramSpec `ebpf:"kprobe_drain_rq"`
 	KprobeModifyQp          *ebpf.ProgramSpec `ebpf:"kprobe_modify_qp"`
+	KprobeModifyQpIsOk      *ebpf.ProgramSpec `ebpf:"kprobe_modify_qp_is_ok"`
 	KprobeQpEvent           *ebpf.ProgramSpec `ebpf:"kprobe_qp_event"`
 	KprobeRegisterDevice    *ebpf.ProgramSpec `ebpf:"kprobe_register_device"`
 	KprobeSharedQpEvent     *ebpf.ProgramSpec `ebpf:"kprobe_shared_qp_event"`
@@ -292,6 +298,7 @@ type qpPrograms struct {
 	FentryDrainQp           *ebpf.Program `ebpf:"fentry_drain_qp"`
 	FentryDrainRq           *ebpf.Program `ebpf:"fentry_drain_rq"`
 	FentryModifyQp          *ebpf.Program `ebpf:"fentry_modify_qp"`
+	FentryModifyQpIsOk      *ebpf.Program `ebpf:"fentry_modify_qp_is_ok"`
 	FentryQpEvent           *ebpf.Program `ebpf:"fentry_qp_event"`
 	FentrySharedQpEvent     *ebpf.Program `ebpf:"fentry_shared_qp_event"`
 	FentryUnregisterDevice  *ebpf.Program `ebpf:"fentry_unregister_device"`
@@ -312,6 +319,7 @@ type qpPrograms struct {
 	KprobeDrainQp           *ebpf.Program `ebpf:"kprobe_drain_qp"`
 	KprobeDrainRq           *ebpf.Program `ebpf:"kprobe_drain_rq"`
 	KprobeModifyQp          *ebpf.Program `ebpf:"kprobe_modify_qp"`
+	KprobeModifyQpIsOk      *ebpf.Program `ebpf:"kprobe_modify_qp_is_ok"`
 	KprobeQpEvent           *ebpf.Program `ebpf:"kprobe_qp_event"`
 	KprobeRegisterDevice    *ebpf.Program `ebpf:"kprobe_register_device"`
 	KprobeSharedQpEvent     *ebpf.Program `ebpf:"kprobe_shared_qp_event"`
@@ -337,6 +345,7 @@ func (p *qpPrograms) Close() error {
 		p.FentryDrainQp,
 		p.FentryDrainRq,
 		p.FentryModifyQp,
+		p.FentryModifyQpIsOk,
 		p.FentryQpEvent,
 		p.FentrySharedQpEvent,
 		p.FentryUnregisterDevice,
@@ -357,6 +366,7 @@ func (p *qpPrograms) Close() error {
 		p.KprobeDrainQp,
 		p.KprobeDrainRq,
 		p.KprobeModifyQp,
+		p.KprobeModifyQpIsOk,
 		p.KprobeQpEvent,
 		p.KprobeRegisterDevice,
 		p.KprobeSharedQpEvent,

@@ -34,6 +34,7 @@ const (
 	offKStackID  = 48  // s32, instead of the port when flagKStack or flagUStack
 	offNewState  = 52  // u8
 	offUserFn    = 53  // u8: libFuncs id, when flagUserSite
+	offCurState  = 54  // u8, when flagCurState
 	offComm      = 56  // char[16]
 	offDevName   = 72  // char[64]
 	offStr       = 136 // char[64]: kernel owner, or the new name of a rename
@@ -45,6 +46,7 @@ const (
 	flagUserSite = 1 << 2
 	flagKStack   = 1 << 3
 	flagUStack   = 1 << 4 // the stack id is the library call's user stack
+	flagCurState = 1 << 5
 )
 
 // decoder turns records into Events.
@@ -73,24 +75,26 @@ func (d *decoder) decode(rec []byte, ev *Event) error {
 	le := binary.LittleEndian
 	flags := rec[offFlags]
 	*ev = Event{
-		Kind:     Kind(rec[offKind]),
-		Time:     time.Unix(0, d.epoch+int64(le.Uint64(rec[offTS:]))).UTC(),
-		DevIndex: le.Uint32(rec[offDevIndex:]),
-		DevName:  cString(rec[offDevName:offDevName+nameLen], &d.lastDev),
-		QPN:      le.Uint32(rec[offQPN:]),
-		QPType:   rdmanl.QPType(rec[offQPType]),
-		OnSRQ:    flags&flagOnSRQ != 0,
-		SRQN:     le.Uint32(rec[offSRQN:]),
-		NewState: rdmanl.QPState(rec[offNewState]),
-		HasState: flags&flagHasState != 0,
-		Result:   int32(le.Uint32(rec[offResult:])),
-		PID:      le.Uint32(rec[offPID:]),
-		TID:      le.Uint32(rec[offTID:]),
-		Comm:     cString(rec[offComm:offComm+commLen], &d.lastComm),
-		IBEvent:  IBEvent(le.Uint32(rec[offIBEvent:])),
-		Port:     le.Uint32(rec[offPort:]),
-		Probe:    probeName(rec[offProbe]),
-		Duration: time.Duration(le.Uint64(rec[offDuration:])),
+		Kind:        Kind(rec[offKind]),
+		Time:        time.Unix(0, d.epoch+int64(le.Uint64(rec[offTS:]))).UTC(),
+		DevIndex:    le.Uint32(rec[offDevIndex:]),
+		DevName:     cString(rec[offDevName:offDevName+nameLen], &d.lastDev),
+		QPN:         le.Uint32(rec[offQPN:]),
+		QPType:      rdmanl.QPType(rec[offQPType]),
+		OnSRQ:       flags&flagOnSRQ != 0,
+		SRQN:        le.Uint32(rec[offSRQN:]),
+		NewState:    rdmanl.QPState(rec[offNewState]),
+		HasState:    flags&flagHasState != 0,
+		CurState:    rdmanl.QPState(rec[offCurState]),
+		HasCurState: flags&flagCurState != 0,
+		Result:      int32(le.Uint32(rec[offResult:])),
+		PID:         le.Uint32(rec[offPID:]),
+		TID:         le.Uint32(rec[offTID:]),
+		Comm:        cString(rec[offComm:offComm+commLen], &d.lastComm),
+		IBEvent:     IBEvent(le.Uint32(rec[offIBEvent:])),
+		Port:        le.Uint32(rec[offPort:]),
+		Probe:       probeName(rec[offProbe]),
+		Duration:    time.Duration(le.Uint64(rec[offDuration:])),
 	}
 	if flags&flagUserSite != 0 {
 		ev.Duration = 0

@@ -41,6 +41,10 @@ type Event struct {
 	// NewState is the state a modify moved the QP to, when HasState.
 	NewState rdmanl.QPState
 	HasState bool
+	// CurState is the QP's state as its provider saw it when a modify
+	// began, when HasCurState (not every provider says).
+	CurState    rdmanl.QPState
+	HasCurState bool
 	// Result is 0 or the negative errno a create, modify or destroy
 	// returned.
 	Result int32

@@ -50,10 +50,11 @@ const (
 	CauseQPFatal
 	CauseQPReqErr
 	CauseQPAccessErr
-	// CauseProvider: a scan listed the QP in Error that no modify or
-	// async event the probes saw put there: the provider or the hardware
-	// did (a requester's completion error, such as a remote access error,
-	// comes with no event).
+	// CauseProvider: the provider or the hardware moved the QP to Error
+	// without an async event (a completion error, such as a remote access
+	// error): a modify found it there (the provider said so to
+	// ib_modify_qp_is_ok), or a scan listed it in Error that no modify or
+	// async event the probes saw put there.
 	CauseProvider
 	// CauseUnknown: a scan listed the QP in Error while no probes fed
 	// the watcher.

@@ -19,7 +19,9 @@ func asyncErr(t time.Time, dev rdmanl.Device, qpn uint32, name string) Event {
 // cycle is one reconnect cycle of a pair (QPs qpn and qpn+1) of the
 // owner with pid: created and connected at t, the target's QP failed
 // with failure ("" for none) 100 ms on, both moved to Error by the
-// consumer 200 ms on and destroyed 300 ms on.
+// consumer 200 ms on and destroyed 300 ms on. Failure "provider" is a
+// failure without an event: the consumer's modify finds the target's QP
+// in Error (the provider says so).
 func cycle(w *Watcher, t time.Time, qpn, pid uint32, failure string) {
 	for q := qpn; q <= qpn+1; q++ {
 		c := create(t, rxe, q, false)
@@ -27,11 +29,16 @@ func cycle(w *Watcher, t time.Time, qpn, pid uint32, failure string) {
 		w.Event(c)
 		w.Event(modify(t, rxe, q, rdmanl.QPStateRTS))
 	}
-	if failure != "" {
+	if failure != "" && failure != "provider" {
 		w.Event(asyncErr(t.Add(100*time.Millisecond), rxe, qpn+1, failure))
 	}
 	for q := qpn; q <= qpn+1; q++ {
-		w.Event(modify(t.Add(200*time.Millisecond), rxe, q, rdmanl.QPStateErr))
+		m := modify(t.Add(200*time.Millisecond), rxe, q, rdmanl.QPStateErr)
+		m.CurState, m.HasCurState = rdmanl.QPStateRTS, true
+		if failure == "provider" && q == qpn+1 {
+			m.CurState = rdmanl.QPStateErr
+		}
+		w.Event(m)
 		w.Event(ev(t.Add(300*time.Millisecond), EventQPDestroyed, rxe, q))
 	}
 }
@@ -60,6 +67,7 @@ func TestQPErrorCauses(t *testing.T) {
 	cycle(w, c.at(2*time.Second), 12, 42, "")
 	cycle(w, c.at(3*time.Second), 14, 42, "QP_FATAL")
 	cycle(w, c.at(4*time.Second), 16, 42, "PATH_MIG") // not an error that moves the QP
+	cycle(w, c.at(4500*time.Millisecond), 18, 42, "provider")
 	// QP 20 in RTS; the provider moves it to Error, a later dump says so.
 	w.Event(create(c.at(5*time.Second), rxe, 20, false))
 	w.Event(modify(c.at(5*time.Second), rxe, 20, rdmanl.QPStateRTS))
@@ -68,7 +76,7 @@ func TestQPErrorCauses(t *testing.T) {
 	w.Event(modify(c.at(11*time.Second), rxe, 20, rdmanl.QPStateReset))
 	w.Event(modify(c.at(12*time.Second), rxe, 20, rdmanl.QPStateErr))
 	w.Event(modify(c.at(12*time.Second), rxe, 20, rdmanl.QPStateErr)) // the same entry
-	want := map[string]uint64{"rxe0 modify": 7, "rxe0 QP_ACCESS_ERR": 1, "rxe0 QP_FATAL": 1, "rxe0 provider": 1}
+	want := map[string]uint64{"rxe0 modify": 8, "rxe0 QP_ACCESS_ERR": 1, "rxe0 QP_FATAL": 1, "rxe0 provider": 2}
 	if diff := cmp.Diff(want, errorCounts(w)); diff != "" {
 		t.Errorf("errors by cause (-want +got):\n%s", diff)
 	}
@@ -109,6 +117,7 @@ func TestQPErrorStormThresholds(t *testing.T) {
 		{"5 failed cycles", Config{}, repeat("QP_ACCESS_ERR", 5), time.Second, time.Minute, 1},
 		{"5 cycles, one healthy", Config{}, []string{"QP_ACCESS_ERR", "QP_ACCESS_ERR", "", "QP_ACCESS_ERR", "QP_ACCESS_ERR"}, time.Second, time.Minute, 0},
 		{"disconnects only", Config{}, repeat("", 20), time.Second, time.Minute, 0},
+		{"5 failed cycles without events", Config{}, repeat("provider", 5), time.Second, time.Minute, 1},
 		{"5 failed cycles, the first out of the window", Config{}, repeat("QP_FATAL", 5), time.Minute, 5*time.Minute + time.Second, 0},
 		{"3 with a threshold of 3", Config{ErrorStormCycles: 3, ErrorStormWindow: time.Minute}, repeat("QP_REQ_ERR", 3), time.Second, 10 * time.Second, 1},
 	}

@@ -667,6 +667,10 @@ func (w *Watcher) Event(ev Event) {
 			}
 		}
 		wasErr := h.StateKnown && h.State == rdmanl.QPStateErr
+		if ev.HasCurState && ev.CurState == rdmanl.QPStateErr && !wasErr {
+			// The provider moved the QP to Error before this modify.
+			w.enteredError(h, dev, ev.Time, CauseProvider)
+		}
 		h.setState(ev.NewState, ev.Time, sourceProbe)
 		if ev.NewState == rdmanl.QPStateErr && !wasErr {
 			w.enteredError(h, dev, ev.Time, CauseModify)

@@ -17,7 +17,7 @@ func leakEvent(ev bpf.Event) (le leakwatch.Event, ok bool) {
 	le = leakwatch.Event{
 		Time: ev.Time, DevIndex: ev.DevIndex, DevName: ev.DevName,
 		QPN: ev.QPN, QPType: ev.QPType, OnSRQ: ev.OnSRQ, SRQN: ev.SRQN,
-		NewState: ev.NewState, HasState: ev.HasState, Result: ev.Result,
+		NewState: ev.NewState, HasState: ev.HasState, CurState: ev.CurState, HasCurState: ev.HasCurState, Result: ev.Result,
 		PID: ev.PID, TID: ev.TID, Comm: ev.Comm, KernOwner: ev.KernOwner, NewName: ev.NewName,
 	}
 	switch ev.Kind {

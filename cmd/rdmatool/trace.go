@@ -24,7 +24,9 @@ import (
 func traceLong() string {
 	fields := "JSON fields, always present: " + strings.Join(jsonFieldNames(reflect.TypeFor[bpf.EventJSON]()), ", ") +
 		`. time is RFC 3339 UTC. qp_type is "" on device events, new_state "" when a modify did ` +
-		`not change the state, event "" unless kind is qp_event or device_event; pid 0 and comm "" on ` +
+		`not change the state, cur_state the QP's state as the provider saw it when a modify began (where ` +
+		`the provider tells ib_modify_qp_is_ok: rxe, mlx4, mlx5 and others; "" elsewhere): ERR where the ` +
+		`provider moved the QP to Error itself, event "" unless kind is qp_event or device_event; pid 0 and comm "" on ` +
 		`async events, which run in no particular task. kern_owner is the module that created a ` +
 		`kernel QP, "" for user QPs.`
 	sites := "A qp_create line says where the QP was created, when the probes saw it. For a user QP, " +
@@ -301,6 +303,9 @@ func appendTraceText(b []byte, ev bpf.Event, site string, details bool) []byte {
 	}
 	if ev.HasState {
 		word("new-state", ev.NewState.String())
+	}
+	if ev.HasCurState {
+		word("cur-state", ev.CurState.String())
 	}
 	if ev.Kind.HasIBEvent() {
 		word("event", ev.IBEvent.String())

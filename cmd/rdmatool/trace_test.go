@@ -38,7 +38,7 @@ var traceEvents = []bpf.Event{
 func TestTraceHelp(t *testing.T) {
 	t.Parallel()
 	help := traceLong()
-	want := "JSON fields, always present: kind, time, device, dev_index, qpn, qp_type, srq, srqn, new_state, result, " +
+	want := "JSON fields, always present: kind, time, device, dev_index, qpn, qp_type, srq, srqn, new_state, cur_state, result, " +
 		"pid, tid, comm, kern_owner, event, event_code, port, new_name, probe, duration_seconds. "
 	if got := strings.Join(strings.Fields(help), " "); !strings.Contains(got, want) {
 		t.Errorf("help does not list the JSON fields %q:\n%s", want, help)
