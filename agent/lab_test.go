@@ -157,7 +157,7 @@ func withProbes(t *testing.T, args []string, scenario func(t *testing.T) verdict
 }
 
 // probeRules are the rules that need the probes.
-var probeRules = []string{"srq-destroy-without-last-wqe", "last-wqe-not-emitted", "last-wqe-unhandled", "srq-drain-stalled", "qp-create-failing", "qp-error-storm"}
+var probeRules = []string{"srq-destroy-without-last-wqe", "last-wqe-not-emitted", "last-wqe-unhandled", "srq-drain-stalled", "qp-create-failing", "qp-error-storm", "mr-leak"}
 
 // checkSkipped asserts the rules a run did not evaluate, and why: with
 // --no-probes the probe rules; qp-exhaustion always runs (the devices say
