@@ -64,7 +64,7 @@ type Config struct {
 	ErrorStormWindow *duration `yaml:"error_storm_window"`
 	// MRLeakGrowth and MRLeakWindow are what mr-leak reports: an owner
 	// whose MRs on a device grew by at least that many within the window,
-	// over as many QP creates that replaced a QP.
+	// over as many QP creates, while its live QPs did not grow.
 	MRLeakGrowth *positive `yaml:"mr_leak_growth"`
 	MRLeakWindow *duration `yaml:"mr_leak_window"`
 	// Policy is the file's policy mapping: what it sets of the

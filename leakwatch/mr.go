@@ -241,9 +241,9 @@ func (d *MRDump) Add(mr rdmanl.MR) {
 // device's owners of MRs, for mr-leak and MRTally: each owner's MRs,
 // their bytes and its live QPs on the device now make a sample (a series
 // per owner, bounded, covering the window), and its oldest MRs are kept.
-// An owner the dump does not list has no MRs from then on, and is
-// forgotten once that is older than the window. The dumps of a device
-// come in time order.
+// An owner's first sample is the first dump that lists it. An owner the
+// dump does not list has no MRs from then on, and is forgotten once that
+// is older than the window. The dumps of a device come in time order.
 func (w *Watcher) ScanMRs(d *MRDump) {
 	dev := w.device(d.Device.Index, d.Device.Name)
 	if d.Device.NodeGUID != 0 {
@@ -282,9 +282,6 @@ func (w *Watcher) ScanMRs(d *MRDump) {
 		o := st.owners[k]
 		if o == nil {
 			o = &mrOwner{}
-			if st.dumped != 0 {
-				o.samples = []mrSample{{at: st.dumped}} // none at the dump before
-			}
 			st.owners[k] = o
 		}
 		o.owner = names[k]
@@ -376,33 +373,39 @@ func (o *mrOwner) span(since Stamp) []mrSample {
 	return o.samples[max(i-1, 0):]
 }
 
-// createsOf are the owner's QP creates on the device after since.
-func (st *mrState) createsOf(k mrOwnerKey, since Stamp) []qpCreate {
+// createsBetween are the owner's QP creates on the device after from,
+// up to to.
+func (st *mrState) createsBetween(k mrOwnerKey, from, to Stamp) []qpCreate {
 	cs := st.creates[k]
-	i, _ := slices.BinarySearchFunc(cs, since+1, func(c qpCreate, t Stamp) int { return cmp.Compare(c.at, t) })
-	return cs[i:]
+	at := func(t Stamp) int {
+		i, _ := slices.BinarySearchFunc(cs, t+1, func(c qpCreate, t Stamp) int { return cmp.Compare(c.at, t) })
+		return i
+	}
+	return cs[at(from):at(to)]
 }
 
-// mrLeak is what mr-leak found of an owner in the window.
+// mrLeak is what mr-leak found of an owner: the two dumps its MRs grew
+// between, the QP creates between them, and its live QPs now.
 type mrLeak struct {
 	base, last mrSample
 	creates    []qpCreate
-	// replaced counts the creates that replaced a QP: all but those the
-	// owner's live QPs grew by since the window's start.
-	replaced int
-	// lo and hi are the fewest and most live QPs the dumps in the window
-	// saw, now those of the history now.
-	lo, hi, now int
+	now        int
 }
 
 // mrLeaks reports each owner whose MRs on dev (the device with index) grew
-// by at least cfg.MRLeakGrowth within cfg.MRLeakWindow before now, over
-// at least as many of its QP creates on dev that replaced a QP (creates
-// but those its live QPs grew by since the window's start), while its
-// live QPs did not grow: it has no more now than it had at a dump in the
-// window before the last. A consumer that builds more connections has
-// more QPs than ever, and its MRs follow them; one that replaces its
-// connections has not.
+// by at least cfg.MRLeakGrowth within cfg.MRLeakWindow before now, over at
+// least as many of its QP creates on dev, while its live QPs did not
+// grow. It compares the owner's last MR dump with the earliest one in the
+// window (the one in force at its start included) at which it had at
+// least as many live QPs as at the last; the last must count more MRs than
+// any dump before it in the window, and the creates are those between the
+// two. An owner's first dump is its baseline: what it registers as it
+// starts is no growth. A consumer that builds connections has more QPs
+// at the last dump; one whose MRs go with its connections comes back to
+// the count it had (a reconnect loop, a controller reset), and one that
+// sets up a connection MR pool by MR pool creates its QPs first: none
+// reaches a new count over as many creates. One that registers an MR for
+// each connection and keeps it does, cycle after cycle.
 func (w *Watcher) mrLeaks(index uint32, dev *deviceState, now time.Time, cfg ruleConfig) []Finding {
 	st := dev.mrs
 	if st == nil || st.dumped == 0 {
@@ -419,26 +422,25 @@ func (w *Watcher) mrLeaks(index uint32, dev *deviceState, now time.Time, cfg rul
 		}
 		o := st.owners[k]
 		in := o.span(since)
-		l := mrLeak{base: in[0], last: in[len(in)-1], creates: st.createsOf(k, since)}
-		if int64(l.last.mrs)-int64(l.base.mrs) < int64(cfg.MRLeakGrowth) || len(l.creates) < cfg.MRLeakGrowth {
+		if len(in) < 2 {
+			continue
+		}
+		before, last := in[:len(in)-1], in[len(in)-1]
+		if slices.ContainsFunc(before, func(s mrSample) bool { return s.mrs >= last.mrs }) {
+			continue // no new count
+		}
+		i := slices.IndexFunc(before, func(s mrSample) bool { return s.qps >= last.qps })
+		if i < 0 || last.mrs-before[i].mrs < uint64(cfg.MRLeakGrowth) {
+			continue
+		}
+		l := mrLeak{base: before[i], last: last, creates: st.createsBetween(k, max(before[i].at, since), last.at)}
+		if len(l.creates) < cfg.MRLeakGrowth {
 			continue
 		}
 		if live == nil {
 			live = w.liveQPs(index)
 		}
 		l.now = live[k]
-		l.replaced = len(l.creates) - max(0, l.now-l.base.qps)
-		before := l.base.qps // the most live QPs at a dump before the last
-		for _, s := range in[:len(in)-1] {
-			before = max(before, s.qps)
-		}
-		if l.replaced < cfg.MRLeakGrowth || l.now > before {
-			continue
-		}
-		l.lo, l.hi = l.now, l.now
-		for _, s := range in {
-			l.lo, l.hi = min(l.lo, s.qps), max(l.hi, s.qps)
-		}
 		out = append(out, mrLeakFinding(dev, o, l, now, cfg))
 	}
 	return out
@@ -468,18 +470,10 @@ func mrLeakFinding(dev *deviceState, o *mrOwner, l mrLeak, now time.Time, cfg ru
 	if len(l.creates) >= maxOwnerCreates {
 		creates = "at least " + creates
 	}
-	replacing := "each replacing a QP"
-	if l.replaced < len(l.creates) {
-		replacing = fmt.Sprintf("%d of them replacing a QP", l.replaced)
-	}
-	qps := fmt.Sprintf("%d..%d", l.lo, l.hi)
-	if l.lo == l.hi {
-		qps = strconv.Itoa(l.lo)
-	}
-	f.Evidence = append(f.Evidence, Evidence{Time: start.Time(), Source: "scan",
-		What: fmt.Sprintf("MRs %d → %d (%+d, %s) in %s over %s QP creates, %s, while its live QPs stayed at %s (%d now): %.1f MR and %s per replacement",
-			l.base.mrs, l.last.mrs, growth, signedSize(int64(l.last.bytes)-int64(l.base.bytes)), cfg.MRLeakWindow, creates, replacing, qps, l.now,
-			float64(growth)/float64(l.replaced), size(pinned/uint64(l.replaced)))})
+	f.Evidence = append(f.Evidence, Evidence{Time: l.base.at.Time(), Source: "scan",
+		What: fmt.Sprintf("MRs %d → %d (%+d, %s) in %s over %s QP creates while its live QPs did not grow (%d, then %d at those dumps; %d now): %.1f MR and %s per create",
+			l.base.mrs, l.last.mrs, growth, signedSize(int64(l.last.bytes)-int64(l.base.bytes)), cfg.MRLeakWindow, creates, l.base.qps, l.last.qps, l.now,
+			float64(growth)/float64(len(l.creates)), size(pinned/uint64(len(l.creates))))})
 	if where := siteOf(site).String(); where != "" {
 		f.Evidence = append(f.Evidence, Evidence{Time: now.UTC(), Source: "probe", What: fmt.Sprintf("%d QPs created at %s", n, where)})
 	}
@@ -491,8 +485,8 @@ func mrLeakFinding(dev *deviceState, o *mrOwner, l mrLeak, now time.Time, cfg ru
 		f.Evidence = append(f.Evidence, Evidence{Time: m.since.Time(), Source: "scan",
 			What: fmt.Sprintf("oldest: MR %d, %s, %s (listed since then)", m.mrn, size(m.length), keys)})
 	}
-	f.Hint = fmt.Sprintf("%d more MRs (%s pinned) within %s over %d QP creates that replaced QPs: each reconnect registers an MR and the one before stays registered. "+
-		"Pinned memory runs out at ", growth, size(pinned), cfg.MRLeakWindow, l.replaced)
+	f.Hint = fmt.Sprintf("%d more MRs (%s pinned) within %s over %s QP creates while its QPs did not grow: each reconnect registers an MR and the one before stays registered. "+
+		"Pinned memory runs out at ", growth, size(pinned), cfg.MRLeakWindow, creates)
 	if f.Kernel() {
 		f.Hint += "the device's max_mr or the host's RAM: the module must deregister an MR (ib_dereg_mr) when the connection it served ends"
 	} else {

@@ -2,6 +2,7 @@ package leakwatch
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,16 +94,16 @@ func TestMRLeakThresholds(t *testing.T) {
 		wantCount uint64 // MRs now; 0: no finding
 	}{
 		{"none", Config{}, loop{}, time.Minute, 0},
-		{"3 reconnects, each MR kept", Config{}, loop{cycles: 3, every: 5 * time.Second, leak: true}, time.Minute, 4},
-		{"2 reconnects, each MR kept", Config{}, loop{cycles: 2, every: 5 * time.Second, leak: true}, time.Minute, 0},
-		{"20 reconnects, each MR deregistered", Config{}, loop{cycles: 20, every: 5 * time.Second}, 2 * time.Minute, 0},
-		{"3 connections kept, each with its MR", Config{}, loop{cycles: 3, every: 5 * time.Second, leak: true, keepQPs: true}, time.Minute, 0},
-		{"3 reconnects of a kernel ULP through rdma_cm", Config{}, loop{cycles: 3, every: 5 * time.Second, leak: true, kernel: true}, time.Minute, 4},
+		{"4 connections, each MR kept", Config{}, loop{cycles: 4, every: 5 * time.Second, leak: true}, time.Minute, 5},
+		{"3 connections, each MR kept", Config{}, loop{cycles: 3, every: 5 * time.Second, leak: true}, time.Minute, 0},
+		{"20 connections, each MR deregistered", Config{}, loop{cycles: 20, every: 5 * time.Second}, 2 * time.Minute, 0},
+		{"4 connections kept, each with its MR", Config{}, loop{cycles: 4, every: 5 * time.Second, leak: true, keepQPs: true}, time.Minute, 0},
+		{"4 connections of a kernel ULP through rdma_cm", Config{}, loop{cycles: 4, every: 5 * time.Second, leak: true, kernel: true}, time.Minute, 5},
 		{"3 kept, the first out of the window", Config{}, loop{cycles: 3, every: 3 * time.Minute, leak: true}, 10*time.Minute + 2*time.Second, 0},
 		{"4 kept, the first out of the window", Config{}, loop{cycles: 4, every: 3 * time.Minute, leak: true}, 10*time.Minute + 2*time.Second, 5},
-		{"3 with a growth of 5", Config{MRLeakGrowth: 5}, loop{cycles: 3, every: time.Second, leak: true}, time.Minute, 0},
-		{"4 with a growth of 4 in 10s", Config{MRLeakGrowth: 4, MRLeakWindow: 10 * time.Second}, loop{cycles: 4, every: time.Second, leak: true}, 6 * time.Second, 5},
-		{"4 with a growth of 4 in 10s, later", Config{MRLeakGrowth: 4, MRLeakWindow: 10 * time.Second}, loop{cycles: 4, every: time.Second, leak: true}, 12 * time.Second, 0},
+		{"5 with a growth of 5", Config{MRLeakGrowth: 5}, loop{cycles: 5, every: time.Second, leak: true}, time.Minute, 0},
+		{"5 with a growth of 4 in 10s", Config{MRLeakGrowth: 4, MRLeakWindow: 10 * time.Second}, loop{cycles: 5, every: time.Second, leak: true}, 6 * time.Second, 6},
+		{"5 with a growth of 4 in 10s, later", Config{MRLeakGrowth: 4, MRLeakWindow: 10 * time.Second}, loop{cycles: 5, every: time.Second, leak: true}, 16 * time.Second, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,15 +148,15 @@ func TestMRLeakEvidence(t *testing.T) {
 		t.Fatalf("findings %+v, want one", rep.Findings)
 	}
 	f := rep.Findings[0]
-	if f.Rule != RuleMRLeak || f.Severity != SeverityError || f.Device != "rxe0" || f.Comm != "app" || f.TGID != 42 || f.Count != 8 || f.AgeSeconds != 120 {
-		t.Errorf("finding %+v: want an error on rxe0 for app (process 42), 8 MRs, over 120s", f)
+	if f.Rule != RuleMRLeak || f.Severity != SeverityError || f.Device != "rxe0" || f.Comm != "app" || f.TGID != 42 || f.Count != 8 || f.AgeSeconds != 118.5 {
+		t.Errorf("finding %+v: want an error on rxe0 for app (process 42), 8 MRs, over 118.5s (since the first dump)", f)
 	}
 	if f.Site != "app!connect_peer+0x4c" || f.SiteVia != "rdma_create_qp" {
 		t.Errorf("site %q via %q, want the creates' site", f.Site, f.SiteVia)
 	}
 	want := []string{
-		"MRs 0 → 8 (+8, +32 KiB) in 10m0s over 12 QP creates, 10 of them replacing a QP, while its live QPs stayed at 0..2 (2 now): 0.8 MR and 3.2 KiB per replacement",
-		"12 QPs created at app!connect_peer+0x4c via rdma_create_qp",
+		"MRs 2 → 8 (+6, +24 KiB) in 10m0s over 10 QP creates while its live QPs did not grow (2, then 2 at those dumps; 2 now): 0.6 MR and 2.4 KiB per create",
+		"10 QPs created at app!connect_peer+0x4c via rdma_create_qp",
 		"oldest: MR 1, 4 KiB, R_Key 0x1001, L_Key 0x2001 (listed since then)",
 		"oldest: MR 10, 4 KiB, R_Key 0x100a, L_Key 0x200a (listed since then)",
 		"oldest: MR 11, 4 KiB, R_Key 0x100b, L_Key 0x200b (listed since then)",
@@ -167,7 +168,7 @@ func TestMRLeakEvidence(t *testing.T) {
 	if at := f.Evidence[3].Time; !at.Equal(t0.Add(time.Second + 500*time.Millisecond)) {
 		t.Errorf("MR 10 listed since %v, want the dump after the first cycle", at)
 	}
-	for _, s := range []string{"ibv_dereg_mr", "ulimit -l", "32 KiB pinned"} {
+	for _, s := range []string{"ibv_dereg_mr", "ulimit -l", "24 KiB pinned"} {
 		if !strings.Contains(f.Hint, s) {
 			t.Errorf("hint %q does not say %q", f.Hint, s)
 		}
@@ -176,7 +177,7 @@ func TestMRLeakEvidence(t *testing.T) {
 	// Without keys (no CAP_NET_ADMIN) the evidence says so.
 	c2 := &clock{t: t0}
 	w2 := New(Config{Probes: true}, c2.now)
-	mrs = loop{cycles: 3, every: time.Second, leak: true}.run(w2, c2)
+	mrs = loop{cycles: 4, every: time.Second, leak: true}.run(w2, c2)
 	for i := range mrs {
 		mrs[i].RKey, mrs[i].LKey, mrs[i].HasKeys = 0, 0, false
 	}
@@ -210,7 +211,7 @@ func TestMRLeakKernel(t *testing.T) {
 	loop{cycles: 4, every: 10 * time.Second, leak: true, kernel: true}.run(w, c)
 	// rdma_cm QPs of another ULP do not count.
 	for i := range uint32(5) {
-		e := create(c.at(time.Minute), rxe, 300+i, false)
+		e := create(c.at(15*time.Second), rxe, 300+i, false) // between the dumps
 		e.KernOwner, e.PID, e.TID = "rdma_cm", 0, 0
 		e.Site = Site{Stack: []string{"rdma_create_qp+0x1f [rdma_cm]", "rds_ib_setup_qp+0x2c0 [rds_rdma]"}}
 		w.Event(e)
@@ -224,11 +225,72 @@ func TestMRLeakKernel(t *testing.T) {
 	if f.KernName != "nvme_rdma" || f.Comm != "nvme_rdma" || f.PID != 0 || f.Count != 5 || len(f.Stack) == 0 {
 		t.Errorf("finding %+v: want nvme_rdma's, 5 MRs, with the creates' stack", f)
 	}
-	if what := f.Evidence[0].What; !strings.Contains(what, "over 8 QP creates") {
-		t.Errorf("evidence %q: want 8 creates (rds_rdma's not counted)", what)
+	if what := f.Evidence[0].What; !strings.Contains(what, "over 6 QP creates") {
+		t.Errorf("evidence %q: want the 6 creates after the first dump (rds_rdma's not counted)", what)
 	}
 	if strings.Contains(f.Hint, "ulimit") || !strings.Contains(f.Hint, "ib_dereg_mr") {
 		t.Errorf("hint %q: want ib_dereg_mr and no ulimit for a kernel module", f.Hint)
+	}
+}
+
+// A kernel ULP that reconnects as nvme-rdma does (its QPs first, then an
+// MR pool for each, all freed at the teardown) is no leak whenever the
+// dumps come: in the middle of a setup, after it, between a teardown's
+// destroys and its MRs' deregistration. The same ULP keeping its pools
+// at each teardown is one from its first reconnect on.
+func TestMRLeakPoolsPerConnection(t *testing.T) {
+	t.Parallel()
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprint("keep=", keep), func(t *testing.T) {
+			t.Parallel()
+			c := &clock{t: t0}
+			w := New(Config{Probes: true}, c.now)
+			w.Scan(scan(c.at(0), rxe))
+			var held []rdmanl.MR
+			pool := func(mrn uint32) []rdmanl.MR {
+				out := mrsOf(0, mrn, 4)
+				for i := range out {
+					out[i].Owner = rdmanl.Owner{KernName: "nvme_rdma"}
+				}
+				return out
+			}
+			dump := func(at time.Duration, mrs []rdmanl.MR) []string {
+				w.ScanMRs(mrDump(c.at(at), rxe, mrs...))
+				var found []string
+				for _, f := range w.Evaluate(Query{Rules: []string{RuleMRLeak}}).Findings {
+					found = append(found, f.Evidence[0].What)
+				}
+				return found
+			}
+			var found []string
+			for cycle := range 4 {
+				t0 := time.Duration(cycle) * 20 * time.Second
+				var conn []rdmanl.MR
+				for q := range uint32(3) {
+					e := create(c.at(t0), rxe, uint32(100+3*cycle)+q, false)
+					e.KernOwner, e.PID, e.TID, e.Comm = "rdma_cm", 0, 0, ""
+					e.Site = Site{Stack: []string{"rdma_create_qp+0x1f [rdma_cm]", "nvme_rdma_create_queue_ib+0x1f0 [nvme_rdma]"}}
+					w.Event(e)
+					conn = append(conn, pool(uint32(1000*cycle)+4*q)...)
+				}
+				found = append(found, dump(t0+time.Second, append(slices.Clone(held), conn[:4]...))...) // one pool so far
+				found = append(found, dump(t0+2*time.Second, append(slices.Clone(held), conn...))...)
+				for q := range uint32(3) {
+					w.Event(ev(c.at(t0+10*time.Second), EventQPDestroyed, rxe, uint32(100+3*cycle)+q))
+				}
+				found = append(found, dump(t0+10*time.Second, append(slices.Clone(held), conn...))...) // the MRs not yet freed
+				if keep {
+					held = append(held, conn...)
+				}
+				found = append(found, dump(t0+11*time.Second, held)...)
+			}
+			if !keep && len(found) != 0 {
+				t.Errorf("findings %q for a ULP whose MRs go with its connections", found)
+			}
+			if keep && (len(found) == 0 || !strings.HasPrefix(found[len(found)-1], "MRs 4 → 48 (+44, +176 KiB) in 10m0s over 9 QP creates")) {
+				t.Errorf("findings %q, want the kept pools", found)
+			}
+		})
 	}
 }
 

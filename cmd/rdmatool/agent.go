@@ -154,7 +154,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.DurationVar(&o.CreateFailureWindow, "create-failure-window", leakwatch.DefaultCreateFailureWindow, "the window of --create-failures")
 	f.IntVar(&o.ErrorStormCycles, "error-storm-cycles", leakwatch.DefaultErrorStormCycles, "reconnect cycles in which one owner's QPs on a device failed into Error within --error-storm-window that qp-error-storm reports")
 	f.DurationVar(&o.ErrorStormWindow, "error-storm-window", leakwatch.DefaultErrorStormWindow, "the window of --error-storm-cycles")
-	f.IntVar(&o.MRLeakGrowth, "mr-leak-growth", leakwatch.DefaultMRLeakGrowth, "MRs one owner on a device gained within --mr-leak-window, over as many QP creates that replaced a QP, that mr-leak reports")
+	f.IntVar(&o.MRLeakGrowth, "mr-leak-growth", leakwatch.DefaultMRLeakGrowth, "MRs one owner on a device gained within --mr-leak-window, over as many QP creates while its live QPs did not grow, that mr-leak reports")
 	f.DurationVar(&o.MRLeakWindow, "mr-leak-window", leakwatch.DefaultMRLeakWindow, "the window of --mr-leak-growth")
 	f.StringVar(&o.Policy.Mode, "policy", agent.PolicyObserve, "remediation policy: observe (never act) or reset (thresholds in the config's policy key)")
 	f.BoolVar(&o.Policy.DryRun, "policy-dry-run", false, "with --policy reset, log the resets the policy would make and make none")

@@ -283,12 +283,12 @@ func TestRenderLeaksMRLeak(t *testing.T) {
 	var rep agentapi.CheckReport
 	rep.Findings = []leakwatch.Finding{{Rule: leakwatch.RuleMRLeak, Severity: leakwatch.SeverityError, Device: "rxe0",
 		Owner: leakwatch.Owner{PID: 300, TGID: 300, Comm: "client"}, AgeSeconds: 600, Count: 7, Hint: "deregister",
-		Evidence: []leakwatch.Evidence{{Source: "scan", What: "MRs 0 → 7 (+7, +28 KiB) in 10m0s over 12 QP creates, each replacing a QP"}}}}
+		Evidence: []leakwatch.Evidence{{Source: "scan", What: "MRs 1 → 7 (+6, +24 KiB) in 10m0s over 12 QP creates while its live QPs did not grow"}}}}
 	var b strings.Builder
 	if err := renderLeaks(&b, rep, false); err != nil {
 		t.Fatal(err)
 	}
-	want := "rxe0  pid 300 (client)\n  error    mr-leak                       MRs 0 → 7 (+7, +28 KiB) in 10m0s over 12 QP creates, each replacing a QP\n           deregister\n"
+	want := "rxe0  pid 300 (client)\n  error    mr-leak                       MRs 1 → 7 (+6, +24 KiB) in 10m0s over 12 QP creates while its live QPs did not grow\n           deregister\n"
 	if !strings.HasPrefix(b.String(), want) {
 		t.Errorf("text report:\n%s\nwant it to begin with\n%s", b.String(), want)
 	}
