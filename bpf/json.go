@@ -56,7 +56,7 @@ func (ev Event) jsonObject() EventJSON {
 // kinds.
 type kindFields struct {
 	qpType, newState, curState, event string
-	eventCode               uint32
+	eventCode                         uint32
 }
 
 func (ev Event) kindFields() kindFields {

@@ -171,11 +171,28 @@ func Causes() []ErrorCause {
 	return out
 }
 
-// stormOwner is one owner's Error entries on a device within the window.
+// stormOwner is one owner's Error entries on a device within the window;
+// owner is the newest entry's, or the newest that has a cgroup (what /proc
+// said of the process, which a QP no scan listed lacks).
 type stormOwner struct {
 	owner  Owner
 	errs   []qpError
 	cycles int
+}
+
+// stormKey is who an Error entry belongs to: a process, or a kernel module
+// and the ULP it serves. Not the whole Owner: the QPs of one process that
+// a scan listed have its cgroup, those created since have not yet.
+type stormKey struct {
+	kern, ulp string
+	process   uint32
+}
+
+func stormKeyOf(o Owner) stormKey {
+	if o.Kernel() {
+		return stormKey{kern: o.KernName, ulp: o.ULP}
+	}
+	return stormKey{process: o.process()}
 }
 
 // reconnectCycles counts the cycles in errs (oldest first): the first
@@ -210,18 +227,22 @@ func qpErrorStorms(dev *deviceState, now time.Time, cfg ruleConfig) []Finding {
 	if len(recent) < cfg.ErrorStormCycles {
 		return nil // a cycle has one failure at least
 	}
-	byOwner := map[Owner]*stormOwner{}
+	byOwner := map[stormKey]*stormOwner{}
 	var order []*stormOwner
 	for _, e := range recent {
 		if e.cause == CauseModify {
 			continue // a teardown or disconnect as much as a reaction to a failure
 		}
 		o := e.names.Value().owner
-		so := byOwner[o]
+		k := stormKeyOf(o)
+		so := byOwner[k]
 		if so == nil {
-			so = &stormOwner{owner: o}
-			byOwner[o] = so
+			so = &stormOwner{}
+			byOwner[k] = so
 			order = append(order, so)
+		}
+		if so.owner.Cgroup == "" || o.Cgroup != "" {
+			so.owner = o
 		}
 		so.errs = append(so.errs, e)
 	}

@@ -209,3 +209,39 @@ func TestQPErrorStormEvidence(t *testing.T) {
 		t.Errorf("without probes: %+v, skipped %+v", rep.Findings, rep.SkippedRules)
 	}
 }
+
+// The QPs of one process are one owner whether or not a scan listed them
+// (and /proc gave their cgroup): a storm of five cycles, one of which a
+// scan saw, is one finding, with the cgroup.
+func TestQPErrorStormOneProcess(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	w.Scan(scan(c.at(0), rxe))
+	for i := range 5 {
+		at := c.at(time.Duration(1+i) * 10 * time.Second)
+		q := uint32(10 + 2*i)
+		for k := q; k <= q+1; k++ {
+			w.Event(create(at, rxe, k, false))
+			w.Event(modify(at, rxe, k, rdmanl.QPStateRTS))
+		}
+		if i == 2 {
+			s := scan(at.Add(50*time.Millisecond), rxe, qp(q, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42), qp(q+1, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42))
+			s.Devices[0].Owners = map[uint32]Owner{42: {TGID: 42, Comm: "app", Cgroup: "/system.slice/app.service"}}
+			w.Scan(s)
+		}
+		w.Event(asyncErr(at.Add(100*time.Millisecond), rxe, q+1, "QP_ACCESS_ERR"))
+		for k := q; k <= q+1; k++ {
+			w.Event(modify(at.Add(200*time.Millisecond), rxe, k, rdmanl.QPStateErr))
+			w.Event(ev(at.Add(300*time.Millisecond), EventQPDestroyed, rxe, k))
+		}
+	}
+	c.at(2 * time.Minute)
+	rep := w.Evaluate(Query{Rules: []string{RuleQPErrorStorm}})
+	if len(rep.Findings) != 1 {
+		t.Fatalf("findings %+v, want one", rep.Findings)
+	}
+	if f := rep.Findings[0]; f.Count != 5 || f.TGID != 42 || f.Cgroup != "/system.slice/app.service" {
+		t.Errorf("finding %+v: want count 5 for process 42 with its cgroup", f)
+	}
+}
