@@ -389,34 +389,24 @@ const (
 
 // withDefaults is cfg with its defaults where it has 0.
 func (cfg Config) withDefaults() Config {
-	if cfg.ExhaustionThreshold == 0 {
-		cfg.ExhaustionThreshold = DefaultExhaustionThreshold
-	}
-	if cfg.ExhaustionHorizon == 0 {
-		cfg.ExhaustionHorizon = 24 * time.Hour
-	}
-	if cfg.Retain == 0 {
-		cfg.Retain = DefaultRetain
-	}
-	if cfg.CreateFailures == 0 {
-		cfg.CreateFailures = DefaultCreateFailures
-	}
-	if cfg.CreateFailureWindow == 0 {
-		cfg.CreateFailureWindow = DefaultCreateFailureWindow
-	}
-	if cfg.ErrorStormCycles == 0 {
-		cfg.ErrorStormCycles = DefaultErrorStormCycles
-	}
-	if cfg.ErrorStormWindow == 0 {
-		cfg.ErrorStormWindow = DefaultErrorStormWindow
-	}
-	if cfg.MRLeakGrowth == 0 {
-		cfg.MRLeakGrowth = DefaultMRLeakGrowth
-	}
-	if cfg.MRLeakWindow == 0 {
-		cfg.MRLeakWindow = DefaultMRLeakWindow
-	}
+	orDefault(&cfg.ExhaustionThreshold, DefaultExhaustionThreshold)
+	orDefault(&cfg.ExhaustionHorizon, 24*time.Hour)
+	orDefault(&cfg.Retain, DefaultRetain)
+	orDefault(&cfg.CreateFailures, DefaultCreateFailures)
+	orDefault(&cfg.CreateFailureWindow, DefaultCreateFailureWindow)
+	orDefault(&cfg.ErrorStormCycles, DefaultErrorStormCycles)
+	orDefault(&cfg.ErrorStormWindow, DefaultErrorStormWindow)
+	orDefault(&cfg.MRLeakGrowth, DefaultMRLeakGrowth)
+	orDefault(&cfg.MRLeakWindow, DefaultMRLeakWindow)
 	return cfg
+}
+
+// orDefault sets *v to def when it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // New returns a watcher that reads the time from now.
