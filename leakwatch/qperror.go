@@ -162,15 +162,6 @@ func (w *Watcher) QPErrors() []DeviceErrors {
 	return out
 }
 
-// Causes lists every cause, in the order of their values.
-func Causes() []ErrorCause {
-	out := make([]ErrorCause, 0, numCauses-1)
-	for c := CauseModify; c < numCauses; c++ {
-		out = append(out, c)
-	}
-	return out
-}
-
 // stormOwner is one owner's Error entries on a device within the window;
 // owner is the newest entry's, or the newest that has a cgroup (what /proc
 // said of the process, which a QP no scan listed lacks).
