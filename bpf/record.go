@@ -75,26 +75,27 @@ func (d *decoder) decode(rec []byte, ev *Event) error {
 	le := binary.LittleEndian
 	flags := rec[offFlags]
 	*ev = Event{
-		Kind:        Kind(rec[offKind]),
-		Time:        time.Unix(0, d.epoch+int64(le.Uint64(rec[offTS:]))).UTC(),
-		DevIndex:    le.Uint32(rec[offDevIndex:]),
-		DevName:     cString(rec[offDevName:offDevName+nameLen], &d.lastDev),
-		QPN:         le.Uint32(rec[offQPN:]),
-		QPType:      rdmanl.QPType(rec[offQPType]),
-		OnSRQ:       flags&flagOnSRQ != 0,
-		SRQN:        le.Uint32(rec[offSRQN:]),
-		NewState:    rdmanl.QPState(rec[offNewState]),
-		HasState:    flags&flagHasState != 0,
-		CurState:    rdmanl.QPState(rec[offCurState]),
-		HasCurState: flags&flagCurState != 0,
-		Result:      int32(le.Uint32(rec[offResult:])),
-		PID:         le.Uint32(rec[offPID:]),
-		TID:         le.Uint32(rec[offTID:]),
-		Comm:        cString(rec[offComm:offComm+commLen], &d.lastComm),
-		IBEvent:     IBEvent(le.Uint32(rec[offIBEvent:])),
-		Port:        le.Uint32(rec[offPort:]),
-		Probe:       probeName(rec[offProbe]),
-		Duration:    time.Duration(le.Uint64(rec[offDuration:])),
+		Kind:     Kind(rec[offKind]),
+		Time:     time.Unix(0, d.epoch+int64(le.Uint64(rec[offTS:]))).UTC(),
+		DevIndex: le.Uint32(rec[offDevIndex:]),
+		DevName:  cString(rec[offDevName:offDevName+nameLen], &d.lastDev),
+		QPN:      le.Uint32(rec[offQPN:]),
+		QPType:   rdmanl.QPType(rec[offQPType]),
+		OnSRQ:    flags&flagOnSRQ != 0,
+		SRQN:     le.Uint32(rec[offSRQN:]),
+		NewState: rdmanl.QPState(rec[offNewState]),
+		HasState: flags&flagHasState != 0,
+		Result:   int32(le.Uint32(rec[offResult:])),
+		PID:      le.Uint32(rec[offPID:]),
+		TID:      le.Uint32(rec[offTID:]),
+		Comm:     cString(rec[offComm:offComm+commLen], &d.lastComm),
+		IBEvent:  IBEvent(le.Uint32(rec[offIBEvent:])),
+		Port:     le.Uint32(rec[offPort:]),
+		Probe:    probeName(rec[offProbe]),
+		Duration: time.Duration(le.Uint64(rec[offDuration:])),
+	}
+	if flags&flagCurState != 0 {
+		ev.CurState, ev.HasCurState = rdmanl.QPState(rec[offCurState]), true
 	}
 	if flags&flagUserSite != 0 {
 		ev.Duration = 0

@@ -48,6 +48,10 @@ func encodeRecord(ev Event, ts uint64) []byte {
 	if ev.HasState {
 		b[offFlags] |= flagHasState
 	}
+	if ev.HasCurState {
+		b[offFlags] |= flagCurState
+		b[offCurState] = byte(ev.CurState)
+	}
 	le.PutUint32(b[offDevIndex:], ev.DevIndex)
 	le.PutUint32(b[offQPN:], ev.QPN)
 	le.PutUint32(b[offSRQN:], ev.SRQN)
@@ -88,6 +92,8 @@ func TestDecodeRoundTrip(t *testing.T) {
 			PID: 4242, TID: 4242, Comm: "qpwork", Probe: "ib_create_qp_user", Via: "ibv_create_qp", ViaReturn: 0x401234}},
 		{"modify to ERR", Event{Kind: KindQPModify, DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC, NewState: rdmanl.QPStateErr,
 			HasState: true, PID: 4242, TID: 4242, Comm: "qpwork", Probe: "_ib_modify_qp"}},
+		{"modify that found the QP in Error", Event{Kind: KindQPModify, DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC,
+			NewState: rdmanl.QPStateErr, HasState: true, CurState: rdmanl.QPStateErr, HasCurState: true, Probe: "_ib_modify_qp"}},
 		{"modify without a state", Event{Kind: KindQPModify, DevName: "siw0", QPN: 2, QPType: rdmanl.QPTypeRC, Result: -22,
 			Probe: "_ib_modify_qp"}},
 		{"LAST_WQE_REACHED", Event{Kind: KindQPEvent, DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC, OnSRQ: true,
@@ -128,6 +134,29 @@ func TestDecodeShortRecord(t *testing.T) {
 	rec := append(encodeRecord(Event{Kind: KindQPCreate, QPN: 9}, 0), 1, 2, 3)
 	if err := d.decode(rec, &ev); err != nil || ev.QPN != 9 {
 		t.Errorf("decode of a longer record = %+v, %v", ev, err)
+	}
+}
+
+// TestDecodeCurStateFlag: the provider's state byte is read only with its
+// flag; without it the byte is another record's leftover, not a state.
+func TestDecodeCurStateFlag(t *testing.T) {
+	t.Parallel()
+	rec := encodeRecord(Event{Kind: KindQPModify, QPN: 9, Probe: "_ib_modify_qp"}, 0)
+	rec[offCurState] = byte(rdmanl.QPStateErr)
+	var d decoder
+	var ev Event
+	if err := d.decode(rec, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.HasCurState || ev.CurState != 0 {
+		t.Errorf("no flag: CurState = %v, HasCurState = %v; want none", ev.CurState, ev.HasCurState)
+	}
+	rec[offFlags] |= flagCurState
+	if err := d.decode(rec, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if !ev.HasCurState || ev.CurState != rdmanl.QPStateErr {
+		t.Errorf("with the flag: CurState = %v, HasCurState = %v; want ERR", ev.CurState, ev.HasCurState)
 	}
 }
 
