@@ -24,8 +24,9 @@ type Owner struct {
 	// user QP).
 	KernName string `json:"kern_name"`
 	// ULP is the kernel module a kernel QP serves when KernName is the
-	// rdma_cm that created it for that module ("nvmet_rdma"); "" when not
-	// known or not a kernel QP.
+	// rdma_cm that created it for that module ("nvmet_rdma": its rdma_cm
+	// ID's owner, or the module above rdma_cm in its creation stack); ""
+	// when not known or not a kernel QP.
 	ULP string `json:"ulp"`
 }
 

@@ -245,3 +245,42 @@ func TestQPErrorStormOneProcess(t *testing.T) {
 		t.Errorf("finding %+v: want count 5 for process 42 with its cgroup", f)
 	}
 }
+
+// A kernel ULP's QPs that rdma_cm creates and ends between scans, as RDS
+// makes them when it reconnects, belong to the ULP their creation stacks
+// name: one storm for rds_rdma, none for rdma_cm, and another ULP's QPs
+// (nvme_rdma, failing once) are not in it.
+func TestQPErrorStormKernelULP(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	kernCreate := func(at time.Time, q uint32, stack ...string) {
+		e := create(at, rxe, q, false)
+		e.KernOwner, e.PID, e.TID, e.Comm = "rdma_cm", 0, 0, ""
+		e.Site = Site{Stack: stack}
+		w.Event(e)
+		w.Event(modify(at, rxe, q, rdmanl.QPStateRTS))
+	}
+	fail := func(at time.Time, q uint32) {
+		w.Event(asyncErr(at.Add(100*time.Millisecond), rxe, q, "QP_ACCESS_ERR"))
+		w.Event(modify(at.Add(200*time.Millisecond), rxe, q, rdmanl.QPStateErr))
+		w.Event(ev(at.Add(300*time.Millisecond), EventQPDestroyed, rxe, q))
+	}
+	for i := range 6 {
+		at := c.at(time.Duration(1+i) * 10 * time.Second)
+		q := uint32(10 + 2*i)
+		kernCreate(at, q, "ib_create_qp_kernel+0x5d [ib_core]", "rdma_create_qp+0x1f [rdma_cm]", "rds_ib_setup_qp+0x2c0 [rds_rdma]")
+		fail(at, q)
+	}
+	at := c.at(90 * time.Second)
+	kernCreate(at, 100, "rdma_create_qp+0x1f [rdma_cm]", "nvme_rdma_create_queue_ib+0x1f0 [nvme_rdma]")
+	fail(at, 100)
+	c.at(2 * time.Minute)
+	rep := w.Evaluate(Query{Rules: []string{RuleQPErrorStorm}})
+	if len(rep.Findings) != 1 {
+		t.Fatalf("findings %+v, want one", rep.Findings)
+	}
+	if f := rep.Findings[0]; f.KernName != "rdma_cm" || f.ULP != "rds_rdma" || f.Count != 6 {
+		t.Errorf("finding %+v: want rdma_cm's QPs for rds_rdma, count 6", f)
+	}
+}

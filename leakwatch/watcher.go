@@ -222,7 +222,8 @@ func (h *History) Device() string { return h.qpNames().device }
 // records it, its process, command, cgroup and container as /proc (at the
 // last scan or report that found it) or the probe that saw the QP created
 // named them; the module of a kernel QP, and the ULP it serves (from the
-// scans' DeviceScan.ULPs).
+// scans' DeviceScan.ULPs, or for a QP rdma_cm created the module above
+// rdma_cm in the stack the probes took at its create).
 func (h *History) Owner() Owner {
 	o := h.qpNames().owner
 	o.PID = h.pid
@@ -628,6 +629,12 @@ func (w *Watcher) Event(ev Event) {
 		h = get()
 		// Netlink records the creating thread's id; kernel QPs have none.
 		o := Owner{KernName: ev.KernOwner, Comm: ev.Comm}
+		if ev.KernOwner == "rdma_cm" {
+			// The ULP a scan would name from the QP's rdma_cm ID, for
+			// the QPs a ULP that reconnects in a loop makes and ends
+			// between scans: the module above rdma_cm in the stack.
+			o.ULP = stackULP(ev.Site.Stack)
+		}
 		if ev.KernOwner == "" {
 			h.pid, o.TGID = ev.TID, ev.PID
 		}
