@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Event is one line of qpwork's output (see vmtest/workloads/README.md).
+// Event is one line of qpwork's or rdswork's output (see vmtest/workloads/README.md).
 type Event struct {
 	Event        string  `json:"event"`
 	Dev          string  `json:"dev"`
@@ -45,12 +45,15 @@ type Event struct {
 	TargetMRs   int    `json:"target_mrs"`
 	WriteErrors int    `json:"write_errors"`
 	Connections int    `json:"connections"`
-	Raw         string `json:"-"`
+	// rdswork's: mapped and cycle (N, RKey, Status), get_mr (Errno).
+	N   int    `json:"n"`
+	Raw string `json:"-"`
 }
 
-// Workload is a running qpwork process.
+// Workload is a running qpwork (or rdswork) process.
 type Workload struct {
 	t      testing.TB
+	prog   string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	mu     sync.Mutex
@@ -65,7 +68,14 @@ type Workload struct {
 // killed when the test ends, if still running.
 func StartWorkload(t testing.TB, args ...string) *Workload {
 	t.Helper()
-	return startWorkload(t, nil, nil, args)
+	return startWorkload(t, "qpwork", nil, nil, args)
+}
+
+// StartRDSWork runs rdswork (vmtest/workloads/rdswork.c: two RDS sockets
+// over rds_rdma) with args, as StartWorkload runs qpwork.
+func StartRDSWork(t testing.TB, args ...string) *Workload {
+	t.Helper()
+	return startWorkload(t, "rdswork", nil, nil, args)
 }
 
 // StartWorkloadWrapped is StartWorkload with qpwork run by a wrapper
@@ -73,19 +83,19 @@ func StartWorkload(t testing.TB, args ...string) *Workload {
 // and args, and must exec qpwork in the end (its pid is the workload's).
 func StartWorkloadWrapped(t testing.TB, wrap []string, args ...string) *Workload {
 	t.Helper()
-	return startWorkload(t, nil, wrap, args)
+	return startWorkload(t, "qpwork", nil, wrap, args)
 }
 
 // StartWorkloadAs is StartWorkload with qpwork running as user uid and
 // group gid: a workload of another user than root.
 func StartWorkloadAs(t testing.TB, uid, gid uint32, args ...string) *Workload {
 	t.Helper()
-	return startWorkload(t, &syscall.Credential{Uid: uid, Gid: gid}, nil, args)
+	return startWorkload(t, "qpwork", &syscall.Credential{Uid: uid, Gid: gid}, nil, args)
 }
 
-func startWorkload(t testing.TB, cred *syscall.Credential, wrap, args []string) *Workload {
+func startWorkload(t testing.TB, prog string, cred *syscall.Credential, wrap, args []string) *Workload {
 	t.Helper()
-	argv := append(append(slices.Clone(wrap), Bin(t, "qpwork")), args...)
+	argv := append(append(slices.Clone(wrap), Bin(t, prog)), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -101,9 +111,9 @@ func startWorkload(t testing.TB, cred *syscall.Credential, wrap, args []string) 
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start qpwork %v: %v", args, err)
+		t.Fatalf("start %s %v: %v", prog, args, err)
 	}
-	w := &Workload{t: t, cmd: cmd, stdin: stdin, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &Workload{t: t, prog: prog, cmd: cmd, stdin: stdin, notify: make(chan struct{}, 1), done: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 64*1024), 1024*1024)
@@ -171,7 +181,7 @@ func (w *Workload) WaitFor(kind string, timeout time.Duration) Event {
 		evs := w.Events()
 		for _, ev := range evs[seen:] {
 			if ev.Event == "error" {
-				w.t.Fatalf("qpwork failed: %s", ev.Raw)
+				w.t.Fatalf("%s failed: %s", w.prog, ev.Raw)
 			}
 			if ev.Event == kind {
 				return ev
@@ -184,9 +194,9 @@ func (w *Workload) WaitFor(kind string, timeout time.Duration) Event {
 			if evs := w.Events(); len(evs) > seen {
 				continue
 			}
-			w.t.Fatalf("qpwork ended (%v) before %q; output: %v", w.err, kind, raws(w.Events()))
+			w.t.Fatalf("%s ended (%v) before %q; output: %v", w.prog, w.err, kind, raws(w.Events()))
 		case <-deadline.C:
-			w.t.Fatalf("no %q from qpwork within %s; output: %v", kind, timeout, raws(w.Events()))
+			w.t.Fatalf("no %q from %s within %s; output: %v", kind, w.prog, timeout, raws(w.Events()))
 		}
 	}
 }
@@ -208,10 +218,10 @@ func (w *Workload) Wait(timeout time.Duration) []Event {
 	select {
 	case <-w.done:
 	case <-time.After(timeout):
-		w.t.Fatalf("qpwork did not exit within %s; output: %v", timeout, raws(w.Events()))
+		w.t.Fatalf("%s did not exit within %s; output: %v", w.prog, timeout, raws(w.Events()))
 	}
 	if w.err != nil {
-		w.t.Fatalf("qpwork: %v; output: %v", w.err, raws(w.Events()))
+		w.t.Fatalf("%s: %v; output: %v", w.prog, w.err, raws(w.Events()))
 	}
 	return w.Events()
 }

@@ -62,3 +62,9 @@ var guestModules = []struct {
 	// tests show devlink reload's refusal instead.
 	{"netdevsim", true},
 }
+
+// onDemandModules are shipped in the guest beside guestModules but not
+// loaded by /init: a test modprobes them. RDS over RDMA
+// (vmtest.StartRDSWork): once loaded, rds_rdma listens on every device and
+// holds a PD on each, which the other tests do not expect.
+var onDemandModules = []string{"rds", "rds_rdma"}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -96,8 +97,9 @@ func moduleClosure(deps map[string]modDep, builtin map[string]bool, want []strin
 }
 
 // collectModules places the out-of-tree modules (siw.ko, netdevsim.ko)
-// beside the kernel's modules, runs depmod over the unpacked tree, and copies the closure of guestModules, decompressed,
-// into tree/usr/lib/modules/<release> with a fresh modules.dep.
+// beside the kernel's modules, runs depmod over the unpacked tree, and copies the closure of guestModules and
+// onDemandModules, decompressed, into tree/usr/lib/modules/<release> with a fresh modules.dep. It returns the
+// modules /init loads: guestModules'.
 func collectModules(ctx context.Context, root, modRoot, release string, extra []string, tree string) ([]string, error) {
 	kdir := filepath.Join(modRoot, release)
 	for _, ko := range extra {
@@ -124,6 +126,15 @@ func collectModules(ctx context.Context, root, modRoot, release string, extra []
 	files, load, err := moduleClosure(deps, builtin, want, optional)
 	if err != nil {
 		return nil, err
+	}
+	more, _, err := moduleClosure(deps, builtin, onDemandModules, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range more {
+		if !slices.Contains(files, f) {
+			files = append(files, f)
+		}
 	}
 	out := filepath.Join(tree, "usr", "lib", "modules", release)
 	for _, f := range files {

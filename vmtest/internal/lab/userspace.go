@@ -230,6 +230,7 @@ func imageRecipe() string {
 	for _, m := range guestModules {
 		mods = append(mods, m.name)
 	}
+	mods = append(mods, onDemandModules...)
 	return fingerprint(userspaceRecipe(), strings.Join(mods, " "), initScript)
 }
 
