@@ -1,5 +1,7 @@
 package leakwatch
 
+import "github.com/rdmatool/rdmatool/rdmanl"
+
 // Peers gives the QPs of the device with index the peers a dump of its
 // rdma_cm IDs named (peers: the address at the other end of each QP's
 // connection by QPN, rdmanl.Peers), between the scans that list its QPs:
@@ -42,4 +44,18 @@ func (w *Watcher) peerLearned(dev *deviceState, h *History) {
 			e.names = h.names
 		}
 	}
+}
+
+// WantsPeer says whether the QP qpn of the device with index is one an
+// rdma_cm ID may name the peer of and none has yet: an RC QP of a process,
+// or one rdma_cm created for a kernel ULP (other kernel QPs have no
+// rdma_cm ID). The caller decides from it whether to dump the device's
+// rdma_cm IDs (Peers) while the QP is connected.
+func (w *Watcher) WantsPeer(index, qpn uint32) bool {
+	h := w.qps[qpKey{index, qpn}]
+	if h == nil || h.Type != rdmanl.QPTypeRC {
+		return false
+	}
+	n := h.qpNames()
+	return n.peer == "" && (!n.owner.Kernel() || n.owner.KernName == "rdma_cm")
 }
