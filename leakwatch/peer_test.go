@@ -41,9 +41,9 @@ func TestPeerCarried(t *testing.T) {
 		t.Errorf("destroyed QP 18's history %+v: want its peer 192.0.2.9", h)
 	}
 	wantGroups := []PeerGroup{
-		{Peer: "", Findings: 1, Devices: []string{"rxe0"}, Rules: map[string]int{RuleStaleErrorQP: 1}},
 		{Peer: "192.0.2.7", Findings: 1, Devices: []string{"rxe0"}, Rules: map[string]int{RuleStaleErrorQP: 1}},
 		{Peer: "192.0.2.9", Findings: 1, Devices: []string{"rxe0"}, Rules: map[string]int{RuleSRQDestroyWithoutLastWQE: 1}},
+		{Peer: "", Findings: 1, Devices: []string{"rxe0"}, Rules: map[string]int{RuleStaleErrorQP: 1}},
 	}
 	if diff := cmp.Diff(wantGroups, rep.Peers); diff != "" || rep.PeersOmitted != 0 {
 		t.Errorf("report's peers (-want +got):\n%s (%d omitted)", diff, rep.PeersOmitted)

@@ -205,8 +205,9 @@ func (s *summarizer) addPeer(f *Finding) {
 	}
 }
 
-// peerResult is Report.Peers and PeersOmitted: the largest groups first,
-// at most maxPeerGroups of them; empty when there are no findings.
+// peerResult is Report.Peers and PeersOmitted: the largest groups first
+// (the one without a peer last of its size), at most maxPeerGroups of
+// them; empty when there are no findings.
 func (s *summarizer) peerResult() ([]PeerGroup, int) {
 	out := make([]PeerGroup, 0, len(s.peers))
 	for _, g := range s.peers {
@@ -214,12 +215,20 @@ func (s *summarizer) peerResult() ([]PeerGroup, int) {
 		out = append(out, *g)
 	}
 	slices.SortFunc(out, func(a, b PeerGroup) int {
-		return cmp.Or(cmp.Compare(b.Findings, a.Findings), cmp.Compare(a.Peer, b.Peer))
+		return cmp.Or(cmp.Compare(b.Findings, a.Findings), cmp.Compare(noPeer(a.Peer), noPeer(b.Peer)), cmp.Compare(a.Peer, b.Peer))
 	})
 	if len(out) > maxPeerGroups {
 		return out[:maxPeerGroups], len(out) - maxPeerGroups
 	}
 	return out, 0
+}
+
+// noPeer orders a peer group without a peer after those with one.
+func noPeer(peer string) int {
+	if peer == "" {
+		return 1
+	}
+	return 0
 }
 
 func severityRank(s Severity) int {
