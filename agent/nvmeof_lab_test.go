@@ -101,6 +101,43 @@ func checkResQP(t *testing.T, dev vmtest.Device, qps []rdmanl.QP, targetSRQ []ui
 	}
 }
 
+// checkResMR asserts that `rdmatool res mr` names the ULP of the kernel
+// MRs: nvme_rdma registers an MR pool for each queue through its PD, and
+// each of those MRs reads ulp nvme_rdma, as every kernel MR reads its
+// module; user MRs none.
+func checkResMR(t *testing.T, dev vmtest.Device) {
+	t.Helper()
+	out, err := exec.Command(vmtest.Bin(t, "rdmatool"), "res", "mr", "-j", "dev", string(dev)).Output()
+	if err != nil {
+		t.Fatalf("rdmatool res mr: %v", err)
+	}
+	var rows []struct {
+		MRN      uint32  `json:"mrn"`
+		KernName string  `json:"kern_name"`
+		ULP      *string `json:"ulp"`
+	}
+	if err := json.Unmarshal(out, &rows); err != nil {
+		t.Fatalf("rdmatool res mr -j: %v: %s", err, out)
+	}
+	ulps := map[string]int{}
+	for _, r := range rows {
+		switch {
+		case r.ULP == nil:
+			t.Fatalf("res mr -j: MR %d has no ulp field: %s", r.MRN, out)
+		case r.KernName != "" && r.KernName != "ib_core" && *r.ULP != r.KernName, r.KernName == "" && *r.ULP != "":
+			t.Errorf("res mr: MR %d of %q has ulp %q", r.MRN, r.KernName, *r.ULP)
+		}
+		ulps[*r.ULP]++
+	}
+	if ulps["nvme_rdma"] == 0 {
+		t.Errorf("res mr: MRs by ulp %v, want nvme_rdma's (a pool per queue)", ulps)
+	}
+	text, err := exec.Command(vmtest.Bin(t, "rdmatool"), "res", "mr", "dev", string(dev), "ulp", "nvme_rdma").Output()
+	if n := strings.Count(string(text), "comm [nvme_rdma] ulp nvme_rdma"); err != nil || n != ulps["nvme_rdma"] {
+		t.Errorf("rdmatool res mr dev %s ulp nvme_rdma (%v): %d lines with the ULP, want %d:\n%s", dev, err, n, ulps["nvme_rdma"], text)
+	}
+}
+
 func qpnsOf(qps []rdmanl.QP) []uint32 {
 	var out []uint32
 	for _, q := range qps {
@@ -331,6 +368,7 @@ func TestLabNVMeoFHealthy(t *testing.T) {
 				t.Errorf("nvmet_rdma use_srq=%v: target QPs on its SRQs %v", c.useSRQ, targetSRQ)
 			}
 			checkResQP(t, c.dev, qps, targetSRQ)
+			checkResMR(t, c.dev)
 			trace.checkStacks(t, qps, targetSRQ)
 			rep := done() // the connection is held past --min-age
 			check(t, rep, nil)
@@ -411,6 +449,12 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 			t.Errorf("%s: last-wqe-not-emitted for QPs %v, want %v", who, got, lastWQE)
 		}
 		for _, f := range rep.Findings {
+			// The target's QPs serve the host, at siw0's own address:
+			// a scan of the rdma_cm IDs (the CLI's), or a dump of them as
+			// the QPs connected (the agent's), named it, and it stays.
+			if f.Peer != vmtest.SIWAddr {
+				t.Errorf("%s: %s qpn %d: peer %q, want %s", who, f.Rule, f.QPN, f.Peer, vmtest.SIWAddr)
+			}
 			if f.Rule == leakwatch.RuleLastWQENotEmitted {
 				if f.ULP != "nvmet_rdma" || !strings.Contains(f.Hint, "kernel QP of nvmet_rdma") {
 					t.Errorf("%s: last-wqe-not-emitted qpn %d: ulp %q, hint %q", who, f.QPN, f.ULP, f.Hint)
