@@ -69,18 +69,12 @@ func kernelQPs(t *testing.T, dev vmtest.Device) (all []rdmanl.QP, targetSRQ []ui
 // target's or the host's module for the others, next to [rdma_cm].
 func checkResQP(t *testing.T, dev vmtest.Device, qps []rdmanl.QP, targetSRQ []uint32) {
 	t.Helper()
-	out, err := exec.Command(vmtest.Bin(t, "rdmatool"), "res", "qp", "-j", "link", string(dev)).Output()
-	if err != nil {
-		t.Fatalf("rdmatool res qp: %v", err)
-	}
 	var rows []struct {
 		LQPN     uint32 `json:"lqpn"`
 		KernName string `json:"kern_name"`
 		ULP      string `json:"ulp"`
 	}
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("rdmatool res qp -j: %v: %s", err, out)
-	}
+	resJSON(t, &rows, "qp", "link", string(dev))
 	ulps := map[string]int{}
 	for _, r := range rows {
 		if r.KernName != "rdma_cm" {
@@ -107,23 +101,17 @@ func checkResQP(t *testing.T, dev vmtest.Device, qps []rdmanl.QP, targetSRQ []ui
 // module; user MRs none.
 func checkResMR(t *testing.T, dev vmtest.Device) {
 	t.Helper()
-	out, err := exec.Command(vmtest.Bin(t, "rdmatool"), "res", "mr", "-j", "dev", string(dev)).Output()
-	if err != nil {
-		t.Fatalf("rdmatool res mr: %v", err)
-	}
 	var rows []struct {
 		MRN      uint32  `json:"mrn"`
 		KernName string  `json:"kern_name"`
 		ULP      *string `json:"ulp"`
 	}
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("rdmatool res mr -j: %v: %s", err, out)
-	}
+	resJSON(t, &rows, "mr", "dev", string(dev))
 	ulps := map[string]int{}
 	for _, r := range rows {
 		switch {
 		case r.ULP == nil:
-			t.Fatalf("res mr -j: MR %d has no ulp field: %s", r.MRN, out)
+			t.Fatalf("res mr -j: MR %d has no ulp field", r.MRN)
 		case r.KernName != "" && r.KernName != "ib_core" && *r.ULP != r.KernName, r.KernName == "" && *r.ULP != "":
 			t.Errorf("res mr: MR %d of %q has ulp %q", r.MRN, r.KernName, *r.ULP)
 		}
@@ -135,6 +123,18 @@ func checkResMR(t *testing.T, dev vmtest.Device) {
 	text, err := exec.Command(vmtest.Bin(t, "rdmatool"), "res", "mr", "dev", string(dev), "ulp", "nvme_rdma").Output()
 	if n := strings.Count(string(text), "comm [nvme_rdma] ulp nvme_rdma"); err != nil || n != ulps["nvme_rdma"] {
 		t.Errorf("rdmatool res mr dev %s ulp nvme_rdma (%v): %d lines with the ULP, want %d:\n%s", dev, err, n, ulps["nvme_rdma"], text)
+	}
+}
+
+// resJSON reads `rdmatool res OBJECT -j ARGS...` into rows.
+func resJSON(t *testing.T, rows any, object string, args ...string) {
+	t.Helper()
+	out, err := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"res", object, "-j"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("rdmatool res %s: %v", object, err)
+	}
+	if err := json.Unmarshal(out, rows); err != nil {
+		t.Fatalf("rdmatool res %s -j: %v: %s", object, err, out)
 	}
 }
 
