@@ -337,7 +337,7 @@ func stormPeers(errs []qpError) (top, what string) {
 		for _, p := range order[maxStormPeers:] {
 			rest += counts[p]
 		}
-		named = append(named, fmt.Sprintf("%d more peers %d", more, rest))
+		named = append(named, fmt.Sprintf("and %d more peers with %d", more, rest))
 	}
 	return order[0], fmt.Sprintf("peers (rdma_cm) of %d of the %d failed QPs: %s", known, len(errs), strings.Join(named, ", "))
 }
@@ -383,15 +383,15 @@ func heldKeys(dev *deviceState, k mrOwnerKey, first, last Stamp, now time.Time) 
 			keys = append(keys, fmt.Sprintf("MR %d", m.mrn))
 		}
 	}
-	oldest := "its oldest"
+	oldest := ""
 	if uint64(len(o.oldest)) < s.mrs {
-		oldest = fmt.Sprintf("the oldest %d", len(o.oldest))
+		oldest = fmt.Sprintf(", the oldest %d", len(o.oldest))
 	}
 	mrs := "MRs"
 	if s.mrs == 1 {
 		mrs = "MR"
 	}
-	ev.What = fmt.Sprintf("R_Keys the owner held when its QPs failed, at the last MR dump (%s): %d %s (%s), %s %s", when, s.mrs, mrs, size(s.bytes), oldest, strings.Join(keys, ", "))
+	ev.What = fmt.Sprintf("R_Keys the owner held when its QPs failed, at the last MR dump (%s): %d %s (%s)%s: %s", when, s.mrs, mrs, size(s.bytes), oldest, strings.Join(keys, ", "))
 	if !hasKeys {
 		ev.What += " (their keys need CAP_NET_ADMIN)"
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unique"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -192,7 +193,7 @@ func TestQPErrorStormEvidence(t *testing.T) {
 		"6 QPs failed into Error in 5m0s (1.2 a minute) over 6 reconnect cycles: QP_ACCESS_ERR 6",
 		"5 of them created after the first Error (replacements that failed in turn)",
 		"peers (rdma_cm) of 5 of the 6 failed QPs: 192.0.2.1 4, 192.0.2.7 1",
-		"R_Keys the owner held when its QPs failed, at the last MR dump (49.9s after the last failure): 4 MRs (16 KiB), the oldest 3 MR 5 R_Key 0x1005, MR 6 R_Key 0x1006, MR 7 R_Key 0x1007; " + untoldKeys,
+		"R_Keys the owner held when its QPs failed, at the last MR dump (49.9s after the last failure): 4 MRs (16 KiB), the oldest 3: MR 5 R_Key 0x1005, MR 6 R_Key 0x1006, MR 7 R_Key 0x1007; " + untoldKeys,
 		"last: QP 111 entered Error (QP_ACCESS_ERR)",
 	}
 	var got []string
@@ -272,9 +273,9 @@ func TestQPErrorStormKeys(t *testing.T) {
 		{"none of the owner's", mrDump(t0, rxe, mrsOf(43, 1, 2)...), 30 * time.Second,
 			"R_Keys the owner held when its QPs failed: none, it had no MRs on rxe0 at the last MR dump (between the first failure and the last)"},
 		{"without CAP_NET_ADMIN", mrDump(t0, rxe, noKeys...), 30 * time.Second,
-			"R_Keys the owner held when its QPs failed, at the last MR dump (between the first failure and the last): 2 MRs (8 KiB), its oldest MR 5, MR 6 (their keys need CAP_NET_ADMIN); " + untoldKeys},
+			"R_Keys the owner held when its QPs failed, at the last MR dump (between the first failure and the last): 2 MRs (8 KiB): MR 5, MR 6 (their keys need CAP_NET_ADMIN); " + untoldKeys},
 		{"before the failures", mrDump(t0, rxe, mrsOf(42, 9, 1)...), 0,
-			"R_Keys the owner held when its QPs failed, at the last MR dump (10.1s before the first failure): 1 MR (4 KiB), its oldest MR 9 R_Key 0x1009; " + untoldKeys},
+			"R_Keys the owner held when its QPs failed, at the last MR dump (10.1s before the first failure): 1 MR (4 KiB): MR 9 R_Key 0x1009; " + untoldKeys},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -304,6 +305,37 @@ func TestQPErrorStormKeys(t *testing.T) {
 			}
 			if diff := cmp.Diff([]string{tt.want}, got); diff != "" {
 				t.Errorf("R_Keys evidence (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A storm names its failed QPs' peers the most frequent first (then by
+// address), at most five, the rest counted, and how many had one.
+func TestStormPeers(t *testing.T) {
+	t.Parallel()
+	errsOf := func(peers ...string) []qpError {
+		var out []qpError
+		for _, p := range peers {
+			out = append(out, qpError{names: unique.Make(qpNames{device: "rxe0", peer: p})})
+		}
+		return out
+	}
+	tests := []struct {
+		name      string
+		errs      []qpError
+		top, what string
+	}{
+		{"none known", errsOf("", ""), "", "peers: no failed QP's rdma_cm peer is known (no rdma_cm ID named one: QPs not connected through rdma_cm, or gone before a dump of the rdma_cm IDs saw them)"},
+		{"one", errsOf("192.0.2.1", "", "192.0.2.1"), "192.0.2.1", "peers (rdma_cm) of 2 of the 3 failed QPs: 192.0.2.1 2"},
+		{"seven", errsOf("192.0.2.9", "192.0.2.9", "192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.5", "192.0.2.6", "192.0.2.6"), "192.0.2.6",
+			"peers (rdma_cm) of 9 of the 9 failed QPs: 192.0.2.6 2, 192.0.2.9 2, 192.0.2.1 1, 192.0.2.2 1, 192.0.2.3 1, and 2 more peers with 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			top, what := stormPeers(tt.errs)
+			if top != tt.top || what != tt.what {
+				t.Errorf("stormPeers = %q, %q; want %q, %q", top, what, tt.top, tt.what)
 			}
 		})
 	}

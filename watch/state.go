@@ -45,7 +45,7 @@ type State struct {
 	listedOK bool                    // the last device listing succeeded
 	procRoot string                  // where reports resolve owners ("": not)
 	// peersWanted are the devices whose rdma_cm IDs probe events asked
-	// to be dumped for their QPs' peers (wantsPeer), by index, with their
+	// to be dumped for their QPs' peers (askPeers), by index, with their
 	// names; peersAsked is signalled when one is added (FollowPeers).
 	peersWanted map[uint32]string
 	peersAsked  chan struct{}
