@@ -7,7 +7,8 @@
 // Run (RunOptions, watch.Deps) makes the socket (listen) and serves
 // agentapi.Handler on it from the history, a watch.State, and starts, each
 // on a goroutine of its own that it waits for: the probe reader
-// (watch.FollowProbes), the device lister with one scanner per device
+// (watch.FollowProbes), the rdma_cm ID dumps its events ask for
+// (watch.FollowPeers), the device lister with one scanner per device
 // (watch.Scanner, which dumps a device every Interval, or every Reconcile
 // while the probes keep the history, and its MRs when its resource summary
 // counts another number of them, and every Reconcile: watch.MRMark), the

@@ -23,7 +23,11 @@ import (
 // earlier for the responder where rxe gives it QP_ACCESS_ERR (7.x). The
 // agent counts each QP's entry into Error once, by cause, in
 // rdmatool_qp_errors_total, and the retrying client, not the recovering
-// one, is one qp-error-storm: 6 cycles, both QPs of each failed.
+// one, is one qp-error-storm: 6 cycles, both QPs of each failed. Its
+// connections, held 300 ms before their write (a probe event reaches the
+// agent within 100 ms), have the rdma_cm peer vmtest.RXEAddr, both ends
+// (client and target share the address), which the storm names for every
+// failed QP, with the R_Keys of its last MR dump.
 func TestLabErrorStorm(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE)
 	accessErr := vmtest.Fact(t, "rxe gives the target QP_ACCESS_ERR on a stale R_Key")
@@ -35,12 +39,12 @@ func TestLabErrorStorm(t *testing.T) {
 	stop := startAgent(t, sock, "--interval", "1s", "--reconcile", "1h", "--metrics-address", addr)
 	defer stop()
 
-	run := func(rkey string) (pid uint32) {
+	run := func(rkey string, extra ...string) (pid uint32) {
 		t.Helper()
 		// It lives on after its loop, as a client does: the agent names
 		// the creation sites from the process.
-		w := vmtest.StartWorkload(t, "--dev", "rxe0", "--reconnect", fmt.Sprint(cycles), "--connect", "cm", "--addr", vmtest.RXEAddr,
-			"--rkey", rkey, "--mrs", "dereg", "--hold", "stdin")
+		w := vmtest.StartWorkload(t, append([]string{"--dev", "rxe0", "--reconnect", fmt.Sprint(cycles), "--connect", "cm", "--addr", vmtest.RXEAddr,
+			"--rkey", rkey, "--mrs", "dereg", "--hold", "stdin"}, extra...)...)
 		w.WaitFor("ready", 60*time.Second)
 		t.Cleanup(func() { w.Release(30 * time.Second) })
 		evs := w.Events()
@@ -55,7 +59,7 @@ func TestLabErrorStorm(t *testing.T) {
 		return uint32(start[0].PID)
 	}
 	healthy := run("refresh")
-	storm := run("keep")
+	storm := run("keep", "--connected-ms", "300")
 
 	// Every entry counted once: both QPs of each connection (1 + cycles
 	// failed, and the recovering client's last). The responders of the
@@ -119,6 +123,16 @@ func TestLabErrorStorm(t *testing.T) {
 	if want := fmt.Sprintf("%d QPs failed into Error in 5m0s (%.1f a minute) over %d reconnect cycles: ", f.Count, float64(f.Count)/5, cycles); !strings.Contains(all, want) ||
 		!strings.Contains(all, cause) || !strings.Contains(all, "created after the first Error") || !strings.Contains(all, "created at qpwork!") {
 		t.Errorf("qp-error-storm evidence %q: want %q with %s, the replacements and qpwork's creation site", evidence, want, cause)
+	}
+	// The peers: the rdma_cm IDs the agent dumped while each connection
+	// was held, the target's (accepted) and the client's.
+	if want := fmt.Sprintf("peers (rdma_cm) of %d of the %d failed QPs: %s %d", f.Count, f.Count, vmtest.RXEAddr, f.Count); f.Peer != vmtest.RXEAddr || !strings.Contains(all, want) {
+		t.Errorf("qp-error-storm peer %q, evidence %q: want peer %s and %q", f.Peer, evidence, vmtest.RXEAddr, want)
+	}
+	// The agent dumped rxe0's MRs at its start and as their number
+	// changed: the R_Keys are those of a dump, not unknown.
+	if !strings.Contains(all, "R_Keys the owner held when its QPs failed") || strings.Contains(all, "no MR dump") {
+		t.Errorf("qp-error-storm evidence %q: want the R_Keys of the agent's last MR dump of rxe0", evidence)
 	}
 }
 

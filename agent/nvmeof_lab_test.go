@@ -69,18 +69,12 @@ func kernelQPs(t *testing.T, dev vmtest.Device) (all []rdmanl.QP, targetSRQ []ui
 // target's or the host's module for the others, next to [rdma_cm].
 func checkResQP(t *testing.T, dev vmtest.Device, qps []rdmanl.QP, targetSRQ []uint32) {
 	t.Helper()
-	out, err := exec.Command(vmtest.Bin(t, "rdmatool"), "res", "qp", "-j", "link", string(dev)).Output()
-	if err != nil {
-		t.Fatalf("rdmatool res qp: %v", err)
-	}
 	var rows []struct {
 		LQPN     uint32 `json:"lqpn"`
 		KernName string `json:"kern_name"`
 		ULP      string `json:"ulp"`
 	}
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("rdmatool res qp -j: %v: %s", err, out)
-	}
+	resJSON(t, &rows, "qp", "link", string(dev))
 	ulps := map[string]int{}
 	for _, r := range rows {
 		if r.KernName != "rdma_cm" {
@@ -98,6 +92,49 @@ func checkResQP(t *testing.T, dev vmtest.Device, qps []rdmanl.QP, targetSRQ []ui
 	text, err := exec.Command(vmtest.Bin(t, "rdmatool"), "res", "qp", "link", string(dev), "ulp", "nvmet_rdma").Output()
 	if n := strings.Count(string(text), "comm [rdma_cm] ulp nvmet_rdma"); err != nil || n != 3 {
 		t.Errorf("rdmatool res qp link %s ulp nvmet_rdma (%v): %d lines with the ULP next to [rdma_cm]:\n%s", dev, err, n, text)
+	}
+}
+
+// checkResMR asserts that `rdmatool res mr` names the ULP of the kernel
+// MRs: nvme_rdma registers an MR pool for each queue through its PD, and
+// each of those MRs reads ulp nvme_rdma, as every kernel MR reads its
+// module; user MRs none.
+func checkResMR(t *testing.T, dev vmtest.Device) {
+	t.Helper()
+	var rows []struct {
+		MRN      uint32  `json:"mrn"`
+		KernName string  `json:"kern_name"`
+		ULP      *string `json:"ulp"`
+	}
+	resJSON(t, &rows, "mr", "dev", string(dev))
+	ulps := map[string]int{}
+	for _, r := range rows {
+		switch {
+		case r.ULP == nil:
+			t.Fatalf("res mr -j: MR %d has no ulp field", r.MRN)
+		case r.KernName != "" && r.KernName != "ib_core" && *r.ULP != r.KernName, r.KernName == "" && *r.ULP != "":
+			t.Errorf("res mr: MR %d of %q has ulp %q", r.MRN, r.KernName, *r.ULP)
+		}
+		ulps[*r.ULP]++
+	}
+	if ulps["nvme_rdma"] == 0 {
+		t.Errorf("res mr: MRs by ulp %v, want nvme_rdma's (a pool per queue)", ulps)
+	}
+	text, err := exec.Command(vmtest.Bin(t, "rdmatool"), "res", "mr", "dev", string(dev), "ulp", "nvme_rdma").Output()
+	if n := strings.Count(string(text), "comm [nvme_rdma] ulp nvme_rdma"); err != nil || n != ulps["nvme_rdma"] {
+		t.Errorf("rdmatool res mr dev %s ulp nvme_rdma (%v): %d lines with the ULP, want %d:\n%s", dev, err, n, ulps["nvme_rdma"], text)
+	}
+}
+
+// resJSON reads `rdmatool res OBJECT -j ARGS...` into rows.
+func resJSON(t *testing.T, rows any, object string, args ...string) {
+	t.Helper()
+	out, err := exec.Command(vmtest.Bin(t, "rdmatool"), append([]string{"res", object, "-j"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("rdmatool res %s: %v", object, err)
+	}
+	if err := json.Unmarshal(out, rows); err != nil {
+		t.Fatalf("rdmatool res %s -j: %v: %s", object, err, out)
 	}
 }
 
@@ -331,6 +368,7 @@ func TestLabNVMeoFHealthy(t *testing.T) {
 				t.Errorf("nvmet_rdma use_srq=%v: target QPs on its SRQs %v", c.useSRQ, targetSRQ)
 			}
 			checkResQP(t, c.dev, qps, targetSRQ)
+			checkResMR(t, c.dev)
 			trace.checkStacks(t, qps, targetSRQ)
 			rep := done() // the connection is held past --min-age
 			check(t, rep, nil)
@@ -411,6 +449,12 @@ func TestLabNVMeoFDrainStalled(t *testing.T) {
 			t.Errorf("%s: last-wqe-not-emitted for QPs %v, want %v", who, got, lastWQE)
 		}
 		for _, f := range rep.Findings {
+			// The target's QPs serve the host, at siw0's own address:
+			// a scan of the rdma_cm IDs (the CLI's), or a dump of them as
+			// the QPs connected (the agent's), named it, and it stays.
+			if f.Peer != vmtest.SIWAddr {
+				t.Errorf("%s: %s qpn %d: peer %q, want %s", who, f.Rule, f.QPN, f.Peer, vmtest.SIWAddr)
+			}
 			if f.Rule == leakwatch.RuleLastWQENotEmitted {
 				if f.ULP != "nvmet_rdma" || !strings.Contains(f.Hint, "kernel QP of nvmet_rdma") {
 					t.Errorf("%s: last-wqe-not-emitted qpn %d: ulp %q, hint %q", who, f.QPN, f.ULP, f.Hint)

@@ -280,6 +280,12 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		return nil
 	})
 	g.Go(func() error {
+		// The peers of QPs that connect and fail between two dumps: the
+		// probes' events ask for them.
+		watch.FollowPeers(gctx, d, st.State)
+		return nil
+	})
+	g.Go(func() error {
 		runMonitor(gctx, d, o, st, log)
 		return nil
 	})

@@ -18,15 +18,19 @@
 // reports and MRTally counts. Drains (ib_drain_qp, ib_drain_rq) are events
 // too: srq-drain-stalled reports an SRQ QP's drain that waits, or waited,
 // past the query's MinAge. A scan may name the ULP of kernel QPs netlink
-// reports as rdma_cm's (DeviceScan.ULPs); findings carry it. Evaluate runs
-// the rules a Query selects, with its MinAge, and reports the findings with
-// their summary (groups by device, rule and owner).
+// reports as rdma_cm's (DeviceScan.ULPs); findings carry it. A scan, or a
+// dump of the rdma_cm IDs between scans (Peers), may name a QP's rdma_cm
+// peer (DeviceScan.Peers), which the QP keeps and its findings carry;
+// qp-error-storm names its failed QPs' peers, and the R_Keys the owner's
+// last MR dump listed. Evaluate runs the rules a Query selects, with its
+// MinAge, and reports the findings with their summary (groups by device,
+// rule and owner; counts by site and by peer).
 //
 // An Event of a QP create may carry its creation site (Site: the
 // application's call of the verbs library, or the kernel stack), named by
 // the caller at event time. A history keeps it interned with its owner's
-// names: the QPs one process made at one site share one copy, so a site
-// costs a tracked QP no memory (about 180 bytes of heap a QP at 60,000
+// names: the QPs one process made at one site (to one peer) share one
+// copy, so a site or a peer costs a tracked QP no memory (about 180 bytes of heap a QP at 60,000
 // QPs, with or without sites).
 //
 // A watcher hands out what it knows as records (Save) that another one
@@ -35,7 +39,8 @@
 // by node GUID) and, in each device's first scan, the QPs that are still
 // the same QPs (their number, type, owner thread and module, SRQ and PD);
 // the others are new, or gone. The MR samples and QP creates mr-leak
-// reads are not among the records: they start again with the new watcher.
+// reads, and the QPs' peers, are not among the records: they start again
+// with the new watcher.
 //
 // It is pure logic: no system calls, no I/O, and time comes from a clock the
 // caller injects, so every rule is tested deterministically. It imports no

@@ -293,6 +293,10 @@ func stormFinding(dev *deviceState, so *stormOwner, now time.Time, cfg ruleConfi
 	if where := siteOf(site).String(); where != "" {
 		f.Evidence = append(f.Evidence, Evidence{Time: now.UTC(), Source: "probe", What: fmt.Sprintf("%d created at %s", n, where)})
 	}
+	var peers string
+	f.Peer, peers = stormPeers(errs)
+	f.Evidence = append(f.Evidence, Evidence{Time: now.UTC(), Source: "scan", What: peers},
+		heldKeys(dev, keyOf(so.owner, siteOf(site)), first.at, last.at, now))
 	f.Evidence = append(f.Evidence, Evidence{Time: last.at.Time(), Source: sourceOf(last.cause).String(),
 		What: fmt.Sprintf("last: QP %d entered Error (%s)", last.qpn, last.cause)})
 	f.Hint = fmt.Sprintf("%s QPs of this owner failed into Error in %d reconnect cycles within %s (%s): each replacement fails as the QP before it. "+
@@ -301,4 +305,96 @@ func stormFinding(dev *deviceState, so *stormOwner, now time.Time, cfg ruleConfi
 		"or registered through a QP that went to Error): the peer must fetch fresh keys after a reconnect; retry with a backoff",
 		count, so.cycles, cfg.ErrorStormWindow, strings.Join(byCause, ", "))
 	return f
+}
+
+// maxStormPeers bounds the peers a storm's evidence names.
+const maxStormPeers = 5
+
+// stormPeers names the peers of errs' QPs (their rdma_cm connections'
+// other ends), the most frequent first with the QPs of each, at most
+// maxStormPeers: the most frequent ("" when no QP had one) and the
+// evidence that says so.
+func stormPeers(errs []qpError) (top, what string) {
+	counts := map[string]int{}
+	known := 0
+	for _, e := range errs {
+		if p := e.names.Value().peer; p != "" {
+			counts[p]++
+			known++
+		}
+	}
+	if known == 0 {
+		return "", "peers: no failed QP's rdma_cm peer is known (no rdma_cm ID named one: QPs not connected through rdma_cm, or gone before a dump of the rdma_cm IDs saw them)"
+	}
+	order := slices.Sorted(maps.Keys(counts))
+	slices.SortStableFunc(order, func(a, b string) int { return cmp.Compare(counts[b], counts[a]) })
+	var named []string
+	for _, p := range order[:min(len(order), maxStormPeers)] {
+		named = append(named, fmt.Sprintf("%s %d", p, counts[p]))
+	}
+	if more := len(order) - maxStormPeers; more > 0 {
+		rest := 0
+		for _, p := range order[maxStormPeers:] {
+			rest += counts[p]
+		}
+		named = append(named, fmt.Sprintf("and %d more peers with %d", more, rest))
+	}
+	return order[0], fmt.Sprintf("peers (rdma_cm) of %d of the %d failed QPs: %s", known, len(errs), strings.Join(named, ", "))
+}
+
+// untoldKeys is what the kernel does not say of the keys that went with
+// failed QPs.
+const untoldKeys = "the kernel does not say which of them were fast-registered on the failed QPs, nor which memory windows were bound to them " +
+	"(netlink lists no QP for an MR, and no memory windows)"
+
+// heldKeys is the evidence of the R_Keys an owner (k) held on dev when its
+// QPs failed (from first to last): its MRs at the device's last MR dump,
+// the oldest of them with their keys, and when that dump was, or why they
+// are not known.
+func heldKeys(dev *deviceState, k mrOwnerKey, first, last Stamp, now time.Time) Evidence {
+	st := dev.mrs
+	if st == nil || st.dumped == 0 {
+		return Evidence{Time: now.UTC(), Source: "scan", What: fmt.Sprintf("R_Keys the owner held when its QPs failed: not known, no MR dump of %s yet", dev.name)}
+	}
+	at := st.dumped
+	var when string
+	switch {
+	case at < first:
+		when = at.Time().Sub(first.Time()).Abs().Round(time.Millisecond).String() + " before the first failure"
+	case at > last:
+		when = at.Time().Sub(last.Time()).Round(time.Millisecond).String() + " after the last failure"
+	default:
+		when = "between the first failure and the last"
+	}
+	ev := Evidence{Time: at.Time(), Source: "scan"}
+	o := st.owners[k]
+	if o == nil || o.samples[len(o.samples)-1].mrs == 0 {
+		ev.What = fmt.Sprintf("R_Keys the owner held when its QPs failed: none, it had no MRs on %s at the last MR dump (%s)", dev.name, when)
+		return ev
+	}
+	s := o.samples[len(o.samples)-1]
+	var keys []string
+	hasKeys := true
+	for _, m := range o.oldest {
+		hasKeys = hasKeys && m.hasKeys
+		if m.hasKeys {
+			keys = append(keys, fmt.Sprintf("MR %d R_Key 0x%x", m.mrn, m.rkey))
+		} else {
+			keys = append(keys, fmt.Sprintf("MR %d", m.mrn))
+		}
+	}
+	oldest := ""
+	if uint64(len(o.oldest)) < s.mrs {
+		oldest = fmt.Sprintf(", the oldest %d", len(o.oldest))
+	}
+	mrs := "MRs"
+	if s.mrs == 1 {
+		mrs = "MR"
+	}
+	ev.What = fmt.Sprintf("R_Keys the owner held when its QPs failed, at the last MR dump (%s): %d %s (%s)%s: %s", when, s.mrs, mrs, size(s.bytes), oldest, strings.Join(keys, ", "))
+	if !hasKeys {
+		ev.What += " (their keys need CAP_NET_ADMIN)"
+	}
+	ev.What += "; " + untoldKeys
+	return ev
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unique"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -174,18 +175,25 @@ func TestQPErrorStormEvidence(t *testing.T) {
 			w.Event(asyncErr(at.Add(time.Second), rxe, 400+uint32(round)*8+q, "QP_FATAL"))
 		}
 	}
+	// Dumps of the rdma_cm IDs named the peers of all but the last
+	// failed QP (the targets': 101, 103, ...), after they failed; an MR
+	// dump came after the last failure.
+	w.Peers(rxe.Index, map[uint32]string{100: "192.0.2.1", 101: "192.0.2.1", 103: "192.0.2.1", 105: "192.0.2.1", 107: "192.0.2.1", 109: "192.0.2.7"})
+	w.ScanMRs(mrDump(c.at(100*time.Second), rxe, mrsOf(42, 5, 4)...))
 	c.at(2 * time.Minute)
 	rep := w.Evaluate(Query{Rules: []string{RuleQPErrorStorm}})
 	if len(rep.Findings) != 1 {
 		t.Fatalf("findings %+v, want one", rep.Findings)
 	}
 	f := rep.Findings[0]
-	if f.Rule != RuleQPErrorStorm || f.Severity != SeverityError || f.Device != "rxe0" || f.Comm != "app" || f.Count != 6 {
-		t.Errorf("finding %+v: want an error on rxe0 for app, count 6", f)
+	if f.Rule != RuleQPErrorStorm || f.Severity != SeverityError || f.Device != "rxe0" || f.Comm != "app" || f.Count != 6 || f.Peer != "192.0.2.1" {
+		t.Errorf("finding %+v: want an error on rxe0 for app, count 6, peer 192.0.2.1", f)
 	}
 	want := []string{
 		"6 QPs failed into Error in 5m0s (1.2 a minute) over 6 reconnect cycles: QP_ACCESS_ERR 6",
 		"5 of them created after the first Error (replacements that failed in turn)",
+		"peers (rdma_cm) of 5 of the 6 failed QPs: 192.0.2.1 4, 192.0.2.7 1",
+		"R_Keys the owner held when its QPs failed, at the last MR dump (49.9s after the last failure): 4 MRs (16 KiB), the oldest 3: MR 5 R_Key 0x1005, MR 6 R_Key 0x1006, MR 7 R_Key 0x1007; " + untoldKeys,
 		"last: QP 111 entered Error (QP_ACCESS_ERR)",
 	}
 	var got []string
@@ -282,5 +290,92 @@ func TestQPErrorStormKernelULP(t *testing.T) {
 	}
 	if f := rep.Findings[0]; f.KernName != "rdma_cm" || f.ULP != "rds_rdma" || f.Count != 6 {
 		t.Errorf("finding %+v: want rdma_cm's QPs for rds_rdma, count 6", f)
+	}
+}
+
+// A storm's evidence says which R_Keys its owner held as far as the MR
+// dumps know: none made yet, none of the owner's MRs listed, the keys
+// without CAP_NET_ADMIN, and when the dump was against the failures.
+func TestQPErrorStormKeys(t *testing.T) {
+	t.Parallel()
+	noKeys := mrsOf(44, 5, 2) // a thread of process 42
+	for i := range noKeys {
+		noKeys[i].RKey, noKeys[i].LKey, noKeys[i].HasKeys = 0, 0, false
+	}
+	tests := []struct {
+		name string
+		dump *MRDump       // nil: none
+		at   time.Duration // when the dump ended
+		want string
+	}{
+		{"no MR dump", nil, 0, "R_Keys the owner held when its QPs failed: not known, no MR dump of rxe0 yet"},
+		{"none of the owner's", mrDump(t0, rxe, mrsOf(43, 1, 2)...), 30 * time.Second,
+			"R_Keys the owner held when its QPs failed: none, it had no MRs on rxe0 at the last MR dump (between the first failure and the last)"},
+		{"without CAP_NET_ADMIN", mrDump(t0, rxe, noKeys...), 30 * time.Second,
+			"R_Keys the owner held when its QPs failed, at the last MR dump (between the first failure and the last): 2 MRs (8 KiB): MR 5, MR 6 (their keys need CAP_NET_ADMIN); " + untoldKeys},
+		{"before the failures", mrDump(t0, rxe, mrsOf(42, 9, 1)...), 0,
+			"R_Keys the owner held when its QPs failed, at the last MR dump (10.1s before the first failure): 1 MR (4 KiB): MR 9 R_Key 0x1009; " + untoldKeys},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := &clock{t: t0}
+			w := New(Config{Probes: true}, c.now)
+			w.Scan(scan(c.at(0), rxe))
+			dumped := false
+			for i := range 6 {
+				at := c.at(time.Duration(1+i) * 10 * time.Second)
+				if tt.dump != nil && !dumped && tt.at < at.Sub(t0) {
+					tt.dump.Time, dumped = t0.Add(tt.at), true
+					w.ScanMRs(tt.dump)
+				}
+				cycle(w, at, uint32(100+2*i), 42, "QP_ACCESS_ERR")
+			}
+			c.at(2 * time.Minute)
+			rep := w.Evaluate(Query{Rules: []string{RuleQPErrorStorm}})
+			if len(rep.Findings) != 1 {
+				t.Fatalf("findings %+v, want one", rep.Findings)
+			}
+			var got []string
+			for _, e := range rep.Findings[0].Evidence {
+				if strings.HasPrefix(e.What, "R_Keys ") {
+					got = append(got, e.What)
+				}
+			}
+			if diff := cmp.Diff([]string{tt.want}, got); diff != "" {
+				t.Errorf("R_Keys evidence (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A storm names its failed QPs' peers the most frequent first (then by
+// address), at most five, the rest counted, and how many had one.
+func TestStormPeers(t *testing.T) {
+	t.Parallel()
+	errsOf := func(peers ...string) []qpError {
+		var out []qpError
+		for _, p := range peers {
+			out = append(out, qpError{names: unique.Make(qpNames{device: "rxe0", peer: p})})
+		}
+		return out
+	}
+	tests := []struct {
+		name      string
+		errs      []qpError
+		top, what string
+	}{
+		{"none known", errsOf("", ""), "", "peers: no failed QP's rdma_cm peer is known (no rdma_cm ID named one: QPs not connected through rdma_cm, or gone before a dump of the rdma_cm IDs saw them)"},
+		{"one", errsOf("192.0.2.1", "", "192.0.2.1"), "192.0.2.1", "peers (rdma_cm) of 2 of the 3 failed QPs: 192.0.2.1 2"},
+		{"seven", errsOf("192.0.2.9", "192.0.2.9", "192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.5", "192.0.2.6", "192.0.2.6"), "192.0.2.6",
+			"peers (rdma_cm) of 9 of the 9 failed QPs: 192.0.2.6 2, 192.0.2.9 2, 192.0.2.1 1, 192.0.2.2 1, 192.0.2.3 1, and 2 more peers with 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			top, what := stormPeers(tt.errs)
+			if top != tt.top || what != tt.what {
+				t.Errorf("stormPeers = %q, %q; want %q, %q", top, what, tt.top, tt.what)
+			}
+		})
 	}
 }

@@ -62,7 +62,7 @@ func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 	n := h.qpNames()
 	f := Finding{
 		Rule: rule, Severity: sev, Device: n.device, QPN: h.QPN, Type: h.Type.String(),
-		State: h.State.String(), Owner: n.owner,
+		State: h.State.String(), Owner: n.owner, Peer: n.peer,
 		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
 		// Evidence: the history's notes, made when Evaluate keeps the
 		// finding.
@@ -420,6 +420,7 @@ func (w *Watcher) Evaluate(q Query) Report {
 	}
 	rep.Summary = sum.result()
 	rep.Sites, rep.SitesOmitted = sum.siteResult()
+	rep.Peers, rep.PeersOmitted = sum.peerResult()
 	rep.Findings = keep.findings()
 	rep.FindingsOmitted = rep.FindingsTotal - len(rep.Findings)
 	return rep

@@ -74,6 +74,19 @@ type SiteGroup struct {
 // maxSiteGroups bounds Report.Sites.
 const maxSiteGroups = 20
 
+// PeerGroup is the findings whose QPs had one rdma_cm peer, counted by
+// rule, and the devices they are on: "12 findings of QPs connected to
+// 192.0.2.7". Peer "" gathers the findings that have none.
+type PeerGroup struct {
+	Peer     string         `json:"peer"`
+	Findings int            `json:"findings"`
+	Devices  []string       `json:"devices"` // sorted
+	Rules    map[string]int `json:"rules"`
+}
+
+// maxPeerGroups bounds Report.Peers.
+const maxPeerGroups = 20
+
 // siteGroupKey is what the findings of a SiteGroup have in common: the
 // device and what names the site.
 type siteGroupKey struct {
@@ -95,6 +108,8 @@ type summarizer struct {
 	qpns   [][]uint32
 	// sites groups the findings with a creation site (Report.Sites).
 	sites map[siteGroupKey]*SiteGroup
+	// peers groups every finding by its peer (Report.Peers).
+	peers map[string]*PeerGroup
 }
 
 func (s *summarizer) add(f *Finding) {
@@ -115,6 +130,7 @@ func (s *summarizer) add(f *Finding) {
 		g.QPs++
 		g.Rules[f.Rule]++
 	}
+	s.addPeer(f)
 	k := groupKey{f.Device, f.Rule, f.Owner.asProcess()}
 	i, ok := s.idx[k]
 	if !ok {
@@ -170,6 +186,49 @@ func (s *summarizer) siteResult() ([]SiteGroup, int) {
 		return out[:maxSiteGroups], len(out) - maxSiteGroups
 	}
 	return out, 0
+}
+
+// addPeer counts f in its peer's group.
+func (s *summarizer) addPeer(f *Finding) {
+	g := s.peers[f.Peer]
+	if g == nil {
+		if s.peers == nil {
+			s.peers = map[string]*PeerGroup{}
+		}
+		g = &PeerGroup{Peer: f.Peer, Devices: []string{}, Rules: map[string]int{}}
+		s.peers[f.Peer] = g
+	}
+	g.Findings++
+	g.Rules[f.Rule]++
+	if !slices.Contains(g.Devices, f.Device) {
+		g.Devices = append(g.Devices, f.Device)
+	}
+}
+
+// peerResult is Report.Peers and PeersOmitted: the largest groups first
+// (the one without a peer last of its size), at most maxPeerGroups of
+// them; empty when there are no findings.
+func (s *summarizer) peerResult() ([]PeerGroup, int) {
+	out := make([]PeerGroup, 0, len(s.peers))
+	for _, g := range s.peers {
+		slices.Sort(g.Devices)
+		out = append(out, *g)
+	}
+	slices.SortFunc(out, func(a, b PeerGroup) int {
+		return cmp.Or(cmp.Compare(b.Findings, a.Findings), cmp.Compare(noPeer(a.Peer), noPeer(b.Peer)), cmp.Compare(a.Peer, b.Peer))
+	})
+	if len(out) > maxPeerGroups {
+		return out[:maxPeerGroups], len(out) - maxPeerGroups
+	}
+	return out, 0
+}
+
+// noPeer orders a peer group without a peer after those with one.
+func noPeer(peer string) int {
+	if peer == "" {
+		return 1
+	}
+	return 0
 }
 
 func severityRank(s Severity) int {

@@ -111,17 +111,17 @@ func TestOwnerJSON(t *testing.T) {
 		v    any
 		want string
 	}{
-		{"finding", Finding{Rule: RuleStaleErrorQP, Severity: SeverityWarning, Device: "rxe0", QPN: 17, Type: "RC", State: "ERR", Owner: owner, Evidence: []Evidence{}},
+		{"finding", Finding{Rule: RuleStaleErrorQP, Severity: SeverityWarning, Device: "rxe0", QPN: 17, Type: "RC", State: "ERR", Owner: owner, Peer: "192.0.2.7", Evidence: []Evidence{}},
 			`{"rule":"stale-error-qp","severity":"warning","device":"rxe0","qpn":17,"type":"RC","state":"ERR",` +
 				`"pid":43,"tgid":42,"comm":"a\u003cp\u003ep","cgroup":"/app.slice","container_id":"c0ffee","kern_name":"rdma_cm","ulp":"nvmet_rdma",` +
-				`"srq":false,"srqn":0,"age_seconds":0,"evidence":[],"hint":"","spec":"","count":0,"limit":0,"drain_seconds":0,"draining":false}`},
+				`"peer":"192.0.2.7","srq":false,"srqn":0,"age_seconds":0,"evidence":[],"hint":"","spec":"","count":0,"limit":0,"drain_seconds":0,"draining":false}`},
 		{"group", Group{Device: "rxe0", Rule: RuleStaleErrorQP, Severity: SeverityWarning, Owner: owner.asProcess(), Count: 2, QPNs: "17-18", MaxAgeSeconds: 1.5, Hint: "h"},
 			`{"device":"rxe0","rule":"stale-error-qp","severity":"warning",` +
 				`"pid":42,"comm":"a\u003cp\u003ep","kern_name":"rdma_cm","ulp":"nvmet_rdma","cgroup":"/app.slice","container_id":"c0ffee",` +
 				`"count":2,"qpns":"17-18","max_age_seconds":1.5,"hint":"h"}`},
 		{"groups in a report", Report{Summary: []Group{{Device: "rxe0", Owner: Owner{PID: 7}}}},
 			`{"summary":[{"device":"rxe0","rule":"","severity":"","pid":7,"comm":"","kern_name":"","ulp":"","cgroup":"","container_id":"","count":0,"qpns":"","max_age_seconds":0,"hint":""}],` +
-				`"findings":null,"findings_omitted":0,"findings_total":0,"skipped_rules":null,"observed_seconds":0,"qps":0}`},
+				`"findings":null,"findings_omitted":0,"findings_total":0,"skipped_rules":null,"peers":null,"peers_omitted":0,"observed_seconds":0,"qps":0}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -112,6 +112,10 @@ type DeviceScan struct {
 	// ULPs names, per QPN, the kernel module that owns a kernel QP
 	// netlink reports as rdma_cm's (rdmanl.ULPs).
 	ULPs map[uint32]string
+	// Peers names, per QPN, the address at the other end of the QP's
+	// rdma_cm connection (rdmanl.Peers); a QP it does not name keeps the
+	// peer an earlier scan or Watcher.Peers gave it.
+	Peers map[uint32]string
 	// CMConnected holds the QPNs whose rdma_cm ID is in CONNECT (connecting
 	// or connected). Scans fill it where the provider reports no QP state
 	// (RESET with a port), and only there is it read.
@@ -160,6 +164,11 @@ type Finding struct {
 	// none for qp-exhaustion); a kernel QP whose command is not known has
 	// its module's name in Comm as well.
 	Owner
+	// Peer is the address at the other end of the QP's rdma_cm connection
+	// (the rdma_cm ID's destination, without its port); "" when no rdma_cm
+	// ID named one, or for a finding about no single QP. A qp-error-storm
+	// names the peer most of its failed QPs had.
+	Peer       string     `json:"peer"`
 	SRQ        bool       `json:"srq"`  // attached to an SRQ
 	SRQN       uint32     `json:"srqn"` // meaningful when srq is true
 	AgeSeconds float64    `json:"age_seconds"`
@@ -227,6 +236,11 @@ type Report struct {
 	// the groups left out); absent when no finding has a site.
 	Sites        []SiteGroup `json:"sites,omitempty"`
 	SitesOmitted int         `json:"sites_omitted,omitempty"`
+	// Peers counts every finding by its peer (Finding.Peer; "" gathers
+	// those without one), the largest groups first (at most
+	// maxPeerGroups; PeersOmitted counts the groups left out).
+	Peers        []PeerGroup `json:"peers"`
+	PeersOmitted int         `json:"peers_omitted"`
 	// ObservedSeconds is how long the watcher has been observing.
 	ObservedSeconds float64 `json:"observed_seconds"`
 	QPs             int     `json:"qps"` // QPs tracked at the last scan

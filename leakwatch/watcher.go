@@ -191,13 +191,17 @@ type noteWhat struct {
 
 // qpNames are a QP's device name and its owner as netlink, /proc or a
 // probe named them, but for the owner's thread (its PID is 0 here: the
-// History keeps it), and where the probes saw it created: the QPs one
-// process made at one site on one device share one copy, so a site costs
-// a QP nothing.
+// History keeps it), where the probes saw it created, and its rdma_cm
+// peer: the QPs one process made at one site on one device to one peer
+// share one copy, so a site or a peer costs a QP nothing.
 type qpNames struct {
 	device string
 	owner  Owner
 	site   siteHandle
+	// peer is the address at the other end of the QP's rdma_cm
+	// connection ("" when no rdma_cm ID named one: DeviceScan.Peers,
+	// Watcher.Peers); kept once known, after the QP is destroyed too.
+	peer string
 }
 
 func (h *History) qpNames() qpNames {
@@ -233,6 +237,10 @@ func (h *History) Owner() Owner {
 // Site is where the probes saw the QP created (none when they did not,
 // or saw no site).
 func (h *History) Site() Site { return siteOf(h.qpNames().site) }
+
+// Peer is the address at the other end of the QP's rdma_cm connection, as
+// the rdma_cm ID bound to it last named it; "" when none did.
+func (h *History) Peer() string { return h.qpNames().peer }
 
 // Evidence is what was observed of the QP, oldest first (at most
 // maxEvidence observations; the first is always kept).
@@ -471,15 +479,22 @@ func (w *Watcher) Scan(s Scan) {
 			h.scanGen = w.scanGen
 			h.Type, h.pid, h.pdn = qp.Type, qp.Owner.PID, qp.PDN
 			n := h.qpNames()
+			peer := n.peer
 			n.device, n.owner.KernName = dev.name, qp.Owner.KernName
 			if ulp := ds.ULPs[qp.LQPN]; ulp != "" {
 				n.owner.ULP = ulp
+			}
+			if p := ds.Peers[qp.LQPN]; p != "" {
+				n.peer = p
 			}
 			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
 			if p, ok := ds.Owners[qp.Owner.PID]; ok {
 				n.owner.resolve(p)
 			}
 			h.setNames(n)
+			if n.peer != peer {
+				w.peerLearned(dev, h)
+			}
 			h.inScan = true
 			// A QP in RESET has no port: one that reports RESET with a
 			// port comes from a provider that does not fill in the state

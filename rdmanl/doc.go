@@ -2,7 +2,8 @@
 // netlink interface (NETLINK_RDMA, client RDMA_NL_NLDEV), as iproute2's rdma
 // does: devices, ports, resource summaries, resource dumps (QP, CQ, MR, PD,
 // context, SRQ, CM ID), device rename and rxe/siw link add and delete.
-// ULPIndex names the kernel ULP behind QPs netlink reports as rdma_cm's.
+// ULPIndex names the kernel ULP behind QPs netlink reports as rdma_cm's;
+// Peers names the address at the other end of a QP's rdma_cm connection.
 // Constants mirror include/uapi/rdma/rdma_netlink.h.
 //
 // It is built on github.com/mdlayher/netlink; it opens no sockets by hand.

@@ -55,3 +55,19 @@ func ULPs(qps []QP, ids []CMID, srqs []SRQ) map[uint32]string {
 	}
 	return out
 }
+
+// Peers maps the LQPN of each QP one of a device's rdma_cm IDs is bound
+// to onto the address at the other end of its connection: the ID's
+// destination address, the remote's on either side of a connection (a
+// listener's ID for an incoming connection has the remote's address as
+// its destination), without the port (on the passive side the remote's
+// is ephemeral). QPs no ID with a destination names are left out.
+func Peers(ids []CMID) map[uint32]string {
+	out := map[uint32]string{}
+	for _, id := range ids {
+		if id.LQPN != 0 && id.DstAddr.IsValid() {
+			out[id.LQPN] = id.DstAddr.Addr().String()
+		}
+	}
+	return out
+}

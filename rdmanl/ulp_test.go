@@ -1,6 +1,7 @@
 package rdmanl
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -28,5 +29,23 @@ func TestULPs(t *testing.T) {
 	want := map[uint32]string{17: "nvme_rdma", 18: "nvmet_rdma", 19: "nvmet_rdma"}
 	if diff := cmp.Diff(want, ULPs(qps, ids, srqs)); diff != "" {
 		t.Errorf("ULPs (-want +got):\n%s", diff)
+	}
+}
+
+// A client's and a target's rdma_cm IDs on one device: each QP's peer is
+// the address its ID connects to, the listener and an ID not bound to a
+// QP name none.
+func TestPeers(t *testing.T) {
+	ids := []CMID{
+		{LQPN: 17, SrcAddr: netip.MustParseAddrPort("192.0.2.1:41822"), DstAddr: netip.MustParseAddrPort("192.0.2.7:4420")},         // the client's
+		{LQPN: 18, SrcAddr: netip.MustParseAddrPort("192.0.2.1:4420"), DstAddr: netip.MustParseAddrPort("192.0.2.9:51234")},         // accepted: the remote's ephemeral port
+		{LQPN: 19, SrcAddr: netip.MustParseAddrPort("[2001:db8::1]:4420"), DstAddr: netip.MustParseAddrPort("[2001:db8::2]:60000")}, // IPv6
+		{SrcAddr: netip.MustParseAddrPort("0.0.0.0:4420")},                                                                          // the listener
+		{DstAddr: netip.MustParseAddrPort("192.0.2.8:4420")},                                                                        // resolving, no QP yet
+		{LQPN: 20, SrcAddr: netip.MustParseAddrPort("192.0.2.1:4420")},                                                              // bound, no destination
+	}
+	want := map[uint32]string{17: "192.0.2.7", 18: "192.0.2.9", 19: "2001:db8::2"}
+	if diff := cmp.Diff(want, Peers(ids)); diff != "" {
+		t.Errorf("Peers (-want +got):\n%s", diff)
 	}
 }

@@ -91,8 +91,9 @@ const noProbesReason = "disabled by --no-probes"
 // and netlink scans every o.Interval (each device's MRs dumped at the
 // first, and at those whose resource summary counts another number of
 // MRs), then evaluates the leak rules. The
-// probe events are applied as they arrive, on a goroutine of their own
-// that checkOnce stops and waits for before it returns.
+// probe events are applied as they arrive, on a goroutine of their own,
+// and the rdma_cm ID dumps they ask for made on another (FollowPeers);
+// checkOnce stops and waits for both before it returns.
 func checkOnce(ctx context.Context, d Deps, o CheckOptions) (agentapi.CheckReport, error) {
 	d = d.WithDefaults()
 	if err := leakwatch.CheckRules(o.Rules); err != nil {
@@ -146,9 +147,18 @@ func checkOnce(ctx context.Context, d Deps, o CheckOptions) (agentapi.CheckRepor
 		defer src.Close()
 		st.SetProbes(true, "")
 		probeCtx, stopProbes := context.WithCancel(ctx)
-		defer stopProbes()
+		peersDone := make(chan struct{})
+		defer func() {
+			stopProbes()
+			<-peersDone
+		}()
 		sites := NewSites(d.Log, d.ProcRoot)
 		go func() { probesDone <- FollowProbes(probeCtx, src, st, o.Device, o.Interval, sites, nil) }()
+		// The peers of QPs that connect and fail between two scans.
+		go func() {
+			defer close(peersDone)
+			FollowPeers(probeCtx, d, st)
+		}()
 		// The probes stop at the end of the watch, once they applied
 		// everything they read until then.
 		context.AfterFunc(watchCtx, stopProbes)

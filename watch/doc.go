@@ -7,14 +7,17 @@
 // agentapi.CheckReport and agentapi.Status, and is the agentapi.Source the
 // agent's socket answers from; it saves and restores its history (Save,
 // Restore: leakwatch's records), which the agent keeps in a file. A
-// Scanner dumps a device's QPs (with their SRQs, rdma_cm IDs and ULPs)
+// Scanner dumps a device's QPs (with their SRQs, rdma_cm IDs, ULPs and peers)
 // over RDMA netlink and names their owners from /proc, and its MRs
 // (DumpMRs, counted by owner as they stream; UpdateMRs dumps them only
 // when the device's resource summary counts another number of MRs than
 // at the last dump, and at least once a period the caller gives:
 // MRMark); LookForZombies looks for zombie verbs contexts; FollowProbes applies the eBPF probes'
 // events as they come, naming each QP create's site as it is read (Sites,
-// through package symbolize, while the creating process still runs).
+// through package symbolize, while the creating process still runs), and
+// FollowPeers dumps a device's rdma_cm IDs when those events say a QP
+// whose peer is not known yet connects or fails (DumpPeers), for the QPs
+// that live too short a time for a scan to list them.
 // LearnDevice learns a device's provider and max_qp
 // once (FactsCache). Check answers qp-leaks: from a running agent
 // (agentapi.Ask) when one listens, else by observing the host for --watch

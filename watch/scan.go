@@ -29,7 +29,10 @@ type Scanner struct {
 
 // Scan dumps the QPs and counts the user contexts of each of devs (its
 // resource summary, one request per device), and resolves the QP owners
-// through /proc: process, command name, cgroup and container. A device
+// through /proc: process, command name, cgroup and container. Where the
+// summary counts rdma_cm IDs it dumps them too: they name the QPs'
+// peers, the ULP of the QPs rdma_cm made for a kernel module, and, where
+// the provider reports no QP state, which QPs are connected. A device
 // that goes away during its scan is left out (its QPs are not taken as
 // destroyed one by one); other errors end the scan. It returns the
 // resource summaries it read too.
@@ -145,12 +148,18 @@ func (s Scanner) scanDevice(ctx context.Context, dev rdmanl.Device, sum rdmanl.S
 			}
 		}
 	}
-	if !unfilled && !viaCM {
+	// The rdma_cm IDs name the QPs' peers, where the summary counts some
+	// (or counts none of them at all).
+	cmIDs, counted := summaryCount(sum, "cm_id")
+	if !unfilled && !viaCM && counted && cmIDs == 0 {
 		return ds, nil
 	}
 	ids, err := collect(s.NL.CMIDs(ctx, dev, rdmanl.DumpOptions{}))
 	if err != nil {
 		return ds, err
+	}
+	if peers := rdmanl.Peers(ids); len(peers) > 0 {
+		ds.Peers = peers
 	}
 	if unfilled {
 		// Where the provider does not report QP states (siw before

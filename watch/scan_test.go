@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -12,35 +13,45 @@ import (
 	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
 )
 
-// Where the provider reports no QP state, a scan reads the rdma_cm IDs to
-// say which QPs are connected; elsewhere it does not dump them.
-func TestScanReadsCMIDsOnlyForUnreportedStates(t *testing.T) {
-	host := rdmanltest.NewHost(rxe, siw)
+// A scan reads the rdma_cm IDs of the devices whose resource summary
+// counts some, and of those only: they name the QPs' peers and, where the
+// provider reports no QP state, which QPs are connected.
+func TestScanReadsCMIDs(t *testing.T) {
+	mlx := rdmanl.Device{Index: 3, Name: "mlx5_0"}
+	host := rdmanltest.NewHost(rxe, siw, mlx)
 	unfilled := qp(1, rdmanl.QPStateReset, 42) // qp() gives it port 1
 	host.SetQPs(siw.Index, unfilled, qp(2, rdmanl.QPStateReset, 42))
-	host.SetQPs(rxe.Index, qp(17, rdmanl.QPStateRTS, 42))
+	host.SetQPs(rxe.Index, qp(17, rdmanl.QPStateRTS, 42), qp(18, rdmanl.QPStateRTS, 42))
+	host.SetQPs(mlx.Index, qp(30, rdmanl.QPStateRTS, 42))
 	host.SetCMIDs(siw.Index, rdmanl.CMID{LQPN: 1, State: rdmanl.CMStateConnect}, rdmanl.CMID{LQPN: 2, State: 8 /* LISTEN */}, rdmanl.CMID{LQPN: 0, State: rdmanl.CMStateConnect})
-	host.SetCMIDs(rxe.Index, rdmanl.CMID{LQPN: 17, State: rdmanl.CMStateConnect})
+	host.SetCMIDs(rxe.Index, rdmanl.CMID{LQPN: 17, State: rdmanl.CMStateConnect, DstAddr: netip.MustParseAddrPort("192.0.2.7:4420")},
+		rdmanl.CMID{SrcAddr: netip.MustParseAddrPort("192.0.2.1:4420")}) // a listener
 	nl := host.Dial()
 	defer nl.Close()
-	sc, _, err := Scanner{NL: nl, Now: time.Now}.Scan(t.Context(), []rdmanl.Device{rxe, siw})
+	sc, _, err := Scanner{NL: nl, Now: time.Now}.Scan(t.Context(), []rdmanl.Device{rxe, siw, mlx})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := sc.Devices[0].CMConnected; got != nil {
-		t.Errorf("rxe0 reports its QP states, yet its rdma_cm IDs were read: %v", got)
+		t.Errorf("rxe0 reports its QP states, yet its rdma_cm IDs say which QPs are connected: %v", got)
+	}
+	if diff := cmp.Diff(map[uint32]string{17: "192.0.2.7"}, sc.Devices[0].Peers); diff != "" {
+		t.Errorf("rxe0's peers (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(map[uint32]bool{1: true}, sc.Devices[1].CMConnected); diff != "" {
 		t.Errorf("siw0's connected QPs (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]int{"siw0": 1}, host.CMIDDumps()); diff != "" {
+	if got := sc.Devices[1].Peers; got != nil {
+		t.Errorf("siw0's rdma_cm IDs name no destination, yet peers %v", got)
+	}
+	if diff := cmp.Diff(map[string]int{"rxe0": 1, "siw0": 1}, host.CMIDDumps()); diff != "" {
 		t.Errorf("rdma_cm ID dumps (-want +got):\n%s", diff)
 	}
 }
 
 // QPs netlink reports as rdma_cm's get their ULP from the rdma_cm IDs and
-// SRQs; a device without such QPs has no rdma_cm IDs dumped. Each
-// device's SRQs are dumped once, for the QPs' SRQ numbers and the ULPs.
+// SRQs; a user QP's rdma_cm ID names none. Each device's SRQs are dumped
+// once, for the QPs' SRQ numbers and the ULPs.
 func TestScanNamesULPs(t *testing.T) {
 	host := rdmanltest.NewHost(rxe, siw)
 	kern := func(n uint32) rdmanl.QP {
@@ -77,7 +88,7 @@ func TestScanNamesULPs(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{"rxe0": 1, "siw0": 1}, host.SRQDumps()); diff != "" {
 		t.Errorf("SRQ dumps (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]int{"siw0": 1}, host.CMIDDumps()); diff != "" {
+	if diff := cmp.Diff(map[string]int{"rxe0": 1, "siw0": 1}, host.CMIDDumps()); diff != "" {
 		t.Errorf("rdma_cm ID dumps (-want +got):\n%s", diff)
 	}
 }

@@ -44,6 +44,11 @@ type State struct {
 	events   map[string]uint64       // probe events read, by kind
 	listedOK bool                    // the last device listing succeeded
 	procRoot string                  // where reports resolve owners ("": not)
+	// peersWanted are the devices whose rdma_cm IDs probe events asked
+	// to be dumped for their QPs' peers (askPeers), by index, with their
+	// names; peersAsked is signalled when one is added (FollowPeers).
+	peersWanted map[uint32]string
+	peersAsked  chan struct{}
 }
 
 var _ agentapi.Source = (*State)(nil)
@@ -90,7 +95,8 @@ func (s *State) devScans(name string) *DeviceScans {
 func NewState(cfg leakwatch.Config, now func() time.Time) *State {
 	return &State{w: leakwatch.New(cfg, now), now: now, probeErr: cfg.ProbesReason,
 		devices: []string{}, scanErrs: map[string]string{},
-		guids: map[string]string{}, dev: map[string]*DeviceScans{}, events: map[string]uint64{}}
+		guids: map[string]string{}, dev: map[string]*DeviceScans{}, events: map[string]uint64{},
+		peersWanted: map[uint32]string{}, peersAsked: make(chan struct{}, 1)}
 }
 
 // SetProbes says whether probe events feed the history, and why not.
@@ -120,6 +126,7 @@ func (s *State) probeEvent(kind string, le *leakwatch.Event) {
 	s.events[kind]++
 	if le != nil {
 		s.w.Event(*le)
+		s.askPeers(le)
 	}
 }
 

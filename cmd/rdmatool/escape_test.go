@@ -61,7 +61,7 @@ func TestTextEscapesNames(t *testing.T) {
 			rep.Devices, rep.Probes, rep.ScanError = []string{name}, name, name
 			rep.SkippedRules = []leakwatch.Skipped{{Rule: name, Reason: name}}
 			var b strings.Builder
-			if err := renderLeaks(&b, rep, false); err != nil {
+			if err := renderLeaks(&b, rep, leaksView{}); err != nil {
 				t.Fatal(err)
 			}
 			return b.String()

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,7 +26,8 @@ import (
 func newQPLeaksCmd(g *globals) *cobra.Command {
 	var o watch.CheckOptions
 	var maxQP []string
-	var noAgent, stacks bool
+	var noAgent bool
+	var view leaksView
 	cmd := &cobra.Command{
 		Use:   "qp-leaks",
 		Short: "Report queue pairs that look leaked",
@@ -69,7 +72,7 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 			if g.json {
 				err = g.renderJSON(cmd.OutOrStdout(), rep)
 			} else {
-				err = renderLeaks(cmd.OutOrStdout(), rep, stacks)
+				err = renderLeaks(cmd.OutOrStdout(), rep, view)
 			}
 			if err != nil || max(rep.FindingsTotal, len(rep.Findings)) == 0 {
 				return err
@@ -91,7 +94,8 @@ func newQPLeaksCmd(g *globals) *cobra.Command {
 	})
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only (with the agent: skip the rules that need probes)")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion, over what the device reports (repeatable)")
-	f.BoolVar(&stacks, "stacks", false, "text: show each finding's creation site (a kernel QP's stack) and group the findings by site (JSON has them whenever known)")
+	f.BoolVar(&view.stacks, "stacks", false, "text: show each finding's creation site (a kernel QP's stack) and group the findings by site (JSON has them whenever known)")
+	f.BoolVar(&view.byPeer, "by-peer", false, "text: group the findings by the address at the other end of their QPs' rdma_cm connections, and count them by peer (JSON has each finding's peer and the counts)")
 	f.IntVar(&o.Limit, "limit", 1000, "list at most this many findings QP by QP, the most severe first (0: all); the summary counts every one")
 	return cmd
 }
@@ -122,16 +126,24 @@ func agentCause(ctx context.Context, o watch.CheckOptions, err error) error {
 // Either running out is an error, not a reason to observe locally.
 const agentTimeout = 10 * time.Second
 
+// leaksView is how qp-leaks prints a report as text: with stacks, each
+// finding shows where its QP was created (a kernel QP its stack) and the
+// findings are counted by creation site; with byPeer, the findings are
+// listed under their peer (their QP's rdma_cm peer, or "no rdma_cm peer")
+// and counted by peer.
+type leaksView struct {
+	stacks, byPeer bool
+}
+
 // renderLeaks prints the findings listed QP by QP under a line naming
 // their device and owner, then a line of totals from the report's summary.
 // When the report condenses many QPs (a group of several, or findings left
 // out by --limit) the summary's groups come first, one line each. Every
 // string of the report, which comes from the agent, the kernel and the
 // processes' own names, is printed through quote.Text: a command name
-// with ESC, CR or LF in it reaches the terminal escaped. With stacks, each
-// finding shows where its QP was created (a kernel QP its stack) and the
-// findings are counted by creation site before the totals.
-func renderLeaks(w io.Writer, rep agentapi.CheckReport, stacks bool) error {
+// with ESC, CR or LF in it reaches the terminal escaped. The view says
+// what else it prints (leaksView): the creation sites, the peers.
+func renderLeaks(w io.Writer, rep agentapi.CheckReport, view leaksView) error {
 	t := quote.Text
 	bw := bufio.NewWriter(w)
 	total := max(rep.FindingsTotal, len(rep.Findings))
@@ -147,73 +159,26 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport, stacks bool) error {
 		}
 		fmt.Fprintln(bw)
 	}
-	// The listed findings go under the line that names their device and
-	// owner as the text does: those that print the same line share it
-	// (the summary's groups tell apart what the text does not print,
-	// such as the thread that created a kernel QP).
-	type heading struct{ dev, owner string }
-	listed := map[heading][]leakwatch.Finding{}
-	var order []heading
-	for _, f := range rep.Findings {
-		// Netlink records the creating thread; the line names its process
-		// (each finding names the thread when it is another one).
-		o := f.Owner
-		if o.TGID != 0 && o.Comm != "" {
-			o.PID = o.TGID
-		}
-		owner := ownerText(f.Rule, o)
-		if o.Cgroup != "" {
-			owner += " cgroup " + t(o.Cgroup)
-		}
-		owner += containerText(o)
-		k := heading{f.Device, owner}
-		if _, ok := listed[k]; !ok {
-			order = append(order, k)
-		}
-		listed[k] = append(listed[k], f)
-	}
-	sort.SliceStable(order, func(i, j int) bool { return order[i].dev < order[j].dev })
-	for _, k := range order {
-		dev := k.dev
-		if dev == "" {
-			dev = "(unregistered device)" // zombie-uverbs-context
-		}
-		fmt.Fprintf(bw, "%s  %s\n", t(dev), k.owner)
-		for _, f := range listed[k] {
-			severity, rule := t(string(f.Severity)), t(f.Rule)
-			switch {
-			case f.Rule == leakwatch.RuleQPExhaustion:
-				fmt.Fprintf(bw, "  %-8s %-29s %d of %d QPs\n", severity, rule, f.Count, f.Limit)
-			case f.Rule == leakwatch.RuleZombieUverbsContext && len(f.Evidence) > 0:
-				fmt.Fprintf(bw, "  %-8s %-29s %s for %.1fs\n", severity, rule, t(f.Evidence[0].What), f.AgeSeconds)
-			case f.Rule == leakwatch.RuleMRLeak && len(f.Evidence) > 0:
-				fmt.Fprintf(bw, "  %-8s %-29s %s\n", severity, rule, t(f.Evidence[0].What))
-			default:
-				srq := ""
-				if f.SRQ {
-					srq = fmt.Sprintf(" srqn %d", f.SRQN)
-				}
-				if f.TGID != 0 && f.TGID != f.PID {
-					srq += fmt.Sprintf(" thread %d", f.PID)
-				}
-				if f.Draining {
-					srq += " draining"
-				} else if f.DrainSeconds > 0 {
-					srq += fmt.Sprintf(" drain took %.1fs", f.DrainSeconds)
-				}
-				fmt.Fprintf(bw, "  %-8s %-29s qpn %d %s %s%s for %.1fs\n", severity, rule, f.QPN, t(f.Type), t(f.State), srq, f.AgeSeconds)
+	if view.byPeer {
+		for _, p := range byPeer(rep.Findings) {
+			if p.peer == "" {
+				fmt.Fprintln(bw, "no rdma_cm peer:")
+			} else {
+				fmt.Fprintf(bw, "peer %s:\n", t(p.peer))
 			}
-			if stacks {
-				writeFindingSite(bw, f)
-			}
-			fmt.Fprintf(bw, "           %s\n", t(f.Hint))
+			writeListed(&indented{w: bw}, p.findings, view.stacks)
 		}
+	} else {
+		writeListed(bw, rep.Findings, view.stacks)
 	}
 	if rep.FindingsOmitted > 0 {
 		fmt.Fprintf(bw, "%d more findings not listed QP by QP (--limit 0 lists them all)\n", rep.FindingsOmitted)
 	}
-	if stacks {
+	if view.stacks {
 		writeSiteGroups(bw, rep)
+	}
+	if view.byPeer {
+		writePeerGroups(bw, rep)
 	}
 	severities := map[leakwatch.Severity]int{} // every finding, also those not listed
 	for _, g := range rep.Summary {
@@ -256,6 +221,158 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport, stacks bool) error {
 	}
 	fmt.Fprintln(bw, summary)
 	return bw.Flush()
+}
+
+// writeListed writes findings under the line that names their device and
+// owner as the text does: those that print the same line share it (the
+// summary's groups tell apart what the text does not print, such as the
+// thread that created a kernel QP). With stacks, each says where its QP
+// was created.
+func writeListed(w io.Writer, findings []leakwatch.Finding, stacks bool) {
+	t := quote.Text
+	type heading struct{ dev, owner string }
+	listed := map[heading][]leakwatch.Finding{}
+	var order []heading
+	for _, f := range findings {
+		// Netlink records the creating thread; the line names its process
+		// (each finding names the thread when it is another one).
+		o := f.Owner
+		if o.TGID != 0 && o.Comm != "" {
+			o.PID = o.TGID
+		}
+		owner := ownerText(f.Rule, o)
+		if o.Cgroup != "" {
+			owner += " cgroup " + t(o.Cgroup)
+		}
+		owner += containerText(o)
+		k := heading{f.Device, owner}
+		if _, ok := listed[k]; !ok {
+			order = append(order, k)
+		}
+		listed[k] = append(listed[k], f)
+	}
+	sort.SliceStable(order, func(i, j int) bool { return order[i].dev < order[j].dev })
+	for _, k := range order {
+		dev := k.dev
+		if dev == "" {
+			dev = "(unregistered device)" // zombie-uverbs-context
+		}
+		fmt.Fprintf(w, "%s  %s\n", t(dev), k.owner)
+		for _, f := range listed[k] {
+			severity, rule := t(string(f.Severity)), t(f.Rule)
+			switch {
+			case f.Rule == leakwatch.RuleQPExhaustion:
+				fmt.Fprintf(w, "  %-8s %-29s %d of %d QPs\n", severity, rule, f.Count, f.Limit)
+			case f.Rule == leakwatch.RuleZombieUverbsContext && len(f.Evidence) > 0:
+				fmt.Fprintf(w, "  %-8s %-29s %s for %.1fs\n", severity, rule, t(f.Evidence[0].What), f.AgeSeconds)
+			case f.Rule == leakwatch.RuleMRLeak && len(f.Evidence) > 0:
+				fmt.Fprintf(w, "  %-8s %-29s %s\n", severity, rule, t(f.Evidence[0].What))
+			default:
+				srq := ""
+				if f.SRQ {
+					srq = fmt.Sprintf(" srqn %d", f.SRQN)
+				}
+				if f.TGID != 0 && f.TGID != f.PID {
+					srq += fmt.Sprintf(" thread %d", f.PID)
+				}
+				if f.Draining {
+					srq += " draining"
+				} else if f.DrainSeconds > 0 {
+					srq += fmt.Sprintf(" drain took %.1fs", f.DrainSeconds)
+				}
+				fmt.Fprintf(w, "  %-8s %-29s qpn %d %s %s%s for %.1fs\n", severity, rule, f.QPN, t(f.Type), t(f.State), srq, f.AgeSeconds)
+			}
+			if stacks {
+				writeFindingSite(w, f)
+			}
+			fmt.Fprintf(w, "           %s\n", t(f.Hint))
+		}
+	}
+}
+
+// peerFindings are the listed findings of one peer ("" for none).
+type peerFindings struct {
+	peer     string
+	findings []leakwatch.Finding
+}
+
+// byPeer splits findings by their peer: the peers with the most findings
+// first (then by address), the findings without one last.
+func byPeer(findings []leakwatch.Finding) []peerFindings {
+	idx := map[string]int{}
+	var out []peerFindings
+	for _, f := range findings {
+		i, ok := idx[f.Peer]
+		if !ok {
+			i = len(out)
+			idx[f.Peer] = i
+			out = append(out, peerFindings{peer: f.Peer})
+		}
+		out[i].findings = append(out[i].findings, f)
+	}
+	last := func(p peerFindings) int {
+		if p.peer == "" {
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(out, func(a, b peerFindings) int {
+		return cmp.Or(cmp.Compare(last(a), last(b)), cmp.Compare(len(b.findings), len(a.findings)), cmp.Compare(a.peer, b.peer))
+	})
+	return out
+}
+
+// indented writes what it is given with every line indented by two
+// spaces.
+type indented struct {
+	w       io.Writer
+	midLine bool
+}
+
+func (iw *indented) Write(p []byte) (int, error) {
+	for _, line := range bytes.SplitAfter(p, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		if !iw.midLine {
+			if _, err := io.WriteString(iw.w, "  "); err != nil {
+				return 0, err
+			}
+		}
+		if _, err := iw.w.Write(line); err != nil {
+			return 0, err
+		}
+		iw.midLine = line[len(line)-1] != '\n'
+	}
+	return len(p), nil
+}
+
+// writePeerGroups writes every finding counted by peer (the report's
+// peers: the largest groups first), with the devices and rules.
+func writePeerGroups(w io.Writer, rep agentapi.CheckReport) {
+	t := quote.Text
+	if len(rep.Peers) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "by peer:")
+	for _, g := range rep.Peers {
+		peer := "no rdma_cm peer"
+		if g.Peer != "" {
+			peer = t(g.Peer)
+		}
+		rules := make([]string, 0, len(g.Rules))
+		for _, r := range slices.Sorted(maps.Keys(g.Rules)) {
+			rules = append(rules, fmt.Sprintf("%s %d", t(r), g.Rules[r]))
+		}
+		devs := make([]string, 0, len(g.Devices))
+		for _, d := range g.Devices {
+			devs = append(devs, t(d))
+		}
+		fmt.Fprintf(w, "  %s  %d findings on %s  (%s)\n", peer, g.Findings, strings.Join(devs, ", "), strings.Join(rules, ", "))
+	}
+	if rep.PeersOmitted > 0 {
+		fmt.Fprintf(w, "  %d more peers\n", rep.PeersOmitted)
+	}
 }
 
 // writeFindingSite writes the lines that say where a finding's QP was

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -200,7 +201,7 @@ func TestRenderLeaksThreads(t *testing.T) {
 	var rep agentapi.CheckReport
 	rep.Findings = []leakwatch.Finding{main, worker}
 	var b strings.Builder
-	if err := renderLeaks(&b, rep, false); err != nil {
+	if err := renderLeaks(&b, rep, leaksView{}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -220,7 +221,7 @@ func TestRenderLeaksULPDrain(t *testing.T) {
 	var rep agentapi.CheckReport
 	rep.Findings = []leakwatch.Finding{f, done}
 	var b strings.Builder
-	if err := renderLeaks(&b, rep, false); err != nil {
+	if err := renderLeaks(&b, rep, leaksView{}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -249,7 +250,7 @@ func TestRenderLeaksKernelThreads(t *testing.T) {
 	}
 	rep.FindingsTotal = 2
 	var b strings.Builder
-	if err := renderLeaks(&b, rep, false); err != nil {
+	if err := renderLeaks(&b, rep, leaksView{}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -268,7 +269,7 @@ func TestRenderLeaksZombie(t *testing.T) {
 		Owner: leakwatch.Owner{PID: 300, TGID: 300, Comm: "stuck"}, AgeSeconds: 12, Hint: "reopen",
 		Evidence: []leakwatch.Evidence{{Source: "scan", What: "holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device"}}}}
 	var b strings.Builder
-	if err := renderLeaks(&b, rep, false); err != nil {
+	if err := renderLeaks(&b, rep, leaksView{}); err != nil {
 		t.Fatal(err)
 	}
 	want := "(unregistered device)  pid 300 (stuck)\n  warning  zombie-uverbs-context         holds fd 3 /dev/infiniband/uverbs0 (deleted); no verbs context on any device for 12.0s\n"
@@ -285,7 +286,7 @@ func TestRenderLeaksMRLeak(t *testing.T) {
 		Owner: leakwatch.Owner{PID: 300, TGID: 300, Comm: "client"}, AgeSeconds: 600, Count: 7, Hint: "deregister",
 		Evidence: []leakwatch.Evidence{{Source: "scan", What: "MRs 1 → 7 (+6, +24 KiB) in 10m0s over 12 QP creates while its live QPs did not grow"}}}}
 	var b strings.Builder
-	if err := renderLeaks(&b, rep, false); err != nil {
+	if err := renderLeaks(&b, rep, leaksView{}); err != nil {
 		t.Fatal(err)
 	}
 	want := "rxe0  pid 300 (client)\n  error    mr-leak                       MRs 1 → 7 (+6, +24 KiB) in 10m0s over 12 QP creates while its live QPs did not grow\n           deregister\n"
@@ -301,7 +302,7 @@ func TestRenderLeaksNoDevices(t *testing.T) {
 		ScanError: "rdmanl: dump QPs of rxe0: interrupted"}
 	rep.ObservedSeconds = 15
 	var b strings.Builder
-	if err := renderLeaks(&b, rep, false); err != nil {
+	if err := renderLeaks(&b, rep, leaksView{}); err != nil {
 		t.Fatal(err)
 	}
 	want := "0 findings over 0 QPs on no devices, observed by the agent for 15s, probes off; scans failed: rdmanl: dump QPs of rxe0: interrupted\n"
@@ -408,7 +409,7 @@ func TestRenderLeaksSummaryFirst(t *testing.T) {
 	rep.FindingsTotal = len(fs)
 	rep.Findings, rep.FindingsOmitted = fs[:10], len(fs)-10
 	var b strings.Builder
-	if err := renderLeaks(&b, rep, false); err != nil {
+	if err := renderLeaks(&b, rep, leaksView{}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -485,7 +486,7 @@ func TestRenderLeaksStacks(t *testing.T) {
 	}
 	rep.SitesOmitted = 2
 	var b strings.Builder
-	if err := renderLeaks(&b, rep, true); err != nil {
+	if err := renderLeaks(&b, rep, leaksView{stacks: true}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -501,7 +502,7 @@ func TestRenderLeaksStacks(t *testing.T) {
 		}
 	}
 	b.Reset()
-	if err := renderLeaks(&b, rep, false); err != nil {
+	if err := renderLeaks(&b, rep, leaksView{}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(b.String(), "created") {
@@ -509,10 +510,58 @@ func TestRenderLeaksStacks(t *testing.T) {
 	}
 	rep.Sites, rep.SitesOmitted = nil, 0
 	b.Reset()
-	if err := renderLeaks(&b, rep, true); err != nil {
+	if err := renderLeaks(&b, rep, leaksView{stacks: true}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "by creation site: no finding's creation site is known\n") {
 		t.Errorf("text report with --stacks and no sites:\n%s", b.String())
+	}
+}
+
+// TestRenderLeaksByPeer: with --by-peer the findings are listed under the
+// peer of their QPs' rdma_cm connections, the peers with most findings
+// first and those without one last, each peer's under its devices and
+// owners as without it; every finding is then counted by peer, also those
+// --limit leaves out. The text is testdata/qp-leaks-by-peer.txt (-update
+// rewrites it).
+func TestRenderLeaksByPeer(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	st := watch.NewState(leakwatch.Config{ProbesReason: "no BTF"}, func() time.Time { return now })
+	rxe, siw := rdmanl.Device{Index: 1, Name: "rxe0"}, rdmanl.Device{Index: 2, Name: "siw0"}
+	st.SetDevices([]rdmanl.Device{rxe, siw}, nil, now)
+	qp := func(lqpn uint32, state rdmanl.QPState, pid uint32) rdmanl.QP {
+		return rdmanl.QP{LQPN: lqpn, Type: rdmanl.QPTypeRC, State: state, Port: 1, Owner: rdmanl.Owner{PID: pid}}
+	}
+	kern := qp(3, rdmanl.QPStateErr, 0)
+	kern.Owner = rdmanl.Owner{KernName: "rdma_cm"}
+	st.Scan(leakwatch.Scan{Started: now, Time: now, Devices: []leakwatch.DeviceScan{
+		{Device: rxe, QPs: []rdmanl.QP{qp(17, rdmanl.QPStateErr, 100), qp(18, rdmanl.QPStateErr, 100), qp(19, rdmanl.QPStateInit, 100), qp(20, rdmanl.QPStateErr, 200)},
+			Owners: map[uint32]leakwatch.Owner{100: {TGID: 100, Comm: "app"}, 200: {TGID: 200, Comm: "other"}},
+			Peers:  map[uint32]string{17: "192.0.2.7", 18: "192.0.2.7", 19: "192.0.2.9"}},
+		{Device: siw, QPs: []rdmanl.QP{kern}, ULPs: map[uint32]string{3: "nvmet_rdma"}, Peers: map[uint32]string{3: "2001:db8::2"}},
+	}})
+	now = now.Add(time.Minute)
+	var out strings.Builder
+	for _, limit := range []int{0, 2} {
+		rep, _ := st.Report(leakwatch.Query{MinAge: 5 * time.Second, Limit: limit})
+		rep.Source = "agent"
+		fmt.Fprintf(&out, "--limit %d:\n", limit)
+		if err := renderLeaks(&out, rep, leaksView{byPeer: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join("testdata", "qp-leaks-by-peer.txt")
+	if *update {
+		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), out.String()); diff != "" {
+		t.Errorf("%s changed (-want +got):\n%s", path, diff)
 	}
 }

@@ -28,7 +28,10 @@ Numbers take ranges and lists: lqpn 0-6, pid 10,20-30. Words take
 lists of the kernel's names, as the rows print them (state ERR,SQE); a
 name that is none of them is an error that lists them. link or dev
 selects one device, once. --raw asks the kernel for the provider's raw
-QP/CQ/MR/SRQ context (needs CAP_NET_ADMIN).`
+QP/CQ/MR/SRQ context (needs CAP_NET_ADMIN). A qp or mr row names the
+kernel ULP it serves (ulp): for a QP rdma_cm made, the module its rdma_cm
+ID or SRQ names; for a kernel MR, the module that allocated its PD
+(rds_rdma, nvme_rdma), but ib_core's own.`
 
 func newResCmd(g *globals) *cobra.Command {
 	var raw bool

@@ -251,6 +251,21 @@ type mrRow struct {
 	Comm     string `json:"comm" txt:"-"`
 	KernName string `json:"kern_name" txt:"-"`
 	CommText string `json:"-" txt:"lead" filter:"-"` // "comm app", kernel: "comm [ib_core]"
+	// ULP is the kernel module a kernel MR serves (mrULP); "" otherwise.
+	ULP string `json:"ulp" txt:"nz"`
+}
+
+// mrULP is the kernel module a kernel MR serves, as a QP row's ULP names
+// the module a QP serves: netlink's kern_name of a kernel MR is the module
+// that allocated the protection domain it was registered through
+// (ib_alloc_mr takes it from the PD: rds_rdma, nvme_rdma, ib_iser, cifs
+// or smbdirect), but for ib_core's and rdma_cm's own; "" for a user MR.
+func mrULP(o rdmanl.Owner) string {
+	switch o.KernName {
+	case "", "ib_core", "rdma_cm":
+		return ""
+	}
+	return o.KernName
 }
 
 func hex32(v uint32, ok bool) string {
@@ -267,6 +282,7 @@ func mrRowOf(m rdmanl.MR, procs *owner.Resolver) mrRow {
 		IOVA: m.IOVA, IOVAHex: fmt.Sprintf("0x%x", m.IOVA), MRLen: m.Len, PDN: m.PDN,
 	}
 	r.PID, r.Comm, r.KernName, r.CommText = ownerFields(m.Owner, procs)
+	r.ULP = mrULP(m.Owner)
 	return r
 }
 
@@ -282,7 +298,9 @@ func (r *mrRow) appendJSON(b []byte) []byte {
 	b = jsonw.AppendString(append(b, `,"iova_hex":`...), r.IOVAHex)
 	b = jsonw.AppendUint(append(b, `,"mrlen":`...), r.MRLen)
 	b = jsonw.AppendUint(append(b, `,"pdn":`...), r.PDN)
-	return append(appendOwnerJSON(b, r.PID, r.Comm, r.KernName), '}')
+	b = appendOwnerJSON(b, r.PID, r.Comm, r.KernName)
+	b = jsonw.AppendString(append(b, `,"ulp":`...), r.ULP)
+	return append(b, '}')
 }
 
 type pdRow struct {

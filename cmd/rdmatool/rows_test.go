@@ -95,13 +95,25 @@ func TestRowJSON(t *testing.T) {
 				IOVA: 0xffffffffffff1234, Len: 1<<40 + 1, PDN: 2, Owner: rdmanl.Owner{PID: 1234},
 			}, nil),
 			want: `{"ifindex":0,"ifname":"rxe0","mrn":4,"rkey":6699,"rkey_hex":"0x1a2b","lkey":6700,"lkey_hex":"0x1a2c",
-				"iova":18446744073709490740,"iova_hex":"0xffffffffffff1234","mrlen":1099511627777,"pdn":2,"pid":1234,"comm":"","kern_name":""}`,
+				"iova":18446744073709490740,"iova_hex":"0xffffffffffff1234","mrlen":1099511627777,"pdn":2,"pid":1234,"comm":"","kern_name":"","ulp":""}`,
 		},
 		{
 			name: "MR without CAP_NET_ADMIN",
 			row:  mrRowOf(rdmanl.MR{DevName: "rxe0", MRN: 4, IOVA: 0x7f0000001000, Len: 4096, PDN: 2, Owner: rdmanl.Owner{PID: 1234}}, nil),
 			want: `{"ifindex":0,"ifname":"rxe0","mrn":4,"rkey":0,"rkey_hex":"","lkey":0,"lkey_hex":"",
-				"iova":139637976731648,"iova_hex":"0x7f0000001000","mrlen":4096,"pdn":2,"pid":1234,"comm":"","kern_name":""}`,
+				"iova":139637976731648,"iova_hex":"0x7f0000001000","mrlen":4096,"pdn":2,"pid":1234,"comm":"","kern_name":"","ulp":""}`,
+		},
+		{
+			name: "MR of RDS's FRWR pool",
+			row:  mrRowOf(rdmanl.MR{DevName: "rxe0", MRN: 9, RKey: 0x2f3, LKey: 0x2f3, HasKeys: true, Len: 0, Owner: rdmanl.Owner{KernName: "rds_rdma"}}, nil),
+			want: `{"ifindex":0,"ifname":"rxe0","mrn":9,"rkey":755,"rkey_hex":"0x2f3","lkey":755,"lkey_hex":"0x2f3",
+				"iova":0,"iova_hex":"0x0","mrlen":0,"pdn":0,"pid":0,"comm":"rds_rdma","kern_name":"rds_rdma","ulp":"rds_rdma"}`,
+		},
+		{
+			name: "MR of ib_core",
+			row:  mrRowOf(rdmanl.MR{DevName: "rxe0", MRN: 1, Len: 4096, Owner: rdmanl.Owner{KernName: "ib_core"}}, nil),
+			want: `{"ifindex":0,"ifname":"rxe0","mrn":1,"rkey":0,"rkey_hex":"","lkey":0,"lkey_hex":"",
+				"iova":0,"iova_hex":"0x0","mrlen":4096,"pdn":0,"pid":0,"comm":"ib_core","kern_name":"ib_core","ulp":""}`,
 		},
 		{
 			name: "device with name assignment",
@@ -226,5 +238,31 @@ func TestQPRowJSON(t *testing.T) {
 	}
 	if r := qpRowOf(qps[3], nil, ulps); r.ULP != "nvmet_rdma" {
 		t.Errorf("the rdma_cm QP's ULP is %q, want nvmet_rdma (the test's premise)", r.ULP)
+	}
+}
+
+// An MR row writes its JSON itself, byte for byte as encoding/json writes
+// it; a kernel MR's ulp is its module, in the text as well (as a QP row's).
+func TestMRRowJSON(t *testing.T) {
+	mrs := []rdmanl.MR{
+		{DevName: "rxe0", MRN: 4, RKey: 0x1a2b, LKey: 0x1a2c, HasKeys: true, IOVA: 1<<64 - 1, Len: 1<<40 + 1, PDN: 2, Owner: rdmanl.Owner{PID: 1 << 31}},
+		{DevIndex: 3, DevName: `a"b\c<d>&é` + "\x01\xff", MRN: 7, Owner: rdmanl.Owner{KernName: "nvme_rdma"}},
+		{DevName: "siw0", MRN: 1, Owner: rdmanl.Owner{KernName: "ib_core"}},
+	}
+	for _, m := range mrs {
+		r := mrRowOf(m, nil)
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.appendJSON(nil); string(got) != string(want) {
+			t.Errorf("MR %d: appendJSON\n%s\nwant (encoding/json)\n%s", m.MRN, got, want)
+		}
+	}
+	if line := textLine(mrRowOf(mrs[1], nil), false); !strings.HasSuffix(line, "comm [nvme_rdma] ulp nvme_rdma") {
+		t.Errorf("nvme_rdma's MR reads %q, want it to end with comm [nvme_rdma] ulp nvme_rdma", line)
+	}
+	if line := textLine(mrRowOf(mrs[2], nil), false); strings.Contains(line, "ulp") {
+		t.Errorf("ib_core's MR reads %q, want no ulp", line)
 	}
 }

@@ -170,8 +170,8 @@ func (c *Client) present(index uint32) bool {
 	return slices.ContainsFunc(c.h.devs, func(d rdmanl.Device) bool { return d.Index == index })
 }
 
-// Summary counts a device's QPs and MRs, as the kernel's summary does, and
-// one PD.
+// Summary counts a device's QPs, rdma_cm IDs and MRs, as the kernel's
+// summary does, and one PD.
 func (c *Client) Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary, error) {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
@@ -180,7 +180,7 @@ func (c *Client) Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary
 	}
 	return rdmanl.Summary{DevIndex: dev.Index, DevName: dev.Name,
 		Counts: []rdmanl.ResourceCount{{Name: "pd", Current: 1}, {Name: "qp", Current: uint64(len(c.h.qps[dev.Index]))},
-			{Name: "mr", Current: uint64(len(c.h.mrs[dev.Index]))}}}, ctx.Err()
+			{Name: "cm_id", Current: uint64(len(c.h.cmIDs[dev.Index]))}, {Name: "mr", Current: uint64(len(c.h.mrs[dev.Index]))}}}, ctx.Err()
 }
 
 // QPs dumps a device's QPs, joined with its SRQs as opts says.

@@ -133,6 +133,7 @@ struct opts {
 	bool rkey_refresh;		/* --rkey refresh (else keep) */
 	bool mrs_dereg;			/* --mrs dereg (else keep) */
 	int cycle_pause_ms;		/* pause between reconnect cycles */
+	int connected_ms;		/* hold of a new connection before its write */
 };
 
 struct qpent {
@@ -503,6 +504,8 @@ static void usage(FILE *f)
 "                           the new connection's after a failure\n"
 "  --mrs keep|dereg         --reconnect: ended connections' MRs  [keep]\n"
 "  --cycle-pause-ms N       --reconnect: pause between writes    [0]\n"
+"  --connected-ms N         --reconnect: hold a new connection N ms\n"
+"                           before its first write               [0]\n"
 "  --quiet                  no per-QP qp/err/destroyed lines\n"
 "  --help                   this text\n");
 }
@@ -586,7 +589,7 @@ enum {
 	OPT_TO, OPT_CONNECT, OPT_ADDR, OPT_CMPORT, OPT_TIMEOUT, OPT_TEARDOWN,
 	OPT_LASTWQE, OPT_DRAIN, OPT_GRACE, OPT_HOLD, OPT_ORPHAN, OPT_CHURN,
 	OPT_CHURN_SECS, OPT_CHURN_RATE, OPT_CHURN_STATES, OPT_BATCH, OPT_QUIET, OPT_OVERSIZED, OPT_RECONNECT, OPT_RKEY, OPT_MRS,
-	OPT_CYCLE_PAUSE, OPT_HELP,
+	OPT_CYCLE_PAUSE, OPT_CONNECTED, OPT_HELP,
 	OPT_LAST
 };
 
@@ -623,6 +626,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "rkey",                required_argument, NULL, OPT_RKEY },
 		{ "mrs",                 required_argument, NULL, OPT_MRS },
 		{ "cycle-pause-ms",      required_argument, NULL, OPT_CYCLE_PAUSE },
+		{ "connected-ms",        required_argument, NULL, OPT_CONNECTED },
 		{ "help",                no_argument,       NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -787,6 +791,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case OPT_CYCLE_PAUSE:
 			o->cycle_pause_ms = (int)parse_long("--cycle-pause-ms", optarg, 0, 3600000L);
 			break;
+		case OPT_CONNECTED:
+			o->connected_ms = (int)parse_long("--connected-ms", optarg, 0, 3600000L);
+			break;
 		case OPT_HELP:
 			usage(stdout);
 			exit(0);
@@ -808,10 +815,10 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		bad_usage("--dev is required");
 
 	churn_mode = GIVEN(OPT_CHURN) || GIVEN(OPT_CHURN_SECS);
-	if (!GIVEN(OPT_RECONNECT) && (GIVEN(OPT_RKEY) || GIVEN(OPT_MRS) || GIVEN(OPT_CYCLE_PAUSE)))
-		bad_usage("--rkey, --mrs and --cycle-pause-ms need --reconnect");
+	if (!GIVEN(OPT_RECONNECT) && (GIVEN(OPT_RKEY) || GIVEN(OPT_MRS) || GIVEN(OPT_CYCLE_PAUSE) || GIVEN(OPT_CONNECTED)))
+		bad_usage("--rkey, --mrs, --cycle-pause-ms and --connected-ms need --reconnect");
 	if (GIVEN(OPT_RECONNECT)) {
-		static const int ok[] = { OPT_RECONNECT, OPT_RKEY, OPT_MRS, OPT_CYCLE_PAUSE, OPT_CONNECT,
+		static const int ok[] = { OPT_RECONNECT, OPT_RKEY, OPT_MRS, OPT_CYCLE_PAUSE, OPT_CONNECTED, OPT_CONNECT,
 					  OPT_ADDR, OPT_CMPORT, OPT_TIMEOUT, OPT_PORT, OPT_HOLD, OPT_QUIET };
 		int opt;
 		size_t i;
@@ -823,7 +830,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 				allowed = allowed || ok[i] == opt;
 			if (GIVEN(opt) && !allowed)
 				bad_usage("--reconnect takes only --connect cm, --addr, --cm-port, --timeout-ms, "
-					  "--port, --rkey, --mrs, --cycle-pause-ms, --hold and --quiet");
+					  "--port, --rkey, --mrs, --cycle-pause-ms, --connected-ms, --hold and --quiet");
 		}
 		if (o->conn != CONN_CM || !GIVEN(OPT_ADDR))
 			bad_usage("--reconnect needs --connect cm and --addr");
@@ -2371,10 +2378,13 @@ static void end_connection(struct app *a, struct reconnect *r)
 	r->connected = false;
 }
 
-/* --cycle-pause-ms: the pause, servicing async events; a signal ends it. */
-static void cycle_pause(struct app *a)
+/*
+ * --cycle-pause-ms, --connected-ms: a pause of ms, servicing async events;
+ * a signal ends it.
+ */
+static void cycle_pause(struct app *a, int ms)
 {
-	int64_t end = now_us() + (int64_t)a->o.cycle_pause_ms * 1000;
+	int64_t end = now_us() + (int64_t)ms * 1000;
 	int64_t left;
 
 	while (!g_signal && (left = end - now_us()) > 0)
@@ -2436,6 +2446,8 @@ static void run_reconnect(struct app *a)
 				rkey = r.mrs[r.connections - 1].mr->rkey;
 				raddr = (uintptr_t)r.mrs[r.connections - 1].buf;
 			}
+			if (a->o.connected_ms > 0)
+				cycle_pause(a, a->o.connected_ms);
 		}
 		t = &r.mrs[r.connections - 1];
 		st = rdma_write_once(a, c, raddr, rkey);
@@ -2455,7 +2467,7 @@ static void run_reconnect(struct app *a)
 		if (st != IBV_WC_SUCCESS)
 			end_connection(a, &r);
 		if (a->o.cycle_pause_ms > 0 && cycle + 1 < a->o.reconnect)
-			cycle_pause(a);
+			cycle_pause(a, a->o.cycle_pause_ms);
 	}
 	if (r.connected)
 		end_connection(a, &r);
