@@ -352,8 +352,12 @@ func TestLabResetHolder(t *testing.T) {
 			}
 			t.Logf("timeout 3s: returned after %s; a dry run takes %s", r.elapsed.Round(time.Millisecond), noise.Round(time.Millisecond))
 			rep := r.report(t)
-			if rep.DurationSeconds > 4.5 {
-				t.Errorf("the reset took %.2fs by its own clock, want about 3s", rep.DurationSeconds)
+			// Its clock starts before the removal is asked for: the
+			// holders' listing and the unbind take up to 2 s more on
+			// a TCG guest whose host is busy (4.89s measured on siw0,
+			// 6.1, while the host compiled).
+			if rep.DurationSeconds > 6 {
+				t.Errorf("the reset took %.2fs by its own clock, want about 3s (at most 6)", rep.DurationSeconds)
 			}
 			t.Logf("timeout 3s: the reset's own duration %.2fs", rep.DurationSeconds)
 			if rep.Result != reset.ResultWaiting || !slices.ContainsFunc(rep.WaitingOn, func(h reset.Holder) bool { return h.PID == uint32(w.PID()) && h.Comm == "qpwork" }) ||
