@@ -403,7 +403,9 @@ func (w *Watcher) evaluation(q Query, now time.Time) evaluation {
 }
 
 // enabled says whether the query selects the rule id.
-func (e *evaluation) enabled(id string) bool { return len(e.q.Rules) == 0 || slices.Contains(e.q.Rules, id) }
+func (e *evaluation) enabled(id string) bool {
+	return len(e.q.Rules) == 0 || slices.Contains(e.q.Rules, id)
+}
 
 // qpFindings appends the findings of e's QP rules on h at clk's time to
 // out, the superseded left out; a destroyed QP past its retention has
