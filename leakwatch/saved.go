@@ -632,17 +632,24 @@ func (w *Watcher) dropRestored(rd *restoredDevice) {
 // takeRestored takes up, for a probe event about the QP k of type typ,
 // its restored history, tracked again from now on: a listing found its
 // device at k's index, or before one, the device had that index when
-// saved. nil when none waits there, or the QP is of another type.
+// saved. nil when none waits there, or the QP is of another type: another
+// QP took the number, and the restored history is dropped (a Save must not
+// write both).
 func (w *Watcher) takeRestored(k qpKey, typ rdmanl.QPType) *History {
 	for _, rd := range w.restoring {
 		if rd.index != k.dev {
 			continue
 		}
 		h := rd.qps[k.qpn]
-		if h == nil || h.Destroyed || h.Type != typ {
+		if h == nil || h.Destroyed {
 			return nil
 		}
 		delete(rd.qps, k.qpn)
+		if h.Type != typ {
+			w.restoredQPs.Waiting--
+			w.restoredQPs.New++
+			return nil
+		}
 		h.DevIndex, h.restored = k.dev, true
 		w.put(k, h)
 		w.restoredQPs.Waiting--
