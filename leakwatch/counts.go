@@ -70,11 +70,13 @@ func (w *Watcher) CountFindings(minAge time.Duration) Counts {
 		}
 	}
 	var one []Finding
+	c.evaluated = 0
 	for _, h := range c.queue {
 		h.queued = false
 		if !w.current(h) {
 			continue
 		}
+		c.evaluated++
 		at := &ruleClock{now: clk.now}
 		one = w.qpFindings(one[:0], h, &e, at)
 		h.counted = verdictOf(one)
@@ -118,6 +120,8 @@ type counter struct {
 	turns turnHeap
 	// facts are what the QP rules read of each device at the last count.
 	facts map[uint32]devFacts
+	// evaluated counts the QPs the last count evaluated.
+	evaluated int
 }
 
 // add adds n times (-1: takes away) the findings of a QP on device that
