@@ -464,7 +464,7 @@ func TestCountFindingsByTime(t *testing.T) {
 	w.Event(modify(c.at(0), rxe, 18, rdmanl.QPStateRTS))
 	w.Event(ev(c.at(time.Second), EventQPDestroyed, rxe, 18))
 	tests := []struct {
-		at                    time.Duration
+		at                  time.Duration
 		wantNever, wantGone int
 	}{
 		{0, 0, 1},
