@@ -85,8 +85,15 @@ func (w *Watcher) CountFindings(minAge time.Duration) Counts {
 			heap.Push(&c.turns, turn{at.turn, h})
 		}
 	}
-	clear(c.queue)
-	c.queue = c.queue[:0]
+	if cap(c.queue) > 4096 { // a first count, or a storm: let it go
+		c.queue = nil
+	} else {
+		clear(c.queue)
+		c.queue = c.queue[:0]
+	}
+	if cap(c.turns) > 4096 && len(c.turns) < cap(c.turns)/4 {
+		c.turns = slices.Clone(c.turns)
+	}
 	c.at = clk.now
 
 	out := Counts{Findings: maps.Clone(c.findings), SkippedRules: slices.Clone(e.skipped), qps: make(map[string]map[qpVerdict]int, len(c.qps))}

@@ -20,7 +20,12 @@
 // past the query's MinAge. A scan may name the ULP of kernel QPs netlink
 // reports as rdma_cm's (DeviceScan.ULPs); findings carry it. Evaluate runs
 // the rules a Query selects, with its MinAge, and reports the findings with
-// their summary (groups by device, rule and owner).
+// their summary (groups by device, rule and owner). CountFindings counts
+// what an evaluation of every rule would, by device, rule and severity:
+// the watcher keeps the counts QP by QP, and a count evaluates again only
+// the QPs that changed since the last one, or whose findings time alone
+// may have changed (an age reaching MinAge, a retention running out).
+// Tally keeps its last count until a history changes.
 //
 // An Event of a QP create may carry its creation site (Site: the
 // application's call of the verbs library, or the kernel stack), named by
