@@ -117,12 +117,29 @@ type historyShape struct {
 
 // shape is the history's shape now.
 func (h *History) shape() historyShape {
-	s := historyShape{historyFields: h.historyFields, seen: h.seen()}
-	s.scanGen, s.counted, s.queued, s.events = 0, 0, false, nil
-	if s.seen.drain != nil {
-		s.drain, s.seen.drain = *s.seen.drain, nil
+	s := historyShape{historyFields: h.historyFields}
+	s.scanGen, s.counted, s.queued = 0, 0, false
+	if h.events != nil { // most QPs have none: their shape is their fields
+		s.seen = *h.events
+		if d := s.seen.drain; d != nil {
+			s.drain, s.seen.drain = *d, nil
+		}
 	}
 	return s
+}
+
+// differs says whether two shapes of one history differ.
+func (s *historyShape) differs(o *historyShape) bool {
+	if s.historyFields != o.historyFields {
+		return true
+	}
+	return s.events != nil && (s.seen != o.seen || s.drain != o.drain)
+}
+
+// changedFrom says whether the history's shape differs from was.
+func (h *History) changedFrom(was *historyShape) bool {
+	s := h.shape()
+	return s.differs(was)
 }
 
 // qpEvents is what was seen of a QP besides its states and owner.
@@ -385,7 +402,8 @@ type deviceState struct {
 
 // Watcher keeps QP histories from scans and probe events and evaluates the
 // rules over them. It is not safe for concurrent use; a long-running caller
-// serializes Scan, Event and Evaluate.
+// serializes its calls (CountFindings, Tally and LiveQPs keep what they
+// counted, too).
 //
 // Its memory follows the host's QPs: destroyed QPs are forgotten after
 // Config.Retain, a QP whose destroy event was lost is taken as gone when a
@@ -489,8 +507,7 @@ func (w *Watcher) Scan(s Scan) {
 			if h != nil {
 				was = h.shape()
 			}
-			w.scanQP(s, &ds, dev, rd, k, qp)
-			if h != nil && w.qps[k] == h && h.shape() != was {
+			if w.scanQP(s, &ds, dev, rd, k, qp, h) == h && h != nil && h.changedFrom(&was) {
 				w.changed(h, was.names)
 			}
 		}
@@ -526,14 +543,15 @@ func (w *Watcher) Scan(s Scan) {
 }
 
 // scanQP folds what a scan s lists of the QP k (qp, on dev, in its
-// device's scan ds; rd what was restored of the device) into its history.
-func (w *Watcher) scanQP(s Scan, ds *DeviceScan, dev *deviceState, rd *restoredDevice, k qpKey, qp rdmanl.QP) {
-	h := w.qps[k]
+// device's scan ds; rd what was restored of the device) into its history
+// h (nil: none yet), and returns the QP's history after it: h, or one
+// that replaced it.
+func (w *Watcher) scanQP(s Scan, ds *DeviceScan, dev *deviceState, rd *restoredDevice, k qpKey, qp rdmanl.QP, h *History) *History {
 	if h != nil && h.Destroyed && h.DestroySeen && !s.Started.IsZero() && !h.seen().DestroyedAt.Time().Before(s.Started.Add(-probeMargin)) {
 		// The probes saw it destroyed after this dump began: the
 		// kernel listed it before the destroy. A QP that reuses
 		// the number comes with its own create event.
-		return
+		return h
 	}
 	if rd != nil {
 		h = w.claimRestored(rd, k, h, qp)
@@ -566,13 +584,13 @@ func (w *Watcher) scanQP(s Scan, ds *DeviceScan, dev *deviceState, rd *restoredD
 	if unfilled && ds.CMConnected[qp.LQPN] && (!h.StateKnown || h.State == rdmanl.QPStateInit || h.State == rdmanl.QPStateRTR) {
 		h.setState(rdmanl.QPStateRTS, s.Time, sourceScan)
 		h.note(s.Time, sourceScan, "rdma_cm ID connected; the provider reports no QP state")
-		return
+		return h
 	}
 	if unfilled {
 		if !h.StateKnown {
 			h.stateSource = sourceScan
 		}
-		return
+		return h
 	}
 	// The probes see every transition made through
 	// _ib_modify_qp, not those a provider makes itself (an
@@ -582,7 +600,7 @@ func (w *Watcher) scanQP(s Scan, ds *DeviceScan, dev *deviceState, rd *restoredD
 	// reports such a change. Otherwise the probes are
 	// authoritative.
 	if h.stateSource == sourceProbe && (qp.State == h.State || s.Started.IsZero() || !h.StateSince.Time().Before(s.Started.Add(-probeMargin))) {
-		return
+		return h
 	}
 	if qp.State == rdmanl.QPStateErr && h.StateKnown && h.State != rdmanl.QPStateErr {
 		cause := CauseProvider
@@ -592,6 +610,7 @@ func (w *Watcher) scanQP(s Scan, ds *DeviceScan, dev *deviceState, rd *restoredD
 		w.enteredError(h, dev, s.Time, cause)
 	}
 	h.setState(qp.State, s.Time, sourceScan)
+	return h
 }
 
 // DeviceGone records that a device is no longer listed: its live QPs are
