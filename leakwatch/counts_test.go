@@ -394,12 +394,12 @@ func (r *randomHost) tick() {
 }
 
 // The counts CountFindings keeps are those of a whole evaluation after
-// any sequence of changes: random hosts, a few thousand steps each, the
+// any sequence of changes: random hosts, a thousand steps or so each, the
 // counts compared after most of them.
 func TestCountFindingsFollowsChanges(t *testing.T) {
-	seeds := 16
+	seeds, steps := 12, 1200
 	if testing.Short() {
-		seeds = 4
+		seeds, steps = 4, 600
 	}
 	for seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -407,7 +407,7 @@ func TestCountFindingsFollowsChanges(t *testing.T) {
 			r := &randomHost{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 27)), c: &clock{t: t0}, cfg: cfg,
 				minAge: 5 * time.Second, devs: map[uint32]rdmanl.Device{}, qps: map[uint32]map[uint32]*kernelQP{}, probes: true}
 			r.w = New(cfg, r.c.now)
-			for i := range 1500 {
+			for i := range steps {
 				what := r.step()
 				r.tick()
 				if r.pick(3) > 0 {
