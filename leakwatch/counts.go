@@ -77,12 +77,12 @@ func (w *Watcher) CountFindings(minAge time.Duration) Counts {
 			continue
 		}
 		c.evaluated++
-		at := &ruleClock{now: clk.now}
-		one = w.qpFindings(one[:0], h, &e, at)
+		clk.turn = time.Time{} // this QP's
+		one = w.qpFindings(one[:0], h, &e, clk)
 		h.counted = verdictOf(one)
 		c.add(h.Device(), h.counted, 1)
-		if !at.turn.IsZero() {
-			heap.Push(&c.turns, turn{at.turn, h})
+		if !clk.turn.IsZero() {
+			heap.Push(&c.turns, turn{clk.turn, h})
 		}
 	}
 	if cap(c.queue) > 4096 { // a first count, or a storm: let it go
