@@ -33,10 +33,6 @@ const DefaultMetricsAddress = "127.0.0.1:10095"
 // topOwners bounds the owner series per device.
 const topOwners = 10
 
-// findingsTTL is how long an evaluation of the rules serves scrapes:
-// scrapes closer together than this cost no second evaluation.
-const findingsTTL = 5 * time.Second
-
 // metricsSnapshot is what one scrape exports, read under one lock.
 type metricsSnapshot struct {
 	version      string
@@ -53,7 +49,7 @@ type metricsSnapshot struct {
 	failures     []leakwatch.DeviceFailures
 	qpErrors     []leakwatch.DeviceErrors
 	learned      map[string]uint64 // max_qp the devices reported
-	findings     map[findingKey]int
+	findings     map[leakwatch.CountKey]int
 	maxQP        map[string]uint64
 	skippedRules []leakwatch.Skipped
 	policy       Policy
@@ -70,60 +66,24 @@ func (s metricsSnapshot) deviceMaxQP(name string) uint64 {
 	return s.learned[name]
 }
 
-// findingKey is the labels of a findings series besides the node GUID.
-type findingKey struct {
-	device, rule string
-	severity     leakwatch.Severity
-}
-
 // qpLabels is the labels of a qps series besides the device's.
 type qpLabels struct {
 	typ, state string
 }
 
-// evaluated renews the evaluation the metrics and the policy read when it
-// is findingsTTL old. The caller holds s.mu.
-func (s *state) evaluated() {
-	now := s.now()
-	if !s.findingsAt.IsZero() && now.Sub(s.findingsAt) < findingsTTL && !now.Before(s.findingsAt) {
-		return
-	}
-	s.findings = map[findingKey]int{}
-	s.findingQPs = map[string]map[string][]uint32{}
-	var staleRules []string // whose QP numbers the reset policy reads
-	if s.pol.Mode == PolicyReset {
-		staleRules = s.pol.StaleRules // QP rules (Policy.Check)
-	}
-	// Counted as they come, none kept (the reset policy keeps the QP
-	// numbers of its stale rules): 60,000 stuck QPs cost their counts, not
-	// their findings.
-	rep := s.Evaluate(leakwatch.Query{MinAge: query.DefaultMinAge, Limit: -1, Each: func(f *leakwatch.Finding) {
-		s.findings[findingKey{f.Device, f.Rule, f.Severity}]++
-		if !slices.Contains(staleRules, f.Rule) {
-			return
-		}
-		byRule := s.findingQPs[f.Device]
-		if byRule == nil {
-			byRule = map[string][]uint32{}
-			s.findingQPs[f.Device] = byRule
-		}
-		byRule[f.Rule] = append(byRule[f.Rule], f.QPN)
-	}})
-	s.skipped = rep.SkippedRules
-	s.findingsAt = now
-}
-
-// snapshot copies what the metrics export. The findings come from an
-// evaluation at most findingsTTL old.
+// snapshot copies what the metrics export. The findings are counted now
+// (watch.State.CountFindings: a count does the work of what changed since
+// the last one).
 func (s *state) snapshot() metricsSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.evaluated()
+	counts := s.CountFindings(query.DefaultMinAge)
 	h := s.Snapshot()
 	snap := metricsSnapshot{
 		version: s.version, started: h.Started, probes: h.Probes, listedOK: h.ListedOK, lost: h.Lost,
 		events: h.Events, devices: h.Devices, guids: h.GUIDs, dev: h.Scans,
-		tally: s.Tally(topOwners), mrs: s.MRTally(topOwners), failures: s.CreateFailures(), qpErrors: s.QPErrors(), findings: s.findings, maxQP: s.maxQP, skippedRules: s.skipped,
+		tally: s.Tally(topOwners), mrs: s.MRTally(topOwners), failures: s.CreateFailures(), qpErrors: s.QPErrors(),
+		findings: counts.Findings, maxQP: s.maxQP, skippedRules: counts.SkippedRules,
 		policy: s.pol, decisions: maps.Clone(s.decisions), resets: maps.Clone(s.resets), renames: maps.Clone(s.renames),
 	}
 	s.zeroCounters(&snap)
@@ -365,15 +325,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.qpErrors, prometheus.CounterValue, float64(ec.Count), de.Name, s.guids[de.Name], ec.Cause.String())
 		}
 	}
-	keys := make([]findingKey, 0, len(s.findings))
+	keys := make([]leakwatch.CountKey, 0, len(s.findings))
 	for k := range s.findings {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b findingKey) int {
-		return cmp.Or(cmp.Compare(a.device, b.device), cmp.Compare(a.rule, b.rule), cmp.Compare(a.severity, b.severity))
+	slices.SortFunc(keys, func(a, b leakwatch.CountKey) int {
+		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Severity, b.Severity))
 	})
 	for _, k := range keys {
-		gauge(c.findings, float64(s.findings[k]), k.device, s.guids[k.device], k.rule, string(k.severity))
+		gauge(c.findings, float64(s.findings[k]), k.Device, s.guids[k.Device], k.Rule, string(k.Severity))
 	}
 }
 

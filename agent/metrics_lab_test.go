@@ -74,8 +74,8 @@ func TestLabMetrics(t *testing.T) {
 		return errQPs >= 2 && owned >= 2
 	})
 	t.Logf("QPs in ERR in /metrics %.1fs after the workload was ready", time.Since(started).Seconds())
-	// The finding follows once the state is older than its min age (5s)
-	// and the evaluation it comes from (at most 5s old) is renewed.
+	// The finding follows once the state is older than its min age (5s):
+	// each scrape counts the findings then.
 	waitLab(t, 30*time.Second, exited, logs, "stale-error-qp in /metrics", func() bool {
 		fams, body, _ = scrapeErr("http://" + addr + "/metrics")
 		n, _ := value(fams, "rdmatool_findings", with(rxe, "rule", leakwatch.RuleStaleErrorQP, "severity", "warning"))

@@ -17,10 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/rdmatool/rdmatool/agentapi/query"
 	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -340,5 +342,116 @@ func TestRunServesMetrics(t *testing.T) {
 		rts, ok1 := value(fams, "rdmatool_qps", map[string]string{"device": "rxe0", "node_guid": rxe.NodeGUID.String(), "type": "RC", "state": "RTS"})
 		n, ok2 := value(fams, "rdmatool_device_resources", map[string]string{"device": "rxe0", "node_guid": rxe.NodeGUID.String(), "resource": "qp"})
 		return ok1 && ok2 && rts == 1 && n == 2
+	})
+}
+
+// The findings a scrape exports are those of the history at that scrape:
+// one right after a QP left Error no longer counts it, and a QP that
+// reaches the min age counts with no other change.
+func TestMetricsFindingsFollow(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	st := newState(leakwatch.Config{}, clock, "v9")
+	dev := rdmanl.Device{Index: 1, Name: "rxe0", NodeGUID: 0x021122fffe334455}
+	st.setDevices([]rdmanl.Device{dev}, nil, now)
+	inErr := func(qpns ...uint32) leakwatch.Scan {
+		s := leakwatch.Scan{Time: now, Devices: []leakwatch.DeviceScan{{Device: dev}}}
+		for _, n := range qpns {
+			s.Devices[0].QPs = append(s.Devices[0].QPs, rdmanl.QP{LQPN: n, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}})
+		}
+		return s
+	}
+	st.Scan(inErr(17, 18))
+	srv := httptest.NewServer(metricsHandler(st, slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	stale := func() float64 {
+		return deviceValue(srv.URL+"/metrics", "rxe0", guidRXE, "rdmatool_findings", "rule", leakwatch.RuleStaleErrorQP, "severity", "warning")
+	}
+	now = now.Add(query.DefaultMinAge)
+	if n := stale(); n != 2 {
+		t.Fatalf("%g stale-error-qp findings at the min age, want 2", n)
+	}
+	st.Scan(inErr(17))
+	if n := stale(); n != 1 {
+		t.Errorf("%g stale-error-qp findings right after QP 18 went, want 1", n)
+	}
+	st.Scan(inErr(17, 19))
+	now = now.Add(query.DefaultMinAge - time.Nanosecond)
+	if n := stale(); n != 1 {
+		t.Errorf("%g stale-error-qp findings before QP 19 reached the min age, want 1", n)
+	}
+	now = now.Add(time.Nanosecond)
+	if n := stale(); n != 2 {
+		t.Errorf("%g stale-error-qp findings once QP 19 reached the min age, want 2", n)
+	}
+}
+
+// BenchmarkScrape is what a scrape of the agent's metrics and an interval
+// of its reset policy cost with 60,000 QPs tracked, each a
+// never-connected-qp finding, and 100,000 MRs of four processes: the
+// state's collector alone (collect), the whole /metrics answer with the
+// Go runtime's and the process's metrics (http), and the policy's
+// evidence (policy), with nothing changed since the last of them; and
+// scrapes 5 s apart (collect-5s-apart).
+func BenchmarkScrape(b *testing.B) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	st := newState(leakwatch.Config{}, clock, "v9")
+	st.SetProbes(true, "")
+	dev := rdmanl.Device{Index: 1, Name: "rxe0", NodeGUID: 0x021122fffe334455}
+	st.setDevices([]rdmanl.Device{dev}, nil, now)
+	qps := make([]rdmanl.QP, 60000)
+	for i := range qps {
+		qps[i] = rdmanl.QP{LQPN: uint32(17 + i), Type: rdmanl.QPTypeRC, State: rdmanl.QPStateInit, Port: 1, Owner: rdmanl.Owner{PID: uint32(42 + i%4)}}
+	}
+	st.Scan(leakwatch.Scan{Started: now, Time: now, Devices: []leakwatch.DeviceScan{{Device: dev, QPs: qps}}})
+	st.SetResources([]rdmanl.Summary{{DevIndex: 1, DevName: "rxe0", Counts: []rdmanl.ResourceCount{{Name: "qp", Current: 60000}, {Name: "mr", Current: 100000}}}}, "rxe0")
+	mrs := &leakwatch.MRDump{Device: dev, Time: now}
+	for i := range uint32(100000) {
+		mrs.Add(rdmanl.MR{MRN: i, Len: 4096, Owner: rdmanl.Owner{PID: 42 + i%4}})
+	}
+	st.ScanMRs(mrs)
+	now = now.Add(time.Minute)
+	p := DefaultPolicy()
+	p.Mode = PolicyReset
+	st.setPolicy(p)
+	c := newCollector(st)
+	collect := func() int {
+		ch := make(chan prometheus.Metric, 1024)
+		go func() { c.Collect(ch); close(ch) }()
+		n := 0
+		for range ch {
+			n++
+		}
+		return n
+	}
+	if e := st.policyEvidence(p.StaleRules); len(e) != 1 || e[0].Stale != 0 {
+		b.Fatalf("policy evidence %+v, want rxe0 with no stale QPs", e)
+	}
+	b.Run("collect", func(b *testing.B) {
+		for b.Loop() {
+			collect()
+		}
+	})
+	b.Run("collect-5s-apart", func(b *testing.B) {
+		for b.Loop() {
+			now = now.Add(5 * time.Second)
+			collect()
+		}
+	})
+	h := metricsHandler(st, slog.New(slog.DiscardHandler))
+	b.Run("http", func(b *testing.B) {
+		for b.Loop() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+			if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `rule="never-connected-qp",severity="warning"} 60000`) {
+				b.Fatalf("status %d, body without the 60000 findings:\n%s", rec.Code, rec.Body)
+			}
+		}
+	})
+	b.Run("policy", func(b *testing.B) {
+		for b.Loop() {
+			st.policyEvidence(p.StaleRules)
+		}
 	})
 }

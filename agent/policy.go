@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmatool/rdmatool/agentapi/query"
 	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -376,12 +377,12 @@ func (s *state) setPolicy(p Policy) {
 
 // policyEvidence is each listed device's evidence: QPs in use and max_qp,
 // and its stale QPs (each counted once, whatever the number of rules it
-// meets) from an evaluation at most findingsTTL old. A device whose
-// resources have not been read yet is left out.
+// meets) counted now (watch.State.CountFindings). A device whose resources
+// have not been read yet is left out.
 func (s *state) policyEvidence(rules []string) []policyEvidence {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.evaluated()
+	counts := s.CountFindings(query.DefaultMinAge)
 	h := s.Snapshot()
 	var out []policyEvidence
 	for _, name := range h.Devices {
@@ -397,17 +398,12 @@ func (s *state) policyEvidence(rules []string) []policyEvidence {
 		if e.QPs, read = m.QPsInUse(); !read {
 			continue
 		}
-		stale := map[uint32]bool{}
 		for _, r := range rules {
-			qpns := s.findingQPs[name][r]
-			if len(qpns) > 0 {
-				e.ByRule[r] = len(qpns)
-			}
-			for _, q := range qpns {
-				stale[q] = true
+			if n := counts.QPs(name, []string{r}); n > 0 {
+				e.ByRule[r] = n
 			}
 		}
-		e.Stale = len(stale)
+		e.Stale = counts.QPs(name, rules)
 		out = append(out, e)
 	}
 	return out
@@ -435,7 +431,6 @@ func (s *state) resetDone(e policyEvidence, rep reset.Report, err error) {
 		method = string(reset.MethodAuto)
 	}
 	s.resets[resetKey{e.Device, e.NodeGUID, method, result}]++
-	s.findingsAt = time.Time{} // the QPs it ended leave the findings at once
 }
 
 // renamed counts a rename the agent applied, under the name the device has

@@ -16,10 +16,9 @@ import (
 // state is what the agent's goroutines share: the history of the host
 // (watch.State, which the socket answers from, behind its own lock) and,
 // behind mu, what the daemon keeps besides: the reconcile period, the
-// configured QP limits and the devices' learned facts, the evaluation the
-// metrics and the policy read, and the remediation policy in force with
-// what it and the renames did. mu is taken before the history's lock,
-// never after.
+// configured QP limits and the devices' learned facts, and the remediation
+// policy in force with what it and the renames did. mu is taken before the
+// history's lock, never after.
 type state struct {
 	*watch.State
 	now     func() time.Time
@@ -32,11 +31,6 @@ type state struct {
 	reconcile time.Duration                // between QP dumps under the probes
 	maxQP     map[string]uint64            // by device name, as configured
 	facts     map[string]watch.DeviceFacts // by device name, as learned
-	// The last evaluation for the metrics, and when it was made.
-	findings   map[findingKey]int
-	findingQPs map[string]map[string][]uint32 // QPNs by device and QP rule
-	skipped    []leakwatch.Skipped
-	findingsAt time.Time
 	// The remediation policy, and what it and the renames did.
 	pol       Policy
 	decisions map[decisionKey]uint64
@@ -135,9 +129,8 @@ func (s *state) reload(r Reloadable) {
 	s.maxQP = r.MaxQP
 	s.SetMaxQP(r.MaxQP)
 	if r.Policy != nil {
-		s.pol = *r.Policy // the evaluation below collects QPNs for it
+		s.pol = *r.Policy
 	}
-	s.findingsAt = time.Time{} // the metrics' findings follow at once
 }
 
 // setFacts records what was learned of a device (its max_qp, for the

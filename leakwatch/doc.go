@@ -24,7 +24,12 @@
 // qp-error-storm names its failed QPs' peers, and the R_Keys the owner's
 // last MR dump listed. Evaluate runs the rules a Query selects, with its
 // MinAge, and reports the findings with their summary (groups by device,
-// rule and owner; counts by site and by peer).
+// rule and owner; counts by site and by peer). CountFindings counts what an
+// evaluation of every rule would, by device, rule and severity: the
+// watcher keeps the counts QP by QP, and a count evaluates again only the
+// QPs that changed since the last one, or whose findings time alone may
+// have changed (an age reaching MinAge, a retention running out). Tally
+// keeps its last count until a history changes.
 //
 // An Event of a QP create may carry its creation site (Site: the
 // application's call of the verbs library, or the kernel stack), named by

@@ -97,7 +97,7 @@ func (h *History) drainClosed(t time.Time, src source) {
 // srqDrainStalled: a drain of an SRQ QP has waited at least MinAge (and at
 // least slowDrain) and not returned (its caller is blocked: critical), or
 // returned after that long (the caller was blocked that long: error).
-func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
+func srqDrainStalled(h *History, dev *deviceState, clk *ruleClock, cfg ruleConfig) (Finding, bool) {
 	ds := h.seen().drain // nil, or the history's own
 	if !h.OnSRQ || ds == nil {
 		return Finding{}, false
@@ -113,8 +113,8 @@ func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg ruleConfig
 		return why, fix
 	}
 	if !ds.DrainSince.IsZero() && !h.Destroyed {
-		wait := now.Sub(ds.DrainSince)
-		if wait < threshold {
+		wait, waited := clk.atLeast(ds.DrainSince, threshold)
+		if !waited {
 			return Finding{}, false
 		}
 		why, fix := explain()
@@ -129,7 +129,7 @@ func srqDrainStalled(h *History, dev *deviceState, now time.Time, cfg ruleConfig
 		return Finding{}, false
 	}
 	why, fix := explain()
-	f := base(RuleSRQDrainStalled, SeverityError, h, now.Sub(ds.DrainEnded))
+	f := base(RuleSRQDrainStalled, SeverityError, h, clk.now.Sub(ds.DrainEnded))
 	f.DrainSeconds = math.Round(ds.DrainTook.Seconds()*1000) / 1000
 	took := ds.DrainTook.Round(100 * time.Millisecond).String()
 	if ds.DrainBound {

@@ -405,8 +405,10 @@ type mrLeak struct {
 // the count it had (a reconnect loop, a controller reset), and one that
 // sets up a connection MR pool by MR pool creates its QPs first: none
 // reaches a new count over as many creates. One that registers an MR for
-// each connection and keeps it does, cycle after cycle.
-func (w *Watcher) mrLeaks(index uint32, dev *deviceState, now time.Time, cfg ruleConfig) []Finding {
+// each connection and keeps it does, cycle after cycle. Bare findings
+// (counted, not shown) have the rule, severity, device and owner only:
+// no evidence, whose count of the owner's live QPs goes QP by QP.
+func (w *Watcher) mrLeaks(index uint32, dev *deviceState, now time.Time, cfg ruleConfig, bare bool) []Finding {
 	st := dev.mrs
 	if st == nil || st.dumped == 0 {
 		return nil
@@ -435,6 +437,10 @@ func (w *Watcher) mrLeaks(index uint32, dev *deviceState, now time.Time, cfg rul
 		}
 		l := mrLeak{base: before[i], last: last, creates: st.createsBetween(k, max(before[i].at, since), last.at)}
 		if len(l.creates) < cfg.MRLeakGrowth {
+			continue
+		}
+		if bare {
+			out = append(out, Finding{Rule: RuleMRLeak, Severity: SeverityError, Device: dev.name, Owner: o.owner})
 			continue
 		}
 		if live == nil {

@@ -115,6 +115,9 @@ func TestMRLeakThresholds(t *testing.T) {
 			tt.loop.run(w, c)
 			c.at(tt.now)
 			rep := w.Evaluate(Query{Rules: []string{RuleMRLeak}})
+			if n := w.CountFindings(0).Findings[CountKey{"rxe0", RuleMRLeak, SeverityError}]; n != len(rep.Findings) {
+				t.Errorf("CountFindings counts %d mr-leak findings, Evaluate has %d", n, len(rep.Findings))
+			}
 			if tt.wantCount == 0 {
 				if len(rep.Findings) != 0 {
 					t.Errorf("findings %+v, want none", rep.Findings)

@@ -20,21 +20,64 @@ type ruleConfig struct {
 }
 
 // qpRule is one rule over one QP's history. Rules are small, pure and
-// separate; the time comes from the caller.
+// separate; the time comes from the caller, through a ruleClock: a rule
+// compares an age with a duration only with clk.atLeast or clk.over, and
+// reads of dev only what devFacts holds, so that a count can tell when its
+// answer may change (counts.go).
 type qpRule struct {
 	id          string
 	needsProbes bool
-	check       func(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool)
+	// severity is that of the rule's findings; escalated, when not "",
+	// the other one some of them have (at most one rule has one: a
+	// qpVerdict holds one bit for it).
+	severity, escalated Severity
+	check               func(h *History, dev *deviceState, clk *ruleClock, cfg ruleConfig) (Finding, bool)
 }
 
 var qpRules = []qpRule{
-	{RuleStaleErrorQP, false, staleErrorQP},
-	{RuleNeverConnectedQP, false, neverConnectedQP},
-	{RuleSRQDestroyWithoutLastWQE, true, srqDestroyWithoutLastWQE},
-	{RuleLastWQENotEmitted, true, lastWQENotEmitted},
-	{RuleLastWQEUnhandled, true, lastWQEUnhandled},
-	{RuleXRCTgtOrphan, false, xrcTgtOrphan},
-	{RuleSRQDrainStalled, true, srqDrainStalled},
+	{RuleStaleErrorQP, false, SeverityWarning, "", staleErrorQP},
+	{RuleNeverConnectedQP, false, SeverityWarning, "", neverConnectedQP},
+	{RuleSRQDestroyWithoutLastWQE, true, SeverityError, "", srqDestroyWithoutLastWQE},
+	{RuleLastWQENotEmitted, true, SeverityError, "", lastWQENotEmitted},
+	{RuleLastWQEUnhandled, true, SeverityError, "", lastWQEUnhandled},
+	{RuleXRCTgtOrphan, false, SeverityWarning, "", xrcTgtOrphan},
+	{RuleSRQDrainStalled, true, SeverityError, SeverityCritical, srqDrainStalled}, // critical while the drain waits
+}
+
+// ruleClock is the time the rules read, and the earliest time after it at
+// which an answer they read from it turns (zero: none does). Rules read
+// wall time, as the histories' times are: now carries no monotonic
+// reading.
+type ruleClock struct {
+	now, turn time.Time
+}
+
+// newRuleClock is a clock at now.
+func newRuleClock(now time.Time) *ruleClock { return &ruleClock{now: now.Round(0)} }
+
+// atLeast is how long has passed since t, and whether that is at least d.
+func (c *ruleClock) atLeast(t time.Time, d time.Duration) (time.Duration, bool) {
+	age := c.now.Sub(t)
+	if age < d {
+		c.turnsAt(t.Add(d))
+	}
+	return age, age >= d
+}
+
+// over says whether more than d has passed since t.
+func (c *ruleClock) over(t time.Time, d time.Duration) bool {
+	age := c.now.Sub(t)
+	if age <= d {
+		c.turnsAt(t.Add(d + 1))
+	}
+	return age > d
+}
+
+// turnsAt notes that an answer turns at t.
+func (c *ruleClock) turnsAt(t time.Time) {
+	if c.turn.IsZero() || t.Before(c.turn) {
+		c.turn = t
+	}
 }
 
 // IsQPRule reports whether id is a rule whose findings are each about one
@@ -79,12 +122,12 @@ func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 }
 
 // staleErrorQP: a QP stays in ERR (or SQE) for at least MinAge.
-func staleErrorQP(h *History, _ *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
+func staleErrorQP(h *History, _ *deviceState, clk *ruleClock, cfg ruleConfig) (Finding, bool) {
 	if h.Destroyed || !h.StateKnown || (h.State != rdmanl.QPStateErr && h.State != rdmanl.QPStateSQE) {
 		return Finding{}, false
 	}
-	age := now.Sub(h.StateSince.Time())
-	if age < cfg.MinAge {
+	age, aged := clk.atLeast(h.StateSince.Time(), cfg.MinAge)
+	if !aged {
 		return Finding{}, false
 	}
 	f := base(RuleStaleErrorQP, SeverityWarning, h, age)
@@ -99,7 +142,7 @@ func staleErrorQP(h *History, _ *deviceState, now time.Time, cfg ruleConfig) (Fi
 // neverConnectedQP: an RC or UC QP stays in RESET or INIT, or in RTR
 // without ever reaching RTS, for at least MinAge. XRC targets live in RTR
 // by design and are not RC/UC.
-func neverConnectedQP(h *History, _ *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
+func neverConnectedQP(h *History, _ *deviceState, clk *ruleClock, cfg ruleConfig) (Finding, bool) {
 	if h.Destroyed || !h.StateKnown || (h.Type != rdmanl.QPTypeRC && h.Type != rdmanl.QPTypeUC) {
 		return Finding{}, false
 	}
@@ -109,8 +152,8 @@ func neverConnectedQP(h *History, _ *deviceState, now time.Time, cfg ruleConfig)
 	default:
 		return Finding{}, false
 	}
-	age := now.Sub(h.StateSince.Time())
-	if age < cfg.MinAge {
+	age, aged := clk.atLeast(h.StateSince.Time(), cfg.MinAge)
+	if !aged {
 		return Finding{}, false
 	}
 	f := base(RuleNeverConnectedQP, SeverityWarning, h, age)
@@ -121,7 +164,7 @@ func neverConnectedQP(h *History, _ *deviceState, now time.Time, cfg ruleConfig)
 
 // srqDestroyWithoutLastWQE: an SRQ QP was destroyed without first being
 // moved to ERR or, on a provider that emits it, before LAST_WQE_REACHED.
-func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
+func srqDestroyWithoutLastWQE(h *History, dev *deviceState, clk *ruleClock, _ ruleConfig) (Finding, bool) {
 	if !h.Destroyed || !h.DestroySeen || h.DeviceGone || !h.OnSRQ {
 		return Finding{}, false
 	}
@@ -134,7 +177,7 @@ func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg r
 	default:
 		return Finding{}, false
 	}
-	f := base(RuleSRQDestroyWithoutLastWQE, SeverityError, h, now.Sub(h.seen().DestroyedAt.Time()))
+	f := base(RuleSRQDestroyWithoutLastWQE, SeverityError, h, clk.now.Sub(h.seen().DestroyedAt.Time()))
 	f.State = "destroyed"
 	f.Hint = why + "; tear SRQ QPs down as the spec says: modify to Error, wait for LAST_WQE_REACHED (or post a marker WR and wait for its flush), drain the CQ, then destroy"
 	f.Spec = specSRQTeardown
@@ -143,16 +186,16 @@ func srqDestroyWithoutLastWQE(h *History, dev *deviceState, now time.Time, cfg r
 
 // lastWQENotEmitted: an SRQ QP has been in ERR for at least MinAge (the
 // move seen by a probe) and the provider never delivered LAST_WQE_REACHED.
-func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
+func lastWQENotEmitted(h *History, dev *deviceState, clk *ruleClock, cfg ruleConfig) (Finding, bool) {
 	e := h.seen()
 	if e.ErrAt.IsZero() {
-		return lastWQENotEmittedBefore(h, dev, now, cfg)
+		return lastWQENotEmittedBefore(h, dev, clk, cfg)
 	}
 	if h.Destroyed || !h.OnSRQ || h.State != rdmanl.QPStateErr || e.LastWQECount > 0 {
 		return Finding{}, false
 	}
-	age := now.Sub(e.ErrAt.Time())
-	if age < cfg.MinAge {
+	age, aged := clk.atLeast(e.ErrAt.Time(), cfg.MinAge)
+	if !aged {
 		return Finding{}, false
 	}
 	f := base(RuleLastWQENotEmitted, SeverityError, h, age)
@@ -165,21 +208,21 @@ func lastWQENotEmitted(h *History, dev *deviceState, now time.Time, cfg ruleConf
 }
 
 // erredBefore reports whether an SRQ QP was in Error, not destroyed, when
-// rdmatool began watching it (no probe saw it enter Error, no event came),
-// and for how long it has been seen so.
-func erredBefore(h *History, now time.Time) (time.Duration, bool) {
-	if e := h.seen(); h.Destroyed || !h.OnSRQ || !e.ErrAt.IsZero() || !h.StateKnown || h.State != rdmanl.QPStateErr || e.LastWQECount > 0 {
-		return 0, false
-	}
-	return now.Sub(h.StateSince.Time()), true
+// rdmatool began watching it (no probe saw it enter Error, no event came).
+func erredBefore(h *History) bool {
+	e := h.seen()
+	return !h.Destroyed && h.OnSRQ && e.ErrAt.IsZero() && h.StateKnown && h.State == rdmanl.QPStateErr && e.LastWQECount == 0
 }
 
 // lastWQENotEmittedBefore: an SRQ QP already in Error when watching began,
 // on a provider known never to deliver LAST_WQE_REACHED.
-func lastWQENotEmittedBefore(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
-	age, ok := erredBefore(h, now)
+func lastWQENotEmittedBefore(h *History, dev *deviceState, clk *ruleClock, cfg ruleConfig) (Finding, bool) {
 	known, source := dev.lastWQEKnown()
-	if !ok || age < cfg.MinAge || known != LastWQENever {
+	if !erredBefore(h) || known != LastWQENever {
+		return Finding{}, false
+	}
+	age, aged := clk.atLeast(h.StateSince.Time(), cfg.MinAge)
+	if !aged {
 		return Finding{}, false
 	}
 	f := base(RuleLastWQENotEmitted, SeverityError, h, age)
@@ -191,10 +234,14 @@ func lastWQENotEmittedBefore(h *History, dev *deviceState, now time.Time, cfg ru
 // lastWQEUnhandled: LAST_WQE_REACHED was delivered but the QP was not
 // destroyed within MinAge; or the QP was in Error before watching began on
 // a provider known to deliver it, so the event was due then.
-func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
-	if age, ok := erredBefore(h, now); ok {
+func lastWQEUnhandled(h *History, dev *deviceState, clk *ruleClock, cfg ruleConfig) (Finding, bool) {
+	if erredBefore(h) {
 		known, source := dev.lastWQEKnown()
-		if age < cfg.MinAge || known != LastWQEDelivered {
+		if known != LastWQEDelivered {
+			return Finding{}, false
+		}
+		age, aged := clk.atLeast(h.StateSince.Time(), cfg.MinAge)
+		if !aged {
 			return Finding{}, false
 		}
 		f := base(RuleLastWQEUnhandled, SeverityError, h, age)
@@ -206,8 +253,8 @@ func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg ruleConfi
 	if h.Destroyed || !h.OnSRQ || e.LastWQECount == 0 {
 		return Finding{}, false
 	}
-	age := now.Sub(e.LastWQEAt.Time())
-	if age < cfg.MinAge {
+	age, aged := clk.atLeast(e.LastWQEAt.Time(), cfg.MinAge)
+	if !aged {
 		return Finding{}, false
 	}
 	f := base(RuleLastWQEUnhandled, SeverityError, h, age)
@@ -218,15 +265,15 @@ func lastWQEUnhandled(h *History, dev *deviceState, now time.Time, cfg ruleConfi
 
 // xrcTgtOrphan: an XRC target QP owned by ib_uverbs with no PID that has
 // outlived every process with the device open.
-func xrcTgtOrphan(h *History, dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
+func xrcTgtOrphan(h *History, dev *deviceState, clk *ruleClock, cfg ruleConfig) (Finding, bool) {
 	if h.Destroyed || h.Type != rdmanl.QPTypeXRCTgt || h.pid != 0 || dev.contexts != 0 {
 		return Finding{}, false
 	}
 	if k := h.Owner().KernName; k != "" && k != "ib_uverbs" {
 		return Finding{}, false
 	}
-	age := now.Sub(h.FirstSeen.Time())
-	if age < cfg.MinAge {
+	age, aged := clk.atLeast(h.FirstSeen.Time(), cfg.MinAge)
+	if !aged {
 		return Finding{}, false
 	}
 	f := base(RuleXRCTgtOrphan, SeverityWarning, h, age)
@@ -275,35 +322,10 @@ func qpExhaustion(dev *deviceState, limit uint64, now time.Time, cfg ruleConfig)
 // there are: QP by QP, each finding is counted into the summary, passed to
 // q.Each and kept only when q.Limit lets it through.
 func (w *Watcher) Evaluate(q Query) Report {
-	now := w.now()
-	cfg := ruleConfig{Config: w.cfg, MinAge: q.MinAge}
-	if len(q.MaxQP) > 0 {
-		cfg.MaxQP = maps.Clone(cfg.MaxQP)
-		if cfg.MaxQP == nil {
-			cfg.MaxQP = map[string]uint64{}
-		}
-		maps.Copy(cfg.MaxQP, q.MaxQP)
-	}
-	probes, probesReason := cfg.Probes, cfg.ProbesReason
-	if q.SkipProbeRules != "" {
-		probes, probesReason = false, q.SkipProbeRules
-	}
-	enabled := func(id string) bool { return len(q.Rules) == 0 || slices.Contains(q.Rules, id) }
-	noProbes := "needs the eBPF probes" // why the rules that need them are skipped
-	if probesReason != "" {
-		noProbes += ": " + probesReason
-	}
-	rep := Report{SkippedRules: []Skipped{}, ObservedSeconds: math.Round(now.Sub(w.start).Seconds()*1000) / 1000}
-	var rules []qpRule
-	for _, r := range qpRules {
-		if !enabled(r.id) {
-			continue
-		}
-		if r.needsProbes && !probes {
-			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: r.id, Reason: noProbes})
-			continue
-		}
-		rules = append(rules, r)
+	e := w.evaluation(q, w.now())
+	rep := Report{SkippedRules: slices.Clone(e.skipped), ObservedSeconds: math.Round(e.now.Sub(w.start).Seconds()*1000) / 1000}
+	if rep.SkippedRules == nil {
+		rep.SkippedRules = []Skipped{}
 	}
 	var sum summarizer
 	keep := keeper{limit: q.Limit}
@@ -315,35 +337,104 @@ func (w *Watcher) Evaluate(q Query) Report {
 		}
 		keep.offer(f, h)
 	}
-	// Destroyed QPs past Retain are left out as if expired; the next
-	// scan deletes them.
+	clk := newRuleClock(e.now)
 	var one []Finding // the findings of one QP
 	for _, h := range w.qps {
 		if q.Device != "" && h.Device() != q.Device {
 			continue
 		}
-		if h.Destroyed && now.Sub(h.seen().DestroyedAt.Time()) > w.retention(h) {
-			continue
-		}
 		if !h.Destroyed {
 			rep.QPs++
 		}
-		dev := w.devs[h.DevIndex]
-		if dev == nil {
-			dev = &deviceState{name: h.Device()}
-		}
-		one = one[:0]
-		for _, r := range rules {
-			if f, ok := r.check(h, dev, now, cfg); ok {
-				one = append(one, f)
-			}
-		}
-		one = dropSuperseded(one)
+		one = w.qpFindings(one[:0], h, &e, clk)
 		for i := range one {
 			take(&one[i], h)
 		}
 	}
-	if enabled(RuleQPExhaustion) {
+	w.deviceFindings(&e, false, func(f *Finding) { take(f, nil) }, &rep.SkippedRules)
+	rep.Summary = sum.result()
+	rep.Sites, rep.SitesOmitted = sum.siteResult()
+	rep.Peers, rep.PeersOmitted = sum.peerResult()
+	rep.Findings = keep.findings()
+	rep.FindingsOmitted = rep.FindingsTotal - len(rep.Findings)
+	return rep
+}
+
+// evaluation is what a query selects at one time: the rules' config, the
+// QP rules it runs and those it skips, and whether the probe rules run.
+type evaluation struct {
+	q        Query
+	now      time.Time
+	cfg      ruleConfig
+	probes   bool
+	noProbes string // why the rules that need the probes are skipped
+	rules    []qpRule
+	skipped  []Skipped // QP rules
+}
+
+// evaluation is what q selects at now.
+func (w *Watcher) evaluation(q Query, now time.Time) evaluation {
+	e := evaluation{q: q, now: now, cfg: ruleConfig{Config: w.cfg, MinAge: q.MinAge}}
+	if len(q.MaxQP) > 0 {
+		e.cfg.MaxQP = maps.Clone(e.cfg.MaxQP)
+		if e.cfg.MaxQP == nil {
+			e.cfg.MaxQP = map[string]uint64{}
+		}
+		maps.Copy(e.cfg.MaxQP, q.MaxQP)
+	}
+	probes, probesReason := e.cfg.Probes, e.cfg.ProbesReason
+	if q.SkipProbeRules != "" {
+		probes, probesReason = false, q.SkipProbeRules
+	}
+	e.probes, e.noProbes = probes, "needs the eBPF probes"
+	if probesReason != "" {
+		e.noProbes += ": " + probesReason
+	}
+	for _, r := range qpRules {
+		if !e.enabled(r.id) {
+			continue
+		}
+		if r.needsProbes && !probes {
+			e.skipped = append(e.skipped, Skipped{Rule: r.id, Reason: e.noProbes})
+			continue
+		}
+		e.rules = append(e.rules, r)
+	}
+	return e
+}
+
+// enabled says whether the query selects the rule id.
+func (e *evaluation) enabled(id string) bool {
+	return len(e.q.Rules) == 0 || slices.Contains(e.q.Rules, id)
+}
+
+// qpFindings appends the findings of e's QP rules on h at clk's time to
+// out, the superseded left out; a destroyed QP past its retention has
+// none, as if expired (the next scan deletes it).
+func (w *Watcher) qpFindings(out []Finding, h *History, e *evaluation, clk *ruleClock) []Finding {
+	if h.Destroyed && clk.over(h.seen().DestroyedAt.Time(), w.retention(h)) {
+		return out
+	}
+	dev := w.devs[h.DevIndex]
+	if dev == nil {
+		dev = &deviceState{name: h.Device()}
+	}
+	n := len(out)
+	for _, r := range e.rules {
+		if f, ok := r.check(h, dev, clk, e.cfg); ok {
+			out = append(out, f)
+		}
+	}
+	return out[:n+len(dropSuperseded(out[n:]))]
+}
+
+// deviceFindings passes take the findings of e's device rules, and adds
+// the rules it skips to skipped. A bare finding is counted, not shown:
+// mr-leak's leaves its evidence out (which counts the owner's live QPs,
+// QP by QP).
+func (w *Watcher) deviceFindings(e *evaluation, bare bool, take func(*Finding), skipped *[]Skipped) {
+	q, now, cfg := e.q, e.now, e.cfg
+	if e.enabled(RuleQPExhaustion) {
 		var unknown []string
 		for _, d := range w.devs {
 			if q.Device != "" && d.name != q.Device {
@@ -358,21 +449,21 @@ func (w *Watcher) Evaluate(q Query) Report {
 				continue
 			}
 			if f, ok := qpExhaustion(d, limit, now, cfg); ok {
-				take(&f, nil)
+				take(&f)
 			}
 		}
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
-			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleQPExhaustion,
+			*skipped = append(*skipped, Skipped{Rule: RuleQPExhaustion,
 				Reason: "max_qp unknown for " + strings.Join(unknown, ", ") + " (the device did not report it: set it per device)"})
 		}
 	}
 	for _, id := range []string{RuleQPCreateFailing, RuleQPErrorStorm} {
-		if !enabled(id) {
+		if !e.enabled(id) {
 			continue
 		}
-		if !probes {
-			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: id, Reason: noProbes})
+		if !e.probes {
+			*skipped = append(*skipped, Skipped{Rule: id, Reason: e.noProbes})
 			continue
 		}
 		for _, index := range slices.Sorted(maps.Keys(w.devs)) {
@@ -382,48 +473,42 @@ func (w *Watcher) Evaluate(q Query) Report {
 			}
 			if id == RuleQPCreateFailing {
 				if f, ok := qpCreateFailing(d, now, cfg); ok {
-					take(&f, nil)
+					take(&f)
 				}
 				continue
 			}
 			for _, f := range qpErrorStorms(d, now, cfg) {
-				take(&f, nil)
+				take(&f)
 			}
 		}
 	}
-	if enabled(RuleMRLeak) {
+	if e.enabled(RuleMRLeak) {
 		switch {
-		case !probes:
-			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleMRLeak, Reason: noProbes})
+		case !e.probes:
+			*skipped = append(*skipped, Skipped{Rule: RuleMRLeak, Reason: e.noProbes})
 		case w.mrsUndumped(q.Device):
-			rep.SkippedRules = append(rep.SkippedRules, Skipped{Rule: RuleMRLeak, Reason: "no MR dump yet"})
+			*skipped = append(*skipped, Skipped{Rule: RuleMRLeak, Reason: "no MR dump yet"})
 		default:
 			for _, index := range slices.Sorted(maps.Keys(w.devs)) {
 				d := w.devs[index]
 				if q.Device != "" && d.name != q.Device {
 					continue
 				}
-				for _, f := range w.mrLeaks(index, d, now, cfg) {
-					take(&f, nil)
+				for _, f := range w.mrLeaks(index, d, now, cfg, bare) {
+					take(&f)
 				}
 			}
 		}
 	}
-	if enabled(RuleZombieUverbsContext) {
-		fs, skipped := w.zombieFindings(q, now)
+	if e.enabled(RuleZombieUverbsContext) {
+		fs, skip := w.zombieFindings(q, now)
 		for i := range fs {
-			take(&fs[i], nil)
+			take(&fs[i])
 		}
-		if skipped != nil {
-			rep.SkippedRules = append(rep.SkippedRules, *skipped)
+		if skip != nil {
+			*skipped = append(*skipped, *skip)
 		}
 	}
-	rep.Summary = sum.result()
-	rep.Sites, rep.SitesOmitted = sum.siteResult()
-	rep.Peers, rep.PeersOmitted = sum.peerResult()
-	rep.Findings = keep.findings()
-	rep.FindingsOmitted = rep.FindingsTotal - len(rep.Findings)
-	return rep
 }
 
 // dropSuperseded removes stale-error-qp from one QP's findings when a

@@ -475,6 +475,7 @@ func (w *Watcher) Restore(get func(record any) error) (qps int, err error) {
 			}
 			w.restoring = order
 			w.restoredQPs = Restored{QPs: count.QPs, Waiting: count.QPs}
+			w.counts = nil // counted again from what it holds now
 			return count.QPs, nil
 		}
 	}
@@ -503,14 +504,14 @@ func historyOf(q *qpRecord, rd *restoredDevice, owners map[int]Owner, sites map[
 	if len(q.Notes) > maxEvidence {
 		return nil, fmt.Errorf("%d notes, more than the %d a history keeps", len(q.Notes), maxEvidence)
 	}
-	h := &History{
+	h := &History{historyFields: historyFields{
 		DevIndex: rd.index, QPN: q.LQPN, pid: q.PID, pdn: q.PDN, OnSRQ: q.OnSRQ, SRQN: q.SRQN,
 		FirstSeen: Stamp(q.FirstSeen), Type: typ, State: state, StateKnown: q.StateKnown,
 		StateSince: Stamp(q.StateSince), stateSource: src, EverRTS: q.EverRTS, inScan: q.InScan,
 		Destroyed: q.Destroyed, DestroySeen: q.DestroySeen, ErrBeforeDestroy: q.ErrBeforeDestroy,
 		LastWQEBeforeDestroy: q.LastWQEBeforeDestroy,
 		keep:                 q.Destroyed, // only those the destroy rules may report are saved
-	}
+	}}
 	h.setNames(qpNames{device: rd.dev.name, owner: o, site: site})
 	if e := q.Events; e != nil {
 		r := h.record()
@@ -601,7 +602,7 @@ func (w *Watcher) confirmDevice(rd *restoredDevice, d rdmanl.Device) {
 		w.restoredQPs.Waiting--
 		k := qpKey{d.Index, qpn}
 		if w.qps[k] == nil {
-			w.qps[k] = h
+			w.put(k, h)
 			w.restoredQPs.Kept++
 		} else {
 			w.restoredQPs.New++
@@ -631,19 +632,26 @@ func (w *Watcher) dropRestored(rd *restoredDevice) {
 // takeRestored takes up, for a probe event about the QP k of type typ,
 // its restored history, tracked again from now on: a listing found its
 // device at k's index, or before one, the device had that index when
-// saved. nil when none waits there, or the QP is of another type.
+// saved. nil when none waits there, or the QP is of another type: another
+// QP took the number, and the restored history is dropped (a Save must not
+// write both).
 func (w *Watcher) takeRestored(k qpKey, typ rdmanl.QPType) *History {
 	for _, rd := range w.restoring {
 		if rd.index != k.dev {
 			continue
 		}
 		h := rd.qps[k.qpn]
-		if h == nil || h.Destroyed || h.Type != typ {
+		if h == nil || h.Destroyed {
 			return nil
 		}
 		delete(rd.qps, k.qpn)
+		if h.Type != typ {
+			w.restoredQPs.Waiting--
+			w.restoredQPs.New++
+			return nil
+		}
 		h.DevIndex, h.restored = k.dev, true
-		w.qps[k] = h
+		w.put(k, h)
 		w.restoredQPs.Waiting--
 		w.restoredQPs.Kept++
 		return h
@@ -679,7 +687,7 @@ func (w *Watcher) claimRestored(rd *restoredDevice, k qpKey, h *History, qp rdma
 		return h
 	}
 	r.DevIndex = k.dev
-	w.qps[k] = r
+	w.put(k, r)
 	w.restoredQPs.Kept++
 	return r
 }
@@ -694,7 +702,7 @@ func (w *Watcher) confirmRestored(k qpKey, h *History, qp rdmanl.QP) *History {
 	}
 	w.restoredQPs.Kept--
 	w.restoredQPs.New++
-	delete(w.qps, k)
+	w.drop(k)
 	return nil
 }
 

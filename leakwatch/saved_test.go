@@ -242,6 +242,30 @@ func TestRestoredThroughEvents(t *testing.T) {
 	}
 }
 
+// A probe event about a QP of another type than its restored history,
+// before the device's first scan, is about another QP: the restored
+// history is dropped, and the watcher saved then restores again.
+func TestRestoredOtherType(t *testing.T) {
+	dev := rdmanl.Device{Index: 0, Name: "rxe0", NodeGUID: 7}
+	c := &clock{t: t0}
+	a := New(Config{Probes: true}, c.now)
+	a.Scan(dump(c.at(0), dev, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42)))
+	b := New(Config{Probes: true}, c.now)
+	if _, err := restore(b, save(t, a)); err != nil {
+		t.Fatal(err)
+	}
+	b.Listed([]rdmanl.Device{dev})
+	e := modify(c.at(time.Minute), dev, 17, rdmanl.QPStateErr)
+	e.QPType = rdmanl.QPTypeUD
+	b.Event(e)
+	if diff := cmp.Diff(Restored{QPs: 1, New: 1}, b.Restored()); diff != "" {
+		t.Errorf("Restored (-want +got):\n%s", diff)
+	}
+	if n, err := restore(New(Config{Probes: true}, c.now), save(t, b)); err != nil || n != 1 {
+		t.Errorf("restoring what it saved: %d QPs, %v; want 1", n, err)
+	}
+}
+
 // A listing finds restored devices by node GUID, or by name where the GUID
 // was 0; what it does not list is gone, and its QPs with it.
 func TestListedDropsWhatIsGone(t *testing.T) {

@@ -2,6 +2,7 @@ package leakwatch
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -51,10 +52,39 @@ type SiteQPs struct {
 
 // Tally counts the live QPs tracked on each device, by class, by owner
 // and by creation site (the topN owners and sites per device; the rest
-// counted together), sorted by
-// device index. It is what metrics export: counts whose label sets stay
-// bounded whatever the host runs.
+// counted together), sorted by device index. It is what metrics export:
+// counts whose label sets stay bounded whatever the host runs. A tally
+// with no history changed since the last one, for as many owners and
+// sites, is that one again, and counts nothing QP by QP.
 func (w *Watcher) Tally(topN int) []DeviceTally {
+	t := &w.tallied
+	if !t.ok || t.gen != w.gen || t.topN != topN {
+		t.devices, t.gen, t.topN, t.ok = w.tally(topN), w.gen, topN, true
+	}
+	out := slices.Clone(t.devices)
+	for i := range out {
+		out[i].Classes = maps.Clone(out[i].Classes)
+		out[i].Owners = slices.Clone(out[i].Owners)
+		out[i].Sites = slices.Clone(out[i].Sites)
+	}
+	return out
+}
+
+// tallied is what Tally and LiveQPs counted last, and at which of the
+// watcher's gens.
+type tallied struct {
+	devices []DeviceTally
+	topN    int
+	gen     uint64
+	ok      bool
+
+	live    int
+	liveGen uint64
+	liveOK  bool
+}
+
+// tally is Tally, counted QP by QP.
+func (w *Watcher) tally(topN int) []DeviceTally {
 	byDev := map[uint32]*DeviceTally{}
 	owners := map[uint32]map[Owner]int{}
 	sites := map[uint32]map[siteHandle]int{}

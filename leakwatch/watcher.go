@@ -38,6 +38,14 @@ type qpKey struct {
 // so every time here is when rdmatool first saw something: a scan or a
 // probe event.
 type History struct {
+	historyFields
+	// notes are the observations Evidence returns, oldest first.
+	notes []note
+}
+
+// historyFields are a History's fields but its notes: comparable, so that
+// whether a scan changed a history is one comparison (Watcher.Scan).
+type historyFields struct {
 	// Its fields are ordered for size, not by theme, and its times are
 	// Stamps: the agent keeps one per QP, 60,000 and more.
 
@@ -56,8 +64,6 @@ type History struct {
 	// while none was seen, as for most QPs): read with seen, written
 	// through record.
 	events *qpEvents
-	// notes are the observations Evidence returns, oldest first.
-	notes []note
 	// scanGen is the Watcher.scanGen of the last scan that listed the QP
 	// (32 bits: a scan a second wraps it in 136 years, and with it the
 	// struct fits 96 bytes rather than 112).
@@ -94,6 +100,46 @@ type History struct {
 	// probe event took it up before a scan listed the QP again: that
 	// scan checks it is the same QP.
 	restored bool
+	// counted is what the QP rules found on this QP as the watcher's
+	// counts hold it (CountFindings), and queued says the history waits
+	// there to be counted again: the watcher's bookkeeping, not the QP's.
+	counted qpVerdict
+	queued  bool
+}
+
+// historyShape is what a history holds but its notes, its scan generation
+// and the watcher's bookkeeping: two shapes differ when a history changed.
+type historyShape struct {
+	historyFields
+	seen  qpEvents
+	drain drainState
+}
+
+// shape is the history's shape now.
+func (h *History) shape() historyShape {
+	s := historyShape{historyFields: h.historyFields}
+	s.scanGen, s.counted, s.queued = 0, 0, false
+	if h.events != nil { // most QPs have none: their shape is their fields
+		s.seen = *h.events
+		if d := s.seen.drain; d != nil {
+			s.drain, s.seen.drain = *d, nil
+		}
+	}
+	return s
+}
+
+// differs says whether two shapes of one history differ.
+func (s *historyShape) differs(o *historyShape) bool {
+	if s.historyFields != o.historyFields {
+		return true
+	}
+	return s.events != nil && (s.seen != o.seen || s.drain != o.drain)
+}
+
+// changedFrom says whether the history's shape differs from was.
+func (h *History) changedFrom(was *historyShape) bool {
+	s := h.shape()
+	return s.differs(was)
 }
 
 // qpEvents is what was seen of a QP besides its states and owner.
@@ -365,7 +411,8 @@ type deviceState struct {
 
 // Watcher keeps QP histories from scans and probe events and evaluates the
 // rules over them. It is not safe for concurrent use; a long-running caller
-// serializes Scan, Event and Evaluate.
+// serializes its calls (CountFindings, Tally and LiveQPs keep what they
+// counted, too).
 //
 // Its memory follows the host's QPs: destroyed QPs are forgotten after
 // Config.Retain, a QP whose destroy event was lost is taken as gone when a
@@ -386,6 +433,12 @@ type Watcher struct {
 	// became of it.
 	restoring   []*restoredDevice
 	restoredQPs Restored
+	// counts are what CountFindings keeps (nil until it is called), gen
+	// counts the changes to the histories, and tallied holds what Tally
+	// and LiveQPs counted at one gen.
+	counts  *counter
+	gen     uint64
+	tallied tallied
 }
 
 // Config's defaults, which New applies to what is 0.
@@ -459,80 +512,21 @@ func (w *Watcher) Scan(s Scan) {
 		for _, qp := range ds.QPs {
 			k := qpKey{ds.Device.Index, qp.LQPN}
 			h := w.qps[k]
-			if h != nil && h.Destroyed && h.DestroySeen && !s.Started.IsZero() && !h.seen().DestroyedAt.Time().Before(s.Started.Add(-probeMargin)) {
-				// The probes saw it destroyed after this dump began: the
-				// kernel listed it before the destroy. A QP that reuses
-				// the number comes with its own create event.
-				continue
+			var was historyShape
+			if h != nil {
+				was = h.shape()
 			}
-			if rd != nil {
-				h = w.claimRestored(rd, k, h, qp)
+			if w.scanQP(s, &ds, dev, rd, k, qp, h) == h && h != nil && h.changedFrom(&was) {
+				w.changed(h, was.names)
 			}
-			if h != nil && h.restored {
-				h = w.confirmRestored(k, h, qp)
-			}
-			if h == nil || h.Destroyed {
-				h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: stampOf(s.Time)}
-				w.qps[k] = h
-				h.note(s.Time, sourceScan, "first seen")
-			}
-			h.scanGen = w.scanGen
-			h.Type, h.pid, h.pdn = qp.Type, qp.Owner.PID, qp.PDN
-			n := h.qpNames()
-			peer := n.peer
-			n.device, n.owner.KernName = dev.name, qp.Owner.KernName
-			if ulp := ds.ULPs[qp.LQPN]; ulp != "" {
-				n.owner.ULP = ulp
-			}
-			if p := ds.Peers[qp.LQPN]; p != "" {
-				n.peer = p
-			}
-			h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
-			if p, ok := ds.Owners[qp.Owner.PID]; ok {
-				n.owner.resolve(p)
-			}
-			h.setNames(n)
-			if n.peer != peer {
-				w.peerLearned(dev, h)
-			}
-			h.inScan = true
-			// A QP in RESET has no port: one that reports RESET with a
-			// port comes from a provider that does not fill in the state
-			// (siw on 6.1). Its rdma_cm ID, when connected, says it is.
-			unfilled := qp.State == rdmanl.QPStateReset && qp.Port != 0
-			if unfilled && ds.CMConnected[qp.LQPN] && (!h.StateKnown || h.State == rdmanl.QPStateInit || h.State == rdmanl.QPStateRTR) {
-				h.setState(rdmanl.QPStateRTS, s.Time, sourceScan)
-				h.note(s.Time, sourceScan, "rdma_cm ID connected; the provider reports no QP state")
-				continue
-			}
-			if unfilled {
-				if !h.StateKnown {
-					h.stateSource = sourceScan
-				}
-				continue
-			}
-			// The probes see every transition made through
-			// _ib_modify_qp, not those a provider makes itself (an
-			// iWARP provider moves a connected QP to RTS in its own CM
-			// code, hardware moves a QP to ERR): a dump that began well
-			// after the probes' last transition and shows another state
-			// reports such a change. Otherwise the probes are
-			// authoritative.
-			if h.stateSource == sourceProbe && (qp.State == h.State || s.Started.IsZero() || !h.StateSince.Time().Before(s.Started.Add(-probeMargin))) {
-				continue
-			}
-			if qp.State == rdmanl.QPStateErr && h.StateKnown && h.State != rdmanl.QPStateErr {
-				cause := CauseProvider
-				if !w.cfg.Probes {
-					cause = CauseUnknown
-				}
-				w.enteredError(h, dev, s.Time, cause)
-			}
-			h.setState(qp.State, s.Time, sourceScan)
 		}
 	}
 	for k, h := range w.qps {
 		if h.scanGen == w.scanGen || h.Destroyed || !scanned[k.dev] {
+			continue
+		}
+		ends := h.inScan || h.stateSource == sourceScan || (!s.Started.IsZero() && h.FirstSeen.Time().Before(s.Started.Add(-probeMargin)))
+		if !h.restored && !ends {
 			continue
 		}
 		if h.restored { // restored, and gone before this first scan
@@ -544,9 +538,10 @@ func (w *Watcher) Scan(s Scan) {
 		// created before this dump began: its destroy event was lost
 		// (a full ring buffer), and keeping it would leak memory and
 		// report its last state forever.
-		if h.inScan || h.stateSource == sourceScan || (!s.Started.IsZero() && h.FirstSeen.Time().Before(s.Started.Add(-probeMargin))) {
+		if ends {
 			h.ended(s.Time)
 		}
+		w.changed(h, h.names)
 	}
 	for _, ds := range s.Devices {
 		if rd := w.restoredAt(ds.Device.Index); rd != nil {
@@ -554,6 +549,84 @@ func (w *Watcher) Scan(s Scan) {
 		}
 	}
 	w.expire(s.Time)
+}
+
+// scanQP folds what a scan s lists of the QP k (qp, on dev, in its
+// device's scan ds; rd what was restored of the device) into its history
+// h (nil: none yet), and returns the QP's history after it: h, or one
+// that replaced it.
+func (w *Watcher) scanQP(s Scan, ds *DeviceScan, dev *deviceState, rd *restoredDevice, k qpKey, qp rdmanl.QP, h *History) *History {
+	if h != nil && h.Destroyed && h.DestroySeen && !s.Started.IsZero() && !h.seen().DestroyedAt.Time().Before(s.Started.Add(-probeMargin)) {
+		// The probes saw it destroyed after this dump began: the
+		// kernel listed it before the destroy. A QP that reuses
+		// the number comes with its own create event.
+		return h
+	}
+	if rd != nil {
+		h = w.claimRestored(rd, k, h, qp)
+	}
+	if h != nil && h.restored {
+		h = w.confirmRestored(k, h, qp)
+	}
+	if h == nil || h.Destroyed {
+		h = &History{historyFields: historyFields{DevIndex: k.dev, QPN: k.qpn, FirstSeen: stampOf(s.Time)}}
+		w.put(k, h)
+		h.note(s.Time, sourceScan, "first seen")
+	}
+	h.scanGen = w.scanGen
+	h.Type, h.pid, h.pdn = qp.Type, qp.Owner.PID, qp.PDN
+	n := h.qpNames()
+	peer := n.peer
+	n.device, n.owner.KernName = dev.name, qp.Owner.KernName
+	if ulp := ds.ULPs[qp.LQPN]; ulp != "" {
+		n.owner.ULP = ulp
+	}
+	if p := ds.Peers[qp.LQPN]; p != "" {
+		n.peer = p
+	}
+	h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
+	if p, ok := ds.Owners[qp.Owner.PID]; ok {
+		n.owner.resolve(p)
+	}
+	h.setNames(n)
+	if n.peer != peer {
+		w.peerLearned(dev, h)
+	}
+	h.inScan = true
+	// A QP in RESET has no port: one that reports RESET with a
+	// port comes from a provider that does not fill in the state
+	// (siw on 6.1). Its rdma_cm ID, when connected, says it is.
+	unfilled := qp.State == rdmanl.QPStateReset && qp.Port != 0
+	if unfilled && ds.CMConnected[qp.LQPN] && (!h.StateKnown || h.State == rdmanl.QPStateInit || h.State == rdmanl.QPStateRTR) {
+		h.setState(rdmanl.QPStateRTS, s.Time, sourceScan)
+		h.note(s.Time, sourceScan, "rdma_cm ID connected; the provider reports no QP state")
+		return h
+	}
+	if unfilled {
+		if !h.StateKnown {
+			h.stateSource = sourceScan
+		}
+		return h
+	}
+	// The probes see every transition made through
+	// _ib_modify_qp, not those a provider makes itself (an
+	// iWARP provider moves a connected QP to RTS in its own CM
+	// code, hardware moves a QP to ERR): a dump that began well
+	// after the probes' last transition and shows another state
+	// reports such a change. Otherwise the probes are
+	// authoritative.
+	if h.stateSource == sourceProbe && (qp.State == h.State || s.Started.IsZero() || !h.StateSince.Time().Before(s.Started.Add(-probeMargin))) {
+		return h
+	}
+	if qp.State == rdmanl.QPStateErr && h.StateKnown && h.State != rdmanl.QPStateErr {
+		cause := CauseProvider
+		if !w.cfg.Probes {
+			cause = CauseUnknown
+		}
+		w.enteredError(h, dev, s.Time, cause)
+	}
+	h.setState(qp.State, s.Time, sourceScan)
+	return h
 }
 
 // DeviceGone records that a device is no longer listed: its live QPs are
@@ -572,6 +645,7 @@ func (w *Watcher) DeviceGone(index uint32, t time.Time) {
 		if q.DevIndex == index && !q.Destroyed {
 			q.DeviceGone = true
 			q.ended(t)
+			w.changed(q, q.names)
 		}
 	}
 	w.expire(t)
@@ -600,7 +674,7 @@ func (w *Watcher) expire(now time.Time) {
 	referenced := map[uint32]bool{}
 	for k, h := range w.qps {
 		if h.Destroyed && now.Sub(h.seen().DestroyedAt.Time()) > w.retention(h) {
-			delete(w.qps, k)
+			w.drop(k)
 			continue
 		}
 		referenced[h.DevIndex] = true
@@ -614,6 +688,20 @@ func (w *Watcher) expire(now time.Time) {
 
 // Event folds an observation of the kernel into the histories.
 func (w *Watcher) Event(ev Event) {
+	k := qpKey{ev.DevIndex, ev.QPN}
+	h := w.qps[k]
+	var names unique.Handle[qpNames]
+	if h != nil {
+		names = h.names
+	}
+	w.event(ev)
+	if w.qps[k] == h && h != nil { // a history that replaced it is counted anyway
+		w.changed(h, names)
+	}
+}
+
+// event is Event.
+func (w *Watcher) event(ev Event) {
 	dev := w.device(ev.DevIndex, ev.DevName)
 	k := qpKey{ev.DevIndex, ev.QPN}
 	h := w.qps[k]
@@ -626,9 +714,9 @@ func (w *Watcher) Event(ev Event) {
 				h.setNames(n)
 				return h
 			}
-			h = &History{DevIndex: k.dev, QPN: k.qpn, FirstSeen: stampOf(ev.Time), Type: ev.QPType}
+			h = &History{historyFields: historyFields{DevIndex: k.dev, QPN: k.qpn, FirstSeen: stampOf(ev.Time), Type: ev.QPType}}
 			h.setNames(qpNames{device: dev.name})
-			w.qps[k] = h
+			w.put(k, h)
 		}
 		return h
 	}
@@ -744,6 +832,7 @@ func (w *Watcher) Event(ev Event) {
 			if q.DevIndex == ev.DevIndex && !q.Destroyed {
 				q.DeviceGone = true
 				q.ended(ev.Time)
+				w.changed(q, q.names)
 			}
 		}
 	case EventDeviceRenamed:
@@ -753,26 +842,34 @@ func (w *Watcher) Event(ev Event) {
 			if q.DevIndex != ev.DevIndex {
 				continue
 			}
-			if to, ok := renamed[q.names]; ok {
+			from := q.names
+			if to, ok := renamed[from]; ok {
 				q.names = to
-				continue
+			} else {
+				n := q.qpNames()
+				n.device = ev.NewName
+				q.setNames(n)
+				renamed[from] = q.names
 			}
-			from, n := q.names, q.qpNames()
-			n.device = ev.NewName
-			q.setNames(n)
-			renamed[from] = q.names
+			if q.names != from {
+				w.changed(q, from)
+			}
 		}
 	}
 }
 
 // LiveQPs is the number of tracked QPs not destroyed.
 func (w *Watcher) LiveQPs() int {
+	if t := &w.tallied; t.liveOK && t.liveGen == w.gen {
+		return t.live
+	}
 	n := 0
 	for _, h := range w.qps {
 		if !h.Destroyed {
 			n++
 		}
 	}
+	w.tallied.live, w.tallied.liveGen, w.tallied.liveOK = n, w.gen, true
 	return n
 }
 
@@ -840,8 +937,12 @@ func (w *Watcher) ResolveOwners(lookup func(tid uint32) (Owner, bool)) {
 			continue
 		}
 		if p, ok := lookup(h.pid); ok {
+			was := h.names
 			n.owner.resolve(p)
 			h.setNames(n)
+			if h.names != was {
+				w.changed(h, was)
+			}
 		}
 	}
 }

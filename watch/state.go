@@ -363,6 +363,16 @@ func (s *State) Evaluate(q leakwatch.Query) leakwatch.Report {
 	return s.w.Evaluate(q)
 }
 
+// CountFindings counts the findings of every rule at minAge, and the
+// rules skipped (leakwatch.Watcher.CountFindings: the work follows what
+// changed since the last count). Owners are not resolved: counts do not
+// name them.
+func (s *State) CountFindings(minAge time.Duration) leakwatch.Counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.CountFindings(minAge)
+}
+
 // Tally counts each device's live QPs by class and by owner, its topN
 // owners named (leakwatch.Watcher.Tally).
 func (s *State) Tally(topN int) []leakwatch.DeviceTally {
