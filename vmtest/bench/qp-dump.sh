@@ -94,11 +94,11 @@ RDMATOOL_HEAPPROFILE=.lab/bench/agent-heap-$VMTEST_KERNEL \
 	--metrics-address $metrics 2>/tmp/agent.err &
 agent=$!
 profiles=0
-# agent_names N: wait until the agent answers, naming at least N QPs.
-agent_names() {
+# until_agent TEST...: run TEST every second until it succeeds; the
+# agent gone or 600 tries end the script.
+until_agent() {
 	i=0
-	until a=$($run/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s 2>/dev/null)
-		echo "$a" | grep -q '"source":"agent"' && [ "$(echo "$a" | grep -o '"qpn"' | wc -l)" -ge "$1" ]; do
+	until "$@"; do
 		if ! kill -0 "$agent" 2>/dev/null || [ $i -gt 600 ]; then
 			cat /tmp/agent.err
 			exit 1
@@ -106,6 +106,15 @@ agent_names() {
 		i=$((i + 1))
 		sleep 1
 	done
+}
+# names N: whether the agent answers, naming at least N QPs.
+names() {
+	a=$($run/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s 2>/dev/null)
+	echo "$a" | grep -q '"source":"agent"' && [ "$(echo "$a" | grep -o '"qpn"' | wc -l)" -ge "$1" ]
+}
+# agent_names N: wait until the agent answers, naming at least N QPs.
+agent_names() {
+	until_agent names "$1"
 }
 # churn_window N: for 10 s, QP churn on rxe0 at 167 create, INIT, RTR,
 # RTS, ERR, destroy cycles a second (about 1,000 probe events a second)
@@ -145,18 +154,15 @@ metric() {
 		index($1, m "{") == 1 && index($1, "device=\"rxe0\"") { v = $2 }
 		END { printf "%.0f\n", v + 0 }'
 }
+# counted N: whether the agent's last MR dump of rxe0 counted at least N
+# MRs.
+counted() {
+	[ "$(metric rdmatool_mrs)" -ge "$1" ]
+}
 # agent_mrs N: wait until the agent's last MR dump of rxe0 counted at
 # least N MRs.
 agent_mrs() {
-	i=0
-	until [ "$(metric rdmatool_mrs)" -ge "$1" ]; do
-		if ! kill -0 "$agent" 2>/dev/null || [ $i -gt 600 ]; then
-			cat /tmp/agent.err
-			exit 1
-		fi
-		i=$((i + 1))
-		sleep 1
-	done
+	until_agent counted "$1"
 }
 # ticks: the agent's CPU time so far (utime + stime, USER_HZ ticks).
 ticks() {
