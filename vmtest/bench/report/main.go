@@ -143,7 +143,8 @@ type GoBench struct {
 var (
 	kernelLine  = regexp.MustCompile(`^== kernel (\S+) \((\S+)\)`)
 	labtimeLine = regexp.MustCompile(`^(\S+) (\d+)\s+runs (\d+)\s+wall min ([0-9.]+)s median ([0-9.]+)s max ([0-9.]+)s\s+maxrss (\d+) KiB`)
-	// The resource is named since the MR floor: QPs before.
+	// nlfloor -v: it names the resource dumped (QPs, MRs); a log from
+	// before the MR floor names none, and means QPs.
 	floorLine = regexp.MustCompile(`^nlfloor: \d+ devices, (\d+) datagrams, \d+ messages, (\d+) bytes(?: \(buffer \d+, (\w+)\))?`)
 	heldLine  = regexp.MustCompile(`^held (\d+) QPs`)
 	sizeLine  = regexp.MustCompile(`^size (\S+) (\d+) (\d+)`)
