@@ -208,11 +208,14 @@ lab-shell: lab lab-bins
 
 # Benchmarks: Go benchmarks on the host, then in one guest run per kernel
 # the QP dump of rdmatool, iproute2 and the floor (vmtest/bench/nlfloor) and
-# qp-leaks at each of BENCH_SIZES QPs, then the probe overhead
+# qp-leaks at each of BENCH_SIZES QPs, then, beside the most QPs, the MR
+# dump of each at BENCH_MR_SIZES MRs and the agent at idle with them all
+# (BENCH_MR_SIZES= skips the MRs), then the probe overhead
 # (BENCH_TRACE=no skips it). vmtest/bench/report prints the tables of each
 # kernel (the probe overhead's summary with them), writes
 # $(BENCH_DIR)/bench-DATE.json and .md, and draws BENCH_PLOT.
 BENCH_SIZES ?= 1000 10000 30000 60000
+BENCH_MR_SIZES ?= 10000 100000
 BENCH_TRACE ?= yes
 BENCH_DIR   := $(LAB)/bench
 BENCH_DATE  := $(shell date -u +%Y-%m-%d)
@@ -226,7 +229,8 @@ bench: lab lab-bins
 	@mkdir -p $(BENCH_DIR)
 	set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem ./... | tee $(BENCH_DIR)/gobench.txt
 	@set -o pipefail; for k in $(KERNELS); do \
-		$(BIN)/vmlab run -kernel $$k -memory 10G -timeout 120m -- sh vmtest/bench/qp-dump.sh $(BENCH_SIZES) \
+		VMTEST_BENCH_MR_SIZES="$(BENCH_MR_SIZES)" \
+		$(BIN)/vmlab run -kernel $$k -memory 10G -timeout 140m -- sh vmtest/bench/qp-dump.sh $(BENCH_SIZES) \
 			| tee $(BENCH_DIR)/qp-dump-$$k.log || exit 1; \
 	done
 	@set -o pipefail; rm -f $(BENCH_DIR)/trace-overhead-*.log; if [ "$(BENCH_TRACE)" = yes ]; then for k in $(KERNELS); do \

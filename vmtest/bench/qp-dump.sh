@@ -7,9 +7,15 @@
 # a JSON reader's CPU under about 1,000 probe events a second; first, before any
 # QP, one device's udev rename by rdmatool and by rdma_rename. QPs are held by
 # several qpwork processes of at most 20000 QPs each, so no process nears
-# vm.max_map_count. Every measurement is a labtime line labelled
-# "<what> <QPs>" (the renames "rename-<program> 1", one device); "size",
-# "agent" and "held" lines carry the rest. The host
+# vm.max_map_count. Then, beside the QPs of the largest size, the MRs held
+# on rxe0 grow through VMTEST_BENCH_MR_SIZES (default 10000 100000, in
+# increasing order; empty: no MR part), and at each size the MR listing of
+# the floor, rdmatool and iproute2 is timed; then the agent with every QP
+# and MR tracked: its CPU and RSS until it has dumped the MRs, and at idle
+# for 30 s with the MR and QP dumps it made meanwhile. Every measurement is
+# a labtime line labelled "<what> <QPs>" (the MR listings "mr-<what>
+# <MRs>", the renames "rename-<program> 1", one device); "size", "agent",
+# "held" and "mr-" lines carry the rest. The host
 # side (vmtest/bench/report) turns the log into tables, JSON and a plot.
 set -eu
 bin=.lab/bin
@@ -43,37 +49,56 @@ rdma dev show rxe0 >/dev/null # both left it as it was
 
 held=0
 procs=0
-# hold N: start one qpwork holding N more QPs, wait for its ready line.
-hold() {
-	procs=$((procs + 1))
-	mkfifo /tmp/hold$procs
-	$bin/qpwork --dev rxe0 --qps "$1" --to INIT --batch --quiet --hold stdin </tmp/hold$procs >/tmp/qpwork$procs.out &
-	# fd 3+k keeps the hold open until the script exits
-	eval "exec $((procs + 2))>/tmp/hold$procs"
+holders=0
+# Every holder reads its stdin from one FIFO that the script holds open
+# for writing on fd 3 (the holders do not: 3>&-), so each holds what it
+# made until the script exits.
+mkfifo /tmp/hold
+# holder ARGS...: start one qpwork on rxe0 with ARGS that holds what it
+# made, and wait for its ready line (/tmp/qpworkK.out for the Kth).
+holder() {
+	holders=$((holders + 1))
+	out=/tmp/qpwork$holders.out
+	$bin/qpwork --dev rxe0 "$@" --hold stdin </tmp/hold 3>&- >$out &
+	if [ $holders -eq 1 ]; then
+		exec 3>/tmp/hold
+	fi
 	i=0
-	until grep -q '"event":"ready"' /tmp/qpwork$procs.out; do
-		if grep -q '"event":"error"' /tmp/qpwork$procs.out || [ $i -gt 12000 ]; then
-			cat /tmp/qpwork$procs.out
+	until grep -q '"event":"ready"' $out; do
+		if grep -q '"event":"error"' $out || [ $i -gt 12000 ]; then
+			cat $out
 			exit 1
 		fi
 		i=$((i + 1))
 		sleep 0.1
 	done
+}
+# hold N: start one qpwork holding N more QPs.
+hold() {
+	holder --qps "$1" --to INIT --batch --quiet
+	procs=$((procs + 1))
 	held=$((held + $1))
 }
 
 sock=/tmp/rdmatool-agent.sock
+metrics=127.0.0.1:10095
+# With the probes on, the agent dumps a device's QPs every --reconcile;
+# every --interval it reads the device's resource summary, and dumps its
+# MRs when that counts another number of them (and every --reconcile).
+reconcile=300
 # Its heap profile (in use after a collection) is written at the end of
-# each idle window: .lab/bench/agent-heap-KERNEL.K for the Kth size.
+# each idle window: .lab/bench/agent-heap-KERNEL.K for the Kth size (the
+# last, K+1, after the idle window with the MRs).
 RDMATOOL_HEAPPROFILE=.lab/bench/agent-heap-$VMTEST_KERNEL \
-	$run/rdmatool agent --socket "$sock" --interval 5s 2>/tmp/agent.err &
+	$run/rdmatool agent --socket "$sock" --interval 5s --reconcile ${reconcile}s \
+	--metrics-address $metrics 2>/tmp/agent.err &
 agent=$!
 profiles=0
-# agent_names N: wait until the agent answers, naming at least N QPs.
-agent_names() {
+# until_agent TEST...: run TEST every second until it succeeds; the
+# agent gone or 600 tries end the script.
+until_agent() {
 	i=0
-	until a=$($run/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s 2>/dev/null)
-		echo "$a" | grep -q '"source":"agent"' && [ "$(echo "$a" | grep -o '"qpn"' | wc -l)" -ge "$1" ]; do
+	until "$@"; do
 		if ! kill -0 "$agent" 2>/dev/null || [ $i -gt 600 ]; then
 			cat /tmp/agent.err
 			exit 1
@@ -81,6 +106,15 @@ agent_names() {
 		i=$((i + 1))
 		sleep 1
 	done
+}
+# names N: whether the agent answers, naming at least N QPs.
+names() {
+	a=$($run/rdmatool qp-leaks -j --limit 0 --agent-socket "$sock" --min-age 1s 2>/dev/null)
+	echo "$a" | grep -q '"source":"agent"' && [ "$(echo "$a" | grep -o '"qpn"' | wc -l)" -ge "$1" ]
+}
+# agent_names N: wait until the agent answers, naming at least N QPs.
+agent_names() {
+	until_agent names "$1"
 }
 # churn_window N: for 10 s, QP churn on rxe0 at 167 create, INIT, RTR,
 # RTS, ERR, destroy cycles a second (about 1,000 probe events a second)
@@ -112,6 +146,28 @@ churn_window() {
 # agent_counters prints the agent's scan and lost-event counts.
 agent_counters() {
 	$run/rdmatool qp-leaks -j --limit 1 --agent-socket "$sock" 2>/dev/null | grep -oE '"(scans|lost_events)":[0-9]+' | tr '\n' ' '
+}
+# metric NAME: the agent's NAME of rxe0 from its /metrics (0 when it has
+# none). The agent must be running: a stopped one does not answer.
+metric() {
+	wget -q -O- "http://$metrics/metrics" | awk -v m="$1" '
+		index($1, m "{") == 1 && index($1, "device=\"rxe0\"") { v = $2 }
+		END { printf "%.0f\n", v + 0 }'
+}
+# counted N: whether the agent's last MR dump of rxe0 counted at least N
+# MRs.
+counted() {
+	[ "$(metric rdmatool_mrs)" -ge "$1" ]
+}
+# agent_mrs N: wait until the agent's last MR dump of rxe0 counted at
+# least N MRs.
+agent_mrs() {
+	until_agent counted "$1"
+}
+# ticks: the agent's CPU time so far (utime + stime, USER_HZ ticks).
+ticks() {
+	t=$(cut -d' ' -f14,15 /proc/$agent/stat)
+	echo $(( ${t% *} + ${t#* } ))
 }
 # Its start (BTF, loading and verifying the probes) keeps the guest busy
 # for seconds: nothing is timed before it answers.
@@ -184,6 +240,84 @@ for n in $sizes; do
 	kill -STOP "$agent"
 	echo "size qp-leaks-netlink $n $($run/rdmatool qp-leaks -j --limit 0 --no-agent --no-probes --watch 2s --min-age 1s | wc -c)"
 done
+
+# MRs, beside the QPs of the largest size: each step's MRs registered a
+# page each on one PD by one qpwork --reg-mrs. Each MR pins its page: as
+# root (CAP_IPC_LOCK) RLIMIT_MEMLOCK does not bind; it is lifted anyway.
+# The agent stays stopped while the listings are timed.
+mr_sizes=${VMTEST_BENCH_MR_SIZES-10000 100000}
+mrs=0
+mrprocs=0
+if [ -n "$mr_sizes" ]; then
+	# shellcheck disable=SC3045 # the guest's sh is dash, which has it
+	ulimit -l unlimited || echo "RLIMIT_MEMLOCK stays $(ulimit -l) KiB"
+	# The agent's MR and QP dumps before any MR is registered (it answers
+	# only while it runs).
+	kill -CONT "$agent"
+	d0=$(metric rdmatool_mr_dumps_total)
+	s0=$(metric rdmatool_scans_total)
+	kill -STOP "$agent"
+fi
+for m in $mr_sizes; do
+	if [ "$m" -lt "$mrs" ]; then
+		echo "MR sizes must increase: $mr_sizes"
+		exit 1
+	fi
+	if [ "$m" -gt "$mrs" ]; then
+		holder --reg-mrs $((m - mrs))
+		mrprocs=$((mrprocs + 1))
+		echo "mr-reg $(grep '"event":"reg_mrs"' $out)"
+		mrs=$m
+	fi
+	runs=5
+	[ "$m" -gt 10000 ] && runs=3
+	# The count is also the CPU profile's run.
+	listed="rdmatool lists $(RDMATOOL_CPUPROFILE=.lab/bench/res-mr-$VMTEST_KERNEL-$m.pprof $run/rdmatool res mr -j | grep -o '"mrn"' | wc -l)"
+	[ "$m" -le 10000 ] && listed="$listed, iproute2 $(rdma -j res show mr | grep -o '"mrn"' | wc -l)"
+	echo "mr-held $m MRs in $mrprocs processes, beside $held QPs; $listed"
+	$run/nlfloor -v -res mr
+	$bin/labtime -n $runs -label "mr-floor $m" -- $run/nlfloor -res mr
+	$bin/labtime -n $runs -label "mr-rdmatool $m" -- $run/rdmatool res mr -j
+	$bin/labtime -n $runs -label "mr-rdmatool-text $m" -- $run/rdmatool res mr
+	iruns=$runs
+	[ "$m" -gt 10000 ] && iruns=1
+	$bin/labtime -n $iruns -label "mr-iproute2 $m" -- rdma -j res show mr
+done
+if [ "$mrs" -gt 0 ]; then
+	# Catching up: from when it runs again until its metrics count the
+	# MRs (its summary, read every --interval, counts another number of
+	# MRs: it dumps them). Its CPU time then, and the MR and QP dumps it
+	# made since the count above (a --reconcile may have come due while
+	# it was stopped).
+	c0=$(ticks)
+	t0=$(date +%s)
+	kill -CONT "$agent"
+	agent_mrs "$mrs"
+	c1=$(ticks)
+	t1=$(date +%s)
+	d1=$(metric rdmatool_mr_dumps_total)
+	s1=$(metric rdmatool_scans_total)
+	echo "mr-catchup $held $mrs ticks $((c1 - c0)) hz 100 seconds $((t1 - t0)) mr-dumps $((d1 - d0)) scans $((s1 - s0))"
+	echo "mr-agent $held $mrs $(grep -E '^(VmRSS|VmHWM)' /proc/$agent/status | tr -s ' \t\n' ' ')"
+	# At idle with every QP and MR tracked, as for the QPs alone above:
+	# its CPU over the window, its RSS at the end, and the MR and QP dumps
+	# it made in the window (at most one each per --reconcile).
+	c0=$(ticks)
+	sleep "$idle"
+	c1=$(ticks)
+	echo "mr-idle $held $mrs ticks $((c1 - c0)) hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
+	echo "mr-idle-rss $held $mrs $(grep -E '^(RssAnon|RssFile|RssShmem)' /proc/$agent/status | tr -s ' \t\n' ' ')"
+	d2=$(metric rdmatool_mr_dumps_total) # once the RSS is read: a scrape allocates
+	s2=$(metric rdmatool_scans_total)
+	echo "mr-idle-work $held $mrs mr-dumps $((d2 - d1)) scans $((s2 - s1)) reconcile $reconcile"
+	profiles=$((profiles + 1))
+	kill -USR1 "$agent"
+	i=0
+	until [ -s ".lab/bench/agent-heap-$VMTEST_KERNEL.$profiles" ] || [ $i -gt 300 ]; do
+		i=$((i + 1))
+		sleep 0.1
+	done
+fi
 kill -CONT "$agent"
 kill -INT "$agent"
 wait "$agent" || true

@@ -11,7 +11,8 @@
  *   the IB spec 10.3.1 sequence, an ERR + marker drain, trusting
  *   IBV_EVENT_QP_LAST_WQE_REACHED, destroying directly, or not at all.
  *   It can also orphan its QPs (parent exits, a forked child keeps the
- *   verbs file descriptors) or churn create/destroy cycles.
+ *   verbs file descriptors) or churn create/destroy cycles, or register
+ *   and hold many small memory regions and no QP (--reg-mrs).
  *
  * Output
  *   One JSON object per line on stdout, flushed after each line; Go tests
@@ -23,6 +24,7 @@
  *   qpwork --dev rxe0 --pairs --qps 2 --srq --teardown spec --hold 1
  *   qpwork --dev siw0 --pairs --connect cm --addr 192.0.2.2 --hold stdin
  *   qpwork --dev rxe0 --churn-seconds 2
+ *   qpwork --dev rxe0 --reg-mrs 100000 --hold stdin  # 100000 MRs of a page
  *
  * Exit status: 0 success, 1 runtime error (an "error" line was printed),
  * 2 bad usage, 128+N when signal N interrupted a "--teardown wait".
@@ -57,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
@@ -134,6 +137,7 @@ struct opts {
 	bool mrs_dereg;			/* --mrs dereg (else keep) */
 	int cycle_pause_ms;		/* pause between reconnect cycles */
 	int connected_ms;		/* hold of a new connection before its write */
+	long reg_mrs;			/* MRs of a page each, 0: not set */
 };
 
 struct qpent {
@@ -506,6 +510,8 @@ static void usage(FILE *f)
 "  --cycle-pause-ms N       --reconnect: pause between writes    [0]\n"
 "  --connected-ms N         --reconnect: hold a new connection N ms\n"
 "                           before its first write               [0]\n"
+"  --reg-mrs N              register N MRs of a page each on one PD and\n"
+"                           hold them (no QP)\n"
 "  --quiet                  no per-QP qp/err/destroyed lines\n"
 "  --help                   this text\n");
 }
@@ -589,7 +595,7 @@ enum {
 	OPT_TO, OPT_CONNECT, OPT_ADDR, OPT_CMPORT, OPT_TIMEOUT, OPT_TEARDOWN,
 	OPT_LASTWQE, OPT_DRAIN, OPT_GRACE, OPT_HOLD, OPT_ORPHAN, OPT_CHURN,
 	OPT_CHURN_SECS, OPT_CHURN_RATE, OPT_CHURN_STATES, OPT_BATCH, OPT_QUIET, OPT_OVERSIZED, OPT_RECONNECT, OPT_RKEY, OPT_MRS,
-	OPT_CYCLE_PAUSE, OPT_CONNECTED, OPT_HELP,
+	OPT_CYCLE_PAUSE, OPT_CONNECTED, OPT_REG_MRS, OPT_HELP,
 	OPT_LAST
 };
 
@@ -627,6 +633,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "mrs",                 required_argument, NULL, OPT_MRS },
 		{ "cycle-pause-ms",      required_argument, NULL, OPT_CYCLE_PAUSE },
 		{ "connected-ms",        required_argument, NULL, OPT_CONNECTED },
+		{ "reg-mrs",             required_argument, NULL, OPT_REG_MRS },
 		{ "help",                no_argument,       NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -794,6 +801,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case OPT_CONNECTED:
 			o->connected_ms = (int)parse_long("--connected-ms", optarg, 0, 3600000L);
 			break;
+		case OPT_REG_MRS:
+			o->reg_mrs = parse_long("--reg-mrs", optarg, 1, 4000000L);
+			break;
 		case OPT_HELP:
 			usage(stdout);
 			exit(0);
@@ -843,6 +853,15 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		for (opt = OPT_DEV + 1; opt < OPT_LAST; opt++)
 			if (opt != OPT_OVERSIZED && opt != OPT_PORT && opt != OPT_QUIET && opt != OPT_HOLD && GIVEN(opt))
 				bad_usage("--oversized takes only --dev, --port, --hold and --quiet");
+		return;
+	}
+	if (GIVEN(OPT_REG_MRS)) {
+		int opt;
+
+		/* The MRs and their PD are all it makes. */
+		for (opt = OPT_DEV + 1; opt < OPT_LAST; opt++)
+			if (opt != OPT_REG_MRS && opt != OPT_PORT && opt != OPT_HOLD && GIVEN(opt))
+				bad_usage("--reg-mrs takes only --dev, --port and --hold");
 		return;
 	}
 	if (churn_mode) {
@@ -2230,9 +2249,76 @@ static void hold_without_qps(struct app *a)
 	l_begin(&l, "ready");
 	l_int(&l, "pid", getpid());
 	l_int(&l, "qps", 0);
+	if (a->o.reg_mrs > 0)
+		l_int(&l, "mrs", a->o.reg_mrs);
 	l_str(&l, "dev", a->o.dev);
 	l_emit(&l);
 	hold(a);
+}
+
+/* ------------------------------------------------------------------ */
+/* Registered MRs                                                      */
+
+/*
+ * --reg-mrs N: N MRs on one PD, each of one page of one anonymous mapping
+ * of N pages (MR i registers page i), registered back to back; the
+ * reg_mrs line, then with --hold the ready line and the hold, then every
+ * MR is deregistered. ibv_reg_mr pins its page: the pages count against
+ * RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK.
+ */
+static void run_reg_mrs(struct app *a)
+{
+	long n = a->o.reg_mrs, i;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct ibv_mr **mrs;
+	char *buf;
+	int64_t t0;
+	double secs;
+	struct line l;
+
+	if (a->dattr.max_mr > 0 && n > a->dattr.max_mr) {
+		char msg[128];
+
+		snprintf(msg, sizeof(msg), "%ld MRs requested, device max_mr is %d; trying anyway",
+			 n, a->dattr.max_mr);
+		warn_line(msg);
+	}
+	mrs = calloc((size_t)n, sizeof(*mrs));
+	if (!mrs)
+		fail(a, "calloc", NO_QPN, ENOMEM, NULL);
+	buf = mmap(NULL, (size_t)n * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (buf == MAP_FAILED)
+		fail(a, "mmap", NO_QPN, errno, NULL);
+	a->pd = ibv_alloc_pd(a->ctx);
+	if (!a->pd)
+		fail(a, "ibv_alloc_pd", NO_QPN, err_of(-1), NULL);
+	t0 = now_us();
+	for (i = 0; i < n; i++) {
+		mrs[i] = ibv_reg_mr(a->pd, buf + (size_t)i * page, page, IBV_ACCESS_LOCAL_WRITE);
+		if (!mrs[i]) {
+			char msg[64];
+
+			snprintf(msg, sizeof(msg), "MR %ld of %ld", i, n);
+			fail(a, "ibv_reg_mr", NO_QPN, err_of(-1), msg);
+		}
+	}
+	secs = (double)(now_us() - t0) / 1e6;
+	l_begin(&l, "reg_mrs");
+	l_int(&l, "pid", getpid());
+	l_int(&l, "mrs", n);
+	l_int(&l, "bytes_each", (long long)page);
+	l_num(&l, "seconds", secs, 6);
+	l_num(&l, "mrs_per_sec", secs > 0 ? (double)n / secs : 0, 1);
+	l_emit(&l);
+	hold_without_qps(a);
+	for (i = 0; i < n; i++) {
+		int ret = ibv_dereg_mr(mrs[i]);
+
+		if (ret)
+			fail(a, "ibv_dereg_mr", NO_QPN, err_of(ret), NULL);
+	}
+	munmap(buf, (size_t)n * page);
+	free(mrs);
 }
 
 /* ------------------------------------------------------------------ */
@@ -2638,6 +2724,13 @@ int main(int argc, char **argv)
 	if (a->o.reconnect > 0) {
 		create_shared(a, 2);
 		run_reconnect(a);
+		release_shared(a);
+		l_begin(&l, "done");
+		l_emit(&l);
+		return 0;
+	}
+	if (a->o.reg_mrs > 0) {
+		run_reg_mrs(a);
 		release_shared(a);
 		l_begin(&l, "done");
 		l_emit(&l);

@@ -1,12 +1,14 @@
-// Command nlfloor is the floor that make bench holds rdmatool's QP listing
-// against: the least a program can do to read every QP the kernel tracks.
-// It dumps the RDMA devices, then each device's QPs, with the same request
-// attributes rdmatool sends (DEV_INDEX and DRIVER_DETAILS), reading every
-// reply datagram into one 32 KiB buffer and throwing the bytes away. No
-// attribute is decoded and nothing is printed, unless -v counts the
-// datagrams, messages and bytes on stderr.
+// Command nlfloor is the floor that make bench holds rdmatool's QP and MR
+// listings against: the least a program can do to read every QP (or MR)
+// the kernel tracks. It dumps the RDMA devices, then each device's QPs
+// (-res qp, RDMA_NLDEV_CMD_RES_QP_GET) or MRs (-res mr,
+// RDMA_NLDEV_CMD_RES_MR_GET), with the same request attributes rdmatool
+// sends (DEV_INDEX and DRIVER_DETAILS), reading every reply datagram into
+// one 32 KiB buffer and throwing the bytes away. No attribute is decoded
+// and nothing is printed, unless -v counts the datagrams, messages and
+// bytes on stderr, and names the resource dumped.
 //
-//	nlfloor [-v] [-buf 32768]
+//	nlfloor [-v] [-buf 32768] [-res qp|mr]
 //
 // The buffer size matters: the kernel sizes each dump reply from the largest
 // recvmsg buffer the socket has been given (capped at 32 KiB), and restarts
@@ -29,6 +31,7 @@ const (
 	clientNLDev       = 5  // RDMA_NL_NLDEV
 	cmdGet            = 1  // RDMA_NLDEV_CMD_GET
 	cmdResQPGet       = 10 // RDMA_NLDEV_CMD_RES_QP_GET
+	cmdResMRGet       = 13 // RDMA_NLDEV_CMD_RES_MR_GET
 	attrDevIndex      = 1  // RDMA_NLDEV_ATTR_DEV_INDEX, u32
 	attrDriverDetails = 97 // RDMA_NLDEV_ATTR_DRIVER_DETAILS, u8
 )
@@ -41,17 +44,35 @@ const (
 // counts is what -v reports.
 type counts struct{ datagrams, messages, bytes int }
 
+// resource is what -res dumps: its dump command and its name in -v's line.
+type resource struct {
+	cmd  uint16
+	name string
+}
+
+// resources are -res's values.
+var resources = map[string]resource{
+	"qp": {cmdResQPGet, "QPs"},
+	"mr": {cmdResMRGet, "MRs"},
+}
+
 func main() {
 	verbose := flag.Bool("v", false, "count datagrams, messages and bytes on stderr")
 	bufSize := flag.Int("buf", 32768, "recvmsg buffer size in bytes")
+	res := flag.String("res", "qp", "the resource dumped: qp or mr")
 	flag.Parse()
-	if err := run(*bufSize, *verbose); err != nil {
+	r, ok := resources[*res]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "nlfloor: -res %q: want qp or mr\n", *res)
+		os.Exit(2)
+	}
+	if err := run(r, *bufSize, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "nlfloor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bufSize int, verbose bool) error {
+func run(r resource, bufSize int, verbose bool) error {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_RDMA)
 	if err != nil {
 		return fmt.Errorf("open netlink socket: %w", err)
@@ -64,7 +85,7 @@ func run(bufSize int, verbose bool) error {
 	var devs []uint32
 	var total counts
 	// The device dump's replies are the only ones this program decodes:
-	// it needs their indexes to ask for each device's QPs.
+	// it needs their indexes to ask for each device's QPs or MRs.
 	seq := uint32(1)
 	err = dump(fd, buf, request(cmdGet, seq, nil), seq, &total, func(msg []byte) {
 		if idx, ok := u32Attr(msg[nlmsgHdrLen:], attrDevIndex); ok {
@@ -82,13 +103,13 @@ func run(bufSize int, verbose bool) error {
 		attrs = binary.NativeEndian.AppendUint16(attrs, nlaHdrLen+1)
 		attrs = binary.NativeEndian.AppendUint16(attrs, attrDriverDetails)
 		attrs = append(attrs, 1, 0, 0, 0) // u8 and its padding
-		if err := dump(fd, buf, request(cmdResQPGet, seq, attrs), seq, &total, nil); err != nil {
-			return fmt.Errorf("dump QPs of device %d: %w", idx, err)
+		if err := dump(fd, buf, request(r.cmd, seq, attrs), seq, &total, nil); err != nil {
+			return fmt.Errorf("dump %s of device %d: %w", r.name, idx, err)
 		}
 	}
 	if verbose {
-		fmt.Fprintf(os.Stderr, "nlfloor: %d devices, %d datagrams, %d messages, %d bytes (buffer %d)\n",
-			len(devs), total.datagrams, total.messages, total.bytes, bufSize)
+		fmt.Fprintf(os.Stderr, "nlfloor: %d devices, %d datagrams, %d messages, %d bytes (buffer %d, %s)\n",
+			len(devs), total.datagrams, total.messages, total.bytes, bufSize, r.name)
 	}
 	return nil
 }

@@ -1,17 +1,20 @@
-// Command report turns make bench's logs into one table per kernel, a JSON
+// Command report turns make bench's logs into tables per kernel, a JSON
 // file for comparison across commits, and a PNG plot of QP dump time against
 // the number of QPs (drawn by gnuplot).
 //
 //	report [-json FILE] [-plot FILE] [-gobench FILE] [-date D] [-commit C] LOG...
 //
-// Each LOG is the output of one guest run of vmtest/bench/qp-dump.sh;
-// -gobench is the output of go test -bench -benchmem.
+// Each LOG is the output of one guest run of vmtest/bench/qp-dump.sh (or of
+// trace-overhead.sh); -gobench is the output of go test -bench -benchmem.
+// Logs from before the MR measurements (no "mr-" lines) give the tables
+// they gave then.
 package main
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,6 +47,50 @@ type KernelRun struct {
 	// Probes is the summary vmtest/bench/trace-overhead.sh printed, line
 	// by line (empty when BENCH_TRACE=no).
 	Probes []string `json:"probes,omitempty"`
+	// MRSizes holds the MR listings, by number of MRs held beside the
+	// QPs of the largest size (none in a log from before them).
+	MRSizes []MRSize `json:"mr_sizes"`
+	// AgentMRs is the agent with those QPs and the most MRs tracked (nil
+	// when no MR was held).
+	AgentMRs *AgentMRs `json:"agent_mrs,omitempty"`
+}
+
+// MRSize holds what was measured with one number of MRs held.
+type MRSize struct {
+	MRs int `json:"mrs"`
+	// QPs held beside them.
+	QPs int `json:"qps"`
+	// Timings by label: floor, rdmatool, rdmatool-text, iproute2 (the
+	// log's "mr-<label> <MRs>" lines).
+	Timings        map[string]Timing `json:"timings"`
+	FloorDatagrams int               `json:"floor_datagrams"`
+	FloorBytes     int               `json:"floor_bytes"`
+}
+
+// AgentMRs is the agent with QPs and MRs held, every one tracked.
+type AgentMRs struct {
+	QPs int `json:"qps"`
+	MRs int `json:"mrs"`
+	// Catching up: from when the agent ran again (it was stopped while
+	// the MRs were registered) until its metrics counted them: the wall
+	// seconds, its CPU seconds, and the MR and QP dumps it made.
+	CatchUpSeconds    int     `json:"catch_up_seconds"`
+	CatchUpCPUSeconds float64 `json:"catch_up_cpu_seconds"`
+	CatchUpMRDumps    int     `json:"catch_up_mr_dumps"`
+	CatchUpScans      int     `json:"catch_up_scans"`
+	// Its RSS and peak RSS then.
+	RSSKiB int `json:"rss_kib"`
+	HWMKiB int `json:"hwm_kib"`
+	// At idle (asked nothing, reading each device's resource summary every
+	// --interval): the window, its CPU over it as a fraction of one CPU,
+	// its RSS at the end, and the MR and QP dumps it made in it, with its
+	// --reconcile (at most one of each per reconcile is expected).
+	IdleSeconds      int     `json:"idle_seconds"`
+	IdleCPU          float64 `json:"idle_cpu"`
+	IdleRSSKiB       int     `json:"idle_rss_kib"`
+	IdleMRDumps      int     `json:"idle_mr_dumps"`
+	IdleScans        int     `json:"idle_scans"`
+	ReconcileSeconds int     `json:"reconcile_seconds"`
 }
 
 // Size holds what was measured with one number of QPs held.
@@ -96,13 +143,21 @@ type GoBench struct {
 var (
 	kernelLine  = regexp.MustCompile(`^== kernel (\S+) \((\S+)\)`)
 	labtimeLine = regexp.MustCompile(`^(\S+) (\d+)\s+runs (\d+)\s+wall min ([0-9.]+)s median ([0-9.]+)s max ([0-9.]+)s\s+maxrss (\d+) KiB`)
-	floorLine   = regexp.MustCompile(`^nlfloor: \d+ devices, (\d+) datagrams, \d+ messages, (\d+) bytes`)
-	heldLine    = regexp.MustCompile(`^held (\d+) QPs`)
-	sizeLine    = regexp.MustCompile(`^size (\S+) (\d+) (\d+)`)
-	agentLine   = regexp.MustCompile(`^agent (\d+) .*VmHWM: (\d+) kB.*VmRSS: (\d+) kB`)
-	idleWork    = regexp.MustCompile(`^idle-work (\d+) after .*"lost_events":(\d+)`)
-	idleLine    = regexp.MustCompile(`^idle (\d+) ticks (\d+) hz (\d+) seconds (\d+) rss (\d+) kB`)
-	churnLine   = regexp.MustCompile(`^churn (\d+) cycles (\d+) seconds ([0-9.]+) agent-ticks (\d+) reader-ticks (\d+) hz (\d+)`)
+	// nlfloor -v: it names the resource dumped (QPs, MRs); a log from
+	// before the MR floor names none, and means QPs.
+	floorLine = regexp.MustCompile(`^nlfloor: \d+ devices, (\d+) datagrams, \d+ messages, (\d+) bytes(?: \(buffer \d+, (\w+)\))?`)
+	heldLine  = regexp.MustCompile(`^held (\d+) QPs`)
+	sizeLine  = regexp.MustCompile(`^size (\S+) (\d+) (\d+)`)
+	agentLine = regexp.MustCompile(`^agent (\d+) .*VmHWM: (\d+) kB.*VmRSS: (\d+) kB`)
+	idleWork  = regexp.MustCompile(`^idle-work (\d+) after .*"lost_events":(\d+)`)
+	idleLine  = regexp.MustCompile(`^idle (\d+) ticks (\d+) hz (\d+) seconds (\d+) rss (\d+) kB`)
+	churnLine = regexp.MustCompile(`^churn (\d+) cycles (\d+) seconds ([0-9.]+) agent-ticks (\d+) reader-ticks (\d+) hz (\d+)`)
+	// the MR part's lines
+	mrHeldLine    = regexp.MustCompile(`^mr-held (\d+) MRs in \d+ processes, beside (\d+) QPs`)
+	mrCatchUpLine = regexp.MustCompile(`^mr-catchup (\d+) (\d+) ticks (\d+) hz (\d+) seconds (\d+) mr-dumps (-?\d+) scans (-?\d+)`)
+	mrAgentLine   = regexp.MustCompile(`^mr-agent (\d+) (\d+) .*VmHWM: (\d+) kB.*VmRSS: (\d+) kB`)
+	mrIdleLine    = regexp.MustCompile(`^mr-idle (\d+) (\d+) ticks (\d+) hz (\d+) seconds (\d+) rss (\d+) kB`)
+	mrIdleWork    = regexp.MustCompile(`^mr-idle-work (\d+) (\d+) mr-dumps (-?\d+) scans (-?\d+) reconcile (\d+)`)
 	// trace-overhead.sh's summary lines
 	probeLine   = regexp.MustCompile(`^(median cycles/s|  probes|in-kernel probe time|highest churn)`)
 	goBenchLine = regexp.MustCompile(`^(Benchmark\S+)\s+\d+\s+([0-9.]+) ns/op(?:\s+([0-9.]+) heap-B/qp)?(?:\s+([0-9.]+) ns/qp)?\s+(\d+) B/op\s+(\d+) allocs/op`)
@@ -166,7 +221,16 @@ func parseLog(path string) (KernelRun, error) {
 		return KernelRun{}, err
 	}
 	defer f.Close() //nolint:errcheck // read only
-	k := KernelRun{Rename: map[string]Timing{}}
+	k, err := parseRun(f)
+	if err != nil {
+		return k, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
+}
+
+// parseRun reads one guest run's log.
+func parseRun(r io.Reader) (KernelRun, error) {
+	k := KernelRun{Rename: map[string]Timing{}, MRSizes: []MRSize{}}
 	size := func(n int) *Size {
 		for i := range k.Sizes {
 			if k.Sizes[i].QPs == n {
@@ -176,24 +240,66 @@ func parseLog(path string) (KernelRun, error) {
 		k.Sizes = append(k.Sizes, Size{QPs: n, Timings: map[string]Timing{}, AnswerBytes: map[string]int{}})
 		return &k.Sizes[len(k.Sizes)-1]
 	}
-	held := 0
-	sc := bufio.NewScanner(f)
+	mrSize := func(n int) *MRSize {
+		for i := range k.MRSizes {
+			if k.MRSizes[i].MRs == n {
+				return &k.MRSizes[i]
+			}
+		}
+		k.MRSizes = append(k.MRSizes, MRSize{MRs: n, Timings: map[string]Timing{}})
+		return &k.MRSizes[len(k.MRSizes)-1]
+	}
+	agentMRs := func(qps, mrs string) *AgentMRs {
+		if k.AgentMRs == nil {
+			k.AgentMRs = &AgentMRs{}
+		}
+		k.AgentMRs.QPs, k.AgentMRs.MRs = atoi(qps), atoi(mrs)
+		return k.AgentMRs
+	}
+	held, mrsHeld := 0, 0
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
 		if m := kernelLine.FindStringSubmatch(line); m != nil {
 			k.Kernel, k.Release = m[1], m[2]
 		} else if m := heldLine.FindStringSubmatch(line); m != nil {
 			held = atoi(m[1])
-		} else if m := floorLine.FindStringSubmatch(line); m != nil && held > 0 {
-			s := size(held)
-			s.FloorDatagrams, s.FloorBytes = atoi(m[1]), atoi(m[2])
+		} else if m := mrHeldLine.FindStringSubmatch(line); m != nil {
+			mrsHeld = atoi(m[1])
+			mrSize(mrsHeld).QPs = atoi(m[2])
+		} else if m := floorLine.FindStringSubmatch(line); m != nil {
+			switch {
+			case m[3] == "MRs" && mrsHeld > 0:
+				s := mrSize(mrsHeld)
+				s.FloorDatagrams, s.FloorBytes = atoi(m[1]), atoi(m[2])
+			case m[3] != "MRs" && held > 0:
+				s := size(held)
+				s.FloorDatagrams, s.FloorBytes = atoi(m[1]), atoi(m[2])
+			}
 		} else if m := labtimeLine.FindStringSubmatch(line); m != nil {
 			t := Timing{Runs: atoi(m[3]), MinSeconds: atof(m[4]), MedianSeconds: atof(m[5]), MaxSeconds: atof(m[6]), MaxRSSKiB: atoi(m[7])}
 			if prog, ok := strings.CutPrefix(m[1], "rename-"); ok {
 				k.Rename[prog] = t
+			} else if label, ok := strings.CutPrefix(m[1], "mr-"); ok {
+				mrSize(atoi(m[2])).Timings[label] = t
 			} else {
 				size(atoi(m[2])).Timings[m[1]] = t
 			}
+		} else if m := mrCatchUpLine.FindStringSubmatch(line); m != nil && atoi(m[4]) > 0 {
+			a := agentMRs(m[1], m[2])
+			a.CatchUpCPUSeconds = float64(atoi(m[3])) / float64(atoi(m[4]))
+			a.CatchUpSeconds, a.CatchUpMRDumps, a.CatchUpScans = atoi(m[5]), atoi(m[6]), atoi(m[7])
+		} else if m := mrAgentLine.FindStringSubmatch(line); m != nil {
+			a := agentMRs(m[1], m[2])
+			a.HWMKiB, a.RSSKiB = atoi(m[3]), atoi(m[4])
+		} else if m := mrIdleLine.FindStringSubmatch(line); m != nil && atoi(m[4]) > 0 && atoi(m[5]) > 0 {
+			a := agentMRs(m[1], m[2])
+			a.IdleSeconds = atoi(m[5])
+			a.IdleCPU = float64(atoi(m[3])) / float64(atoi(m[4])) / float64(a.IdleSeconds)
+			a.IdleRSSKiB = atoi(m[6])
+		} else if m := mrIdleWork.FindStringSubmatch(line); m != nil {
+			a := agentMRs(m[1], m[2])
+			a.IdleMRDumps, a.IdleScans, a.ReconcileSeconds = atoi(m[3]), atoi(m[4]), atoi(m[5])
 		} else if m := idleWork.FindStringSubmatch(line); m != nil {
 			size(atoi(m[1])).AgentLostEvents = atoi(m[2])
 		} else if m := sizeLine.FindStringSubmatch(line); m != nil {
@@ -218,7 +324,7 @@ func parseLog(path string) (KernelRun, error) {
 		return k, err
 	}
 	if k.Kernel == "" {
-		return k, fmt.Errorf("%s: no kernel line; did the guest run fail?", path)
+		return k, errors.New("no kernel line; did the guest run fail?")
 	}
 	return k, nil
 }
@@ -234,13 +340,15 @@ func parseGoBench(b []byte) []GoBench {
 }
 
 // median seconds of a label, or NaN when it was not measured.
-func (s Size) median(label string) float64 {
-	t, ok := s.Timings[label]
+func median(timings map[string]Timing, label string) float64 {
+	t, ok := timings[label]
 	if !ok {
 		return math.NaN()
 	}
 	return t.MedianSeconds
 }
+
+func (s Size) median(label string) float64 { return median(s.Timings, label) }
 
 func secs(v float64) string {
 	if math.IsNaN(v) {
@@ -268,22 +376,9 @@ func printTables(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "\n### kernel %s (%s), %s, commit %s\n\n", k.Kernel, k.Release, rep.Date, rep.Commit)
 		fmt.Fprintln(w, "QP dump, median wall seconds (peak RSS MiB):")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| QPs | floor | rdmatool -j | rdmatool text | iproute2 -j | rdmatool/floor | rdmatool/iproute2 | floor replies |")
-		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
-		for _, s := range k.Sizes {
-			cell := func(label string) string {
-				return fmt.Sprintf("%s (%s)", secs(s.median(label)), mib(s.Timings[label].MaxRSSKiB))
-			}
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %d |\n", s.QPs,
-				cell("floor"), cell("rdmatool"), cell("rdmatool-text"), cell("iproute2"),
-				ratio(s.median("rdmatool"), s.median("floor")), ratio(s.median("rdmatool"), s.median("iproute2")), s.FloorDatagrams)
-		}
-		fmt.Fprintln(w)
+		printDump(w, "QPs", k.Sizes)
 		fmt.Fprint(w, "Growth exponent t ~ N^e between the two largest sizes (1 linear, 2 quadratic):")
-		for _, label := range []string{"floor", "rdmatool", "iproute2"} {
-			fmt.Fprintf(w, " %s %s", label, growth(k.Sizes, label))
-		}
-		fmt.Fprintln(w)
+		printGrowth(w, k.Sizes)
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "qp-leaks, median wall seconds; answer bytes; agent RSS MiB:")
 		fmt.Fprintln(w)
@@ -311,6 +406,7 @@ func printTables(w io.Writer, rep Report) {
 					100*s.AgentChurnCPU, 100*s.ReaderChurnCPU, 100*max(0, s.AgentChurnCPU-s.AgentIdleCPU)*per, 100*s.ReaderChurnCPU*per)
 			}
 		}
+		printMRTables(w, k)
 		if len(k.Probes) > 0 {
 			fmt.Fprintln(w)
 			fmt.Fprintln(w, "Probe cost (vmtest/bench/trace-overhead.sh, instruction-counted guest time):")
@@ -353,10 +449,91 @@ func printTables(w io.Writer, rep Report) {
 	}
 }
 
+// printMRTables prints the MR listings of k and the agent with the MRs
+// tracked, when the log has them.
+func printMRTables(w io.Writer, k KernelRun) {
+	if len(k.MRSizes) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "MR dump (MRs of a page each on one PD, beside %s QPs), median wall seconds (peak RSS MiB):\n", count(k.MRSizes[0].QPs))
+		fmt.Fprintln(w)
+		printDump(w, "MRs", k.MRSizes)
+		fmt.Fprint(w, "Growth exponent t ~ N^e between the two largest MR sizes:")
+		printGrowth(w, k.MRSizes)
+	}
+	a := k.AgentMRs
+	if a == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Agent at idle with %s QPs and %s MRs tracked: CPU (%% of one CPU) and RSS (MiB) over %d s, the MR and QP dumps it made then (at most one of each per reconcile, every %d s), the same QPs without MRs, and its catching up on the MRs registered while it was stopped (wall s, CPU s, MR and QP dumps):\n",
+		count(a.QPs), count(a.MRs), a.IdleSeconds, a.ReconcileSeconds)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| QPs | MRs | at idle: CPU, RSS | MR dumps at idle | QP dumps at idle | no MRs: CPU, RSS | catching up: s, CPU s (MR, QP dumps) | RSS (peak) after catching up |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
+	without := "–"
+	if i := slices.IndexFunc(k.Sizes, func(s Size) bool { return s.QPs == a.QPs }); i >= 0 && k.Sizes[i].AgentIdleRSSKiB > 0 {
+		without = fmt.Sprintf("%.1f%%, %s", 100*k.Sizes[i].AgentIdleCPU, mib(k.Sizes[i].AgentIdleRSSKiB))
+	}
+	fmt.Fprintf(w, "| %d | %d | %.1f%%, %s | %d | %d | %s | %d, %.2f (%d, %d) | %s (%s) |\n", a.QPs, a.MRs,
+		100*a.IdleCPU, mib(a.IdleRSSKiB), a.IdleMRDumps, a.IdleScans, without,
+		a.CatchUpSeconds, a.CatchUpCPUSeconds, a.CatchUpMRDumps, a.CatchUpScans, mib(a.RSSKiB), mib(a.HWMKiB))
+}
+
+// count writes n as the tables' captions do: 60k for 60,000.
+func count(n int) string {
+	if n >= 1000 && n%1000 == 0 {
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return strconv.Itoa(n)
+}
+
+// point is one size of a dump table: its number of objects, its
+// timings and the floor's replies.
+type point interface {
+	objects() int
+	timing(label string) Timing
+	median(label string) float64
+	floorReplies() int
+}
+
+func (s Size) objects() int               { return s.QPs }
+func (s Size) timing(label string) Timing { return s.Timings[label] }
+func (s Size) floorReplies() int          { return s.FloorDatagrams }
+
+func (s MRSize) objects() int                { return s.MRs }
+func (s MRSize) timing(label string) Timing  { return s.Timings[label] }
+func (s MRSize) median(label string) float64 { return median(s.Timings, label) }
+func (s MRSize) floorReplies() int           { return s.FloorDatagrams }
+
+// printDump prints a dump table: one row of what (QPs, MRs) per size,
+// then an empty line.
+func printDump[P point](w io.Writer, what string, sizes []P) {
+	fmt.Fprintf(w, "| %s | floor | rdmatool -j | rdmatool text | iproute2 -j | rdmatool/floor | rdmatool/iproute2 | floor replies |\n", what)
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, s := range sizes {
+		cell := func(label string) string {
+			return fmt.Sprintf("%s (%s)", secs(s.median(label)), mib(s.timing(label).MaxRSSKiB))
+		}
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %d |\n", s.objects(),
+			cell("floor"), cell("rdmatool"), cell("rdmatool-text"), cell("iproute2"),
+			ratio(s.median("rdmatool"), s.median("floor")), ratio(s.median("rdmatool"), s.median("iproute2")), s.floorReplies())
+	}
+	fmt.Fprintln(w)
+}
+
+// printGrowth ends a growth line: the exponent of the floor, rdmatool and
+// iproute2.
+func printGrowth[P point](w io.Writer, sizes []P) {
+	for _, label := range []string{"floor", "rdmatool", "iproute2"} {
+		fmt.Fprintf(w, " %s %s", label, growth(sizes, label))
+	}
+	fmt.Fprintln(w)
+}
+
 // growth is the exponent e in t ~ N^e between the two largest sizes
 // measured for label.
-func growth(sizes []Size, label string) string {
-	var pts []Size
+func growth[P point](sizes []P, label string) string {
+	var pts []P
 	for _, s := range sizes {
 		if !math.IsNaN(s.median(label)) {
 			pts = append(pts, s)
@@ -366,7 +543,7 @@ func growth(sizes []Size, label string) string {
 		return "–"
 	}
 	a, b := pts[len(pts)-2], pts[len(pts)-1]
-	return fmt.Sprintf("%.2f", math.Log(b.median(label)/a.median(label))/math.Log(float64(b.QPs)/float64(a.QPs)))
+	return fmt.Sprintf("%.2f", math.Log(b.median(label)/a.median(label))/math.Log(float64(b.objects())/float64(a.objects())))
 }
 
 // plot draws one panel per kernel: median QP dump time against QPs for
