@@ -73,10 +73,10 @@ func rdsRows(t *testing.T, kind string) []map[string]any {
 // receiver's buffer on it (RDS_CMSG_RDMA_MAP) for the sender's RDMA
 // WRITEs. A quiet connection (three good writes) is listed under
 // rds_rdma in `res qp` and `res mr` and gives no finding; writes with an
-// R_Key no MR has fail at the peer, the QPs go to Error, and RDS drops
-// and makes the connection again each time: one qp-error-storm, for
-// rds_rdma, whose QPs the agent names from their creation stacks (they
-// live and die between its dumps).
+// R_Key no MR has (rdswork --mode bad-rkey) fail at the peer, the QPs go
+// to Error, and RDS drops and makes the connection again each time: one
+// qp-error-storm, for rds_rdma, whose QPs the agent names from their
+// creation stacks (they live and die between its dumps).
 func TestLabRDS(t *testing.T) {
 	vmtest.Require(t, vmtest.RXE)
 	rdsUp(t)
@@ -91,8 +91,8 @@ func TestLabRDS(t *testing.T) {
 	evs := quiet.Events()
 	t.Logf("rdswork --mode quiet: %v", raws(evs))
 	// RDS_GET_MR maps without a connection; with FRWR, the one way RDS
-	// registers memory on these kernels, rds_ib_reg_frmr refuses that
-	// ("TODO: Add FRWR support for RDS_GET_MR using proxy qp").
+	// registers memory on rxe, rds_ib_reg_frmr refuses that ("TODO: Add
+	// FRWR support for RDS_GET_MR using proxy qp").
 	if g := vmtest.Filter(evs, "get_mr"); len(g) != 1 || g[0].Errno != int(syscall.EOPNOTSUPP) {
 		t.Errorf("RDS_GET_MR: %v, want EOPNOTSUPP", g)
 	}
