@@ -524,6 +524,8 @@ func TestHistoryShape(t *testing.T) {
 			c.names = unique.Make(qpNames{device: "x"})
 		case reflect.Pointer: // events
 			c.events = &qpEvents{}
+		case reflect.Array: // peer
+			c.peer = peerFrom("192.0.2.1")
 		default:
 			t.Fatalf("field %s of kind %s: give it a value here", name, f.Kind())
 		}

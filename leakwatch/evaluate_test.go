@@ -432,6 +432,33 @@ func TestTrackedQPHeap(t *testing.T) {
 	if d := heap["probed with 8 sites"] - heap["probed"]; d > 8 {
 		t.Errorf("sites cost %.1f bytes of heap per QP, want at most 8", d)
 	}
+
+	// A peer is the QP's own (History.peer), not part of the names the
+	// QPs of a process share: the 60,000 QPs of one process to as many
+	// peers (an MPI job's all-to-all over RC) cost their addresses, not
+	// 60,000 copies of the names.
+	w, _, qps, _ := tracked60k(true, 0)
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	peers := make(map[uint32]string, len(qps))
+	for i, q := range qps {
+		peers[q.LQPN] = fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&0xff, i&0xff)
+	}
+	w.Peers(rxe.Index, peers)
+	peers = nil
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	perPeer := float64(int64(ms.HeapAlloc)-int64(before)) / float64(len(qps))
+	t.Logf("a peer of its own: %.0f bytes of heap more per tracked QP", perPeer)
+	if perPeer > 100 {
+		t.Errorf("a peer of its own costs %.0f bytes of heap per QP, want at most 100", perPeer)
+	}
+	if got := w.qps[qpKey{rxe.Index, qps[7].LQPN}].Peer(); got != "10.0.0.7" {
+		t.Errorf("QP %d's peer %q, want 10.0.0.7", qps[7].LQPN, got)
+	}
+	runtime.KeepAlive(qps)
 }
 
 // BenchmarkTrack reports the heap a tracked QP costs (heap-B/qp) at

@@ -22,26 +22,24 @@ func (w *Watcher) Peers(index uint32, peers map[uint32]string) {
 		if h == nil || p == "" {
 			continue
 		}
-		n := h.qpNames()
-		if n.peer == p {
+		a := peerFrom(p)
+		if a == (peerAddr{}) || a == h.peer {
 			continue
 		}
-		n.peer = p
-		h.setNames(n)
+		h.peer = a
 		w.peerLearned(dev, h)
 	}
 }
 
-// peerLearned gives h's entries into Error the peer h's names have now:
-// the entries keep the names the QP had when it entered Error, and the
-// dump that names a failed QP's peer may come after its failure.
+// peerLearned gives h's entries into Error the peer h has now: the dump
+// that names a failed QP's peer may come after its failure.
 func (w *Watcher) peerLearned(dev *deviceState, h *History) {
 	if h.events == nil {
 		return // it never entered Error
 	}
 	for i := len(dev.qpErrors) - 1; i >= 0; i-- {
 		if e := &dev.qpErrors[i]; e.qpn == h.QPN && e.created == h.FirstSeen {
-			e.names = h.names
+			e.peer = h.peer
 		}
 	}
 }
@@ -57,5 +55,5 @@ func (w *Watcher) WantsPeer(index, qpn uint32) bool {
 		return false
 	}
 	n := h.qpNames()
-	return n.peer == "" && (!n.owner.Kernel() || n.owner.KernName == "rdma_cm")
+	return h.peer == (peerAddr{}) && (!n.owner.Kernel() || n.owner.KernName == "rdma_cm")
 }

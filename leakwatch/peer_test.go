@@ -84,7 +84,7 @@ func TestPeersBetweenScans(t *testing.T) {
 		t.Errorf("peers by QPN (-want +got):\n%s", diff)
 	}
 	for _, e := range w.devs[rxe.Index].qpErrors {
-		if p := e.names.Value().peer; p != "192.0.2.1" {
+		if p := e.peer.String(); p != "192.0.2.1" {
 			t.Errorf("QP %d's entry into Error (%s): peer %q, want 192.0.2.1", e.qpn, e.cause, p)
 		}
 	}

@@ -94,6 +94,7 @@ type qpError struct {
 	// first scan that listed it).
 	created Stamp
 	names   unique.Handle[qpNames]
+	peer    peerAddr // the QP's rdma_cm peer, learned then or since
 	qpn     uint32
 	cause   ErrorCause
 }
@@ -110,7 +111,7 @@ func (w *Watcher) enteredError(h *History, dev *deviceState, t time.Time, cause 
 	if len(dev.qpErrors) >= maxQPErrors {
 		dev.qpErrors = dev.qpErrors[:copy(dev.qpErrors, dev.qpErrors[1:])]
 	}
-	dev.qpErrors = append(dev.qpErrors, qpError{at: stampOf(t), created: h.FirstSeen, names: h.names, qpn: h.QPN, cause: cause})
+	dev.qpErrors = append(dev.qpErrors, qpError{at: stampOf(t), created: h.FirstSeen, names: h.names, peer: h.peer, qpn: h.QPN, cause: cause})
 	h.note(t, sourceOf(cause), "entered Error: %s", cause)
 }
 
@@ -318,7 +319,7 @@ func stormPeers(errs []qpError) (top, what string) {
 	counts := map[string]int{}
 	known := 0
 	for _, e := range errs {
-		if p := e.names.Value().peer; p != "" {
+		if p := e.peer.String(); p != "" {
 			counts[p]++
 			known++
 		}

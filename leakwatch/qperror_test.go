@@ -356,7 +356,7 @@ func TestStormPeers(t *testing.T) {
 	errsOf := func(peers ...string) []qpError {
 		var out []qpError
 		for _, p := range peers {
-			out = append(out, qpError{names: unique.Make(qpNames{device: "rxe0", peer: p})})
+			out = append(out, qpError{names: unique.Make(qpNames{device: "rxe0"}), peer: peerFrom(p)})
 		}
 		return out
 	}

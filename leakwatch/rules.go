@@ -105,7 +105,7 @@ func base(rule string, sev Severity, h *History, age time.Duration) Finding {
 	n := h.qpNames()
 	f := Finding{
 		Rule: rule, Severity: sev, Device: n.device, QPN: h.QPN, Type: h.Type.String(),
-		State: h.State.String(), Owner: n.owner, Peer: n.peer,
+		State: h.State.String(), Owner: n.owner, Peer: h.Peer(),
 		SRQ: h.OnSRQ, SRQN: h.SRQN, AgeSeconds: math.Round(age.Seconds()*1000) / 1000,
 		// Evidence: the history's notes, made when Evaluate keeps the
 		// finding.

@@ -2,6 +2,7 @@ package leakwatch
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 	"unique"
@@ -59,6 +60,12 @@ type historyFields struct {
 	// (pid), interned: the QPs of one process or kernel module on one
 	// device share one copy, whichever of its threads created them.
 	names unique.Handle[qpNames]
+	// peer is the address at the other end of the QP's rdma_cm
+	// connection (none when no rdma_cm ID named one: DeviceScan.Peers,
+	// Watcher.Peers), kept once known, after the QP is destroyed too. Not
+	// in names: the QPs of a process to as many peers (an MPI job's
+	// all-to-all) would each make their own copy of the names.
+	peer peerAddr
 
 	// events are the QP's Error, LAST_WQE_REACHED, drains and end (nil
 	// while none was seen, as for most QPs): read with seen, written
@@ -237,17 +244,37 @@ type noteWhat struct {
 
 // qpNames are a QP's device name and its owner as netlink, /proc or a
 // probe named them, but for the owner's thread (its PID is 0 here: the
-// History keeps it), where the probes saw it created, and its rdma_cm
-// peer: the QPs one process made at one site on one device to one peer
-// share one copy, so a site or a peer costs a QP nothing.
+// History keeps it), and where the probes saw it created: the QPs one
+// process made at one site on one device share one copy, so a site costs
+// a QP nothing.
 type qpNames struct {
 	device string
 	owner  Owner
 	site   siteHandle
-	// peer is the address at the other end of the QP's rdma_cm
-	// connection ("" when no rdma_cm ID named one: DeviceScan.Peers,
-	// Watcher.Peers); kept once known, after the QP is destroyed too.
-	peer string
+}
+
+// peerAddr is an rdma_cm peer's IP address, an IPv4 one mapped into
+// IPv6 (the zone of a link-local one is not kept); the zero value is none.
+// Sixteen bytes a QP, where an interned string costs each distinct
+// address about 200 bytes of heap.
+type peerAddr [16]byte
+
+// peerFrom parses an address as rdmanl.Peers gives it; none when it is
+// not one.
+func peerFrom(s string) peerAddr {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return peerAddr{}
+	}
+	return a.As16()
+}
+
+// String is the address as netip writes it ("" for none).
+func (p peerAddr) String() string {
+	if p == (peerAddr{}) {
+		return ""
+	}
+	return netip.AddrFrom16(p).Unmap().String()
 }
 
 func (h *History) qpNames() qpNames {
@@ -286,7 +313,7 @@ func (h *History) Site() Site { return siteOf(h.qpNames().site) }
 
 // Peer is the address at the other end of the QP's rdma_cm connection, as
 // the rdma_cm ID bound to it last named it; "" when none did.
-func (h *History) Peer() string { return h.qpNames().peer }
+func (h *History) Peer() string { return h.peer.String() }
 
 // Evidence is what was observed of the QP, oldest first (at most
 // maxEvidence observations; the first is always kept).
@@ -576,20 +603,20 @@ func (w *Watcher) scanQP(s Scan, ds *DeviceScan, dev *deviceState, rd *restoredD
 	h.scanGen = w.scanGen
 	h.Type, h.pid, h.pdn = qp.Type, qp.Owner.PID, qp.PDN
 	n := h.qpNames()
-	peer := n.peer
+	peer := h.peer
 	n.device, n.owner.KernName = dev.name, qp.Owner.KernName
 	if ulp := ds.ULPs[qp.LQPN]; ulp != "" {
 		n.owner.ULP = ulp
 	}
 	if p := ds.Peers[qp.LQPN]; p != "" {
-		n.peer = p
+		h.peer = peerFrom(p)
 	}
 	h.OnSRQ, h.SRQN = qp.OnSRQ, qp.SRQN
 	if p, ok := ds.Owners[qp.Owner.PID]; ok {
 		n.owner.resolve(p)
 	}
 	h.setNames(n)
-	if n.peer != peer {
+	if h.peer != peer {
 		w.peerLearned(dev, h)
 	}
 	h.inScan = true
