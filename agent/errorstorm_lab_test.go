@@ -94,15 +94,7 @@ func TestLabErrorStorm(t *testing.T) {
 	}
 	t.Logf("rdmatool_qp_errors_total on rxe0 by cause: %v", got)
 
-	rep := agentUntil(t, sock, "rxe0", 5*time.Second, func(rep agentapi.CheckReport) bool {
-		return slices.ContainsFunc(rep.Findings, func(f leakwatch.Finding) bool { return f.Rule == leakwatch.RuleQPErrorStorm })
-	})
-	var storms []leakwatch.Finding
-	for _, f := range rep.Findings {
-		if f.Rule == leakwatch.RuleQPErrorStorm {
-			storms = append(storms, f)
-		}
-	}
+	storms := awaitStorms(t, sock, 5*time.Second)
 	if len(storms) != 1 {
 		t.Fatalf("qp-error-storm findings %+v, want one for the retrying client (pid %d; the recovering one is %d)", storms, storm, healthy)
 	}
@@ -134,6 +126,22 @@ func TestLabErrorStorm(t *testing.T) {
 	if !strings.Contains(all, "R_Keys the owner held when its QPs failed") || strings.Contains(all, "no MR dump") {
 		t.Errorf("qp-error-storm evidence %q: want the R_Keys of the agent's last MR dump of rxe0", evidence)
 	}
+}
+
+// awaitStorms asks the agent on sock for rxe0's findings until one is a
+// qp-error-storm, or timeout passes, and returns the storms.
+func awaitStorms(t *testing.T, sock string, timeout time.Duration) []leakwatch.Finding {
+	t.Helper()
+	rep := agentUntil(t, sock, "rxe0", timeout, func(rep agentapi.CheckReport) bool {
+		return slices.ContainsFunc(rep.Findings, func(f leakwatch.Finding) bool { return f.Rule == leakwatch.RuleQPErrorStorm })
+	})
+	var storms []leakwatch.Finding
+	for _, f := range rep.Findings {
+		if f.Rule == leakwatch.RuleQPErrorStorm {
+			storms = append(storms, f)
+		}
+	}
+	return storms
 }
 
 // qpErrorsByCause scrapes rdmatool_qp_errors_total for rxe0 by cause.

@@ -137,15 +137,7 @@ func TestLabRDS(t *testing.T) {
 	if c := vmtest.Filter(evs, "cycle"); len(c) != cycles || slices.ContainsFunc(c, func(e vmtest.Event) bool { return e.Status == "success" }) {
 		t.Fatalf("bad-rkey writes: %v, want %d failures", c, cycles)
 	}
-	rep := agentUntil(t, sock, "rxe0", 10*time.Second, func(rep agentapi.CheckReport) bool {
-		return slices.ContainsFunc(rep.Findings, func(f leakwatch.Finding) bool { return f.Rule == leakwatch.RuleQPErrorStorm })
-	})
-	var storms []leakwatch.Finding
-	for _, f := range rep.Findings {
-		if f.Rule == leakwatch.RuleQPErrorStorm {
-			storms = append(storms, f)
-		}
-	}
+	storms := awaitStorms(t, sock, 10*time.Second)
 	if len(storms) != 1 {
 		t.Fatalf("qp-error-storm findings %+v, want one, for rds_rdma", storms)
 	}
@@ -154,6 +146,11 @@ func TestLabRDS(t *testing.T) {
 	f := storms[0]
 	if f.KernName != "rdma_cm" || f.ULP != "rds_rdma" || f.Device != "rxe0" || f.Count < cycles || f.Count > 2*cycles {
 		t.Errorf("qp-error-storm %+v: want rdma_cm's QPs for rds_rdma on rxe0, count %d to %d", f, cycles, 2*cycles)
+	}
+	// Each connection lives about 2 s: the agent's dumps of the rdma_cm
+	// IDs as its QPs connect name the peers, one address at each end.
+	if f.Peer != vmtest.RXEAddr && f.Peer != rdsPeer {
+		t.Errorf("qp-error-storm peer %q, want %s or %s", f.Peer, vmtest.RXEAddr, rdsPeer)
 	}
 	after := qpErrorsByCause(t, addr)
 	var failures float64
