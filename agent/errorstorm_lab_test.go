@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -116,10 +117,13 @@ func TestLabErrorStorm(t *testing.T) {
 		!strings.Contains(all, cause) || !strings.Contains(all, "created after the first Error") || !strings.Contains(all, "created at qpwork!") {
 		t.Errorf("qp-error-storm evidence %q: want %q with %s, the replacements and qpwork's creation site", evidence, want, cause)
 	}
-	// The peers: the rdma_cm IDs the agent dumped while each connection
-	// was held, the target's (accepted) and the client's.
-	if want := fmt.Sprintf("peers (rdma_cm) of %d of the %d failed QPs: %s %d", f.Count, f.Count, vmtest.RXEAddr, f.Count); f.Peer != vmtest.RXEAddr || !strings.Contains(all, want) {
-		t.Errorf("qp-error-storm peer %q, evidence %q: want peer %s and %q", f.Peer, evidence, vmtest.RXEAddr, want)
+	// The peers: the rdma_cm IDs the agent dumped while a connection was
+	// held (300 ms each), the target's (accepted) and the client's. A
+	// dump that came after a pair's QPs were gone names neither: 6 to 10
+	// of the 12 were named on 6.1, 6.12 and 7.x.
+	m := regexp.MustCompile(`(?m)peers \(rdma_cm\) of (\d+) of the (\d+) failed QPs: ` + regexp.QuoteMeta(vmtest.RXEAddr) + ` (\d+)$`).FindStringSubmatch(all)
+	if f.Peer != vmtest.RXEAddr || m == nil || m[1] != m[3] || m[2] != fmt.Sprint(f.Count) || m[1] == "0" {
+		t.Errorf("qp-error-storm peer %q, evidence %q: want peer %s, named for some of the %d failed QPs and no other", f.Peer, evidence, vmtest.RXEAddr, f.Count)
 	}
 	// The agent dumped rxe0's MRs at its start and as their number
 	// changed: the R_Keys are those of a dump, not unknown.
