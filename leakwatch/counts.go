@@ -247,8 +247,13 @@ func (w *Watcher) current(h *History) bool { return w.qps[qpKey{h.DevIndex, h.QP
 // put makes h the history of the QP k: the one it replaces leaves the
 // counts, and h is counted at the next count.
 func (w *Watcher) put(k qpKey, h *History) {
-	if old := w.qps[k]; old != nil && old != h {
+	old := w.qps[k]
+	if old != nil && old != h {
 		w.uncount(old)
+		w.tracked(old, -1)
+	}
+	if old != h {
+		w.tracked(h, 1)
 	}
 	w.qps[k] = h
 	w.changed(h, h.names)
@@ -258,7 +263,19 @@ func (w *Watcher) put(k qpKey, h *History) {
 func (w *Watcher) drop(k qpKey) {
 	if h := w.qps[k]; h != nil {
 		w.uncount(h)
+		w.tracked(h, -1)
 		delete(w.qps, k)
+	}
+}
+
+// tracked adds d (1: put, -1: dropped) to the histories of h's device and,
+// when h is destroyed, to the destroyed ones (Watcher.perDev, destroyed).
+func (w *Watcher) tracked(h *History, d int) {
+	if w.perDev[h.DevIndex] += d; w.perDev[h.DevIndex] == 0 {
+		delete(w.perDev, h.DevIndex)
+	}
+	if h.Destroyed {
+		w.destroyed += d
 	}
 }
 

@@ -41,6 +41,18 @@ func countedByEvaluate(w *Watcher, minAge time.Duration) (Counts, map[string]map
 // reset policy's default stale rules included.
 func checkCounts(t *testing.T, w *Watcher, minAge time.Duration, step string) {
 	t.Helper()
+	// The histories by device and the destroyed ones, which let a scan and
+	// expire skip their walks, are those the watcher holds.
+	perDev, destroyed := map[uint32]int{}, 0
+	for _, h := range w.qps {
+		perDev[h.DevIndex]++
+		if h.Destroyed {
+			destroyed++
+		}
+	}
+	if !maps.Equal(perDev, w.perDev) || destroyed != w.destroyed {
+		t.Fatalf("%s: histories by device %v, %d destroyed; the watcher counts %v, %d", step, perDev, destroyed, w.perDev, w.destroyed)
+	}
 	got := w.CountFindings(minAge)
 	want, qpns := countedByEvaluate(w, minAge)
 	if d := cmp.Diff(want.Findings, got.Findings, cmpopts.EquateEmpty()); d != "" {
@@ -643,4 +655,41 @@ func BenchmarkCountFindingsMRs(b *testing.B) {
 			w.MRTally(10)
 		}
 	})
+}
+
+// The watcher's count of histories by device and of destroyed ones
+// follows each way a QP ends: a scan that no longer lists it, its
+// destroy event after that scan (the scan ran while the event waited in
+// the ring buffer), its device going away, and expiry. A scan of another
+// device, with no QPs, walks no history (the count says there is none to
+// miss) and expires none.
+func TestTrackedCounts(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	check := func(step string, dev0, destroyed int) {
+		t.Helper()
+		if w.perDev[rxe.Index] != dev0 || w.destroyed != destroyed {
+			t.Errorf("%s: %d histories on rxe0, %d destroyed; want %d, %d", step, w.perDev[rxe.Index], w.destroyed, dev0, destroyed)
+		}
+		checkCounts(t, w, 5*time.Second, step)
+	}
+	w.Scan(dump(c.at(0), rxe, qp(10, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42), qp(11, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42),
+		qp(12, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42)))
+	check("three listed", 3, 0)
+	w.Scan(dump(c.at(time.Second), rxe, qp(11, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42), qp(12, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42)))
+	check("10 missed by a scan", 3, 1)
+	w.Event(ev(c.at(500*time.Millisecond), EventQPDestroyed, rxe, 10)) // before that scan began
+	check("10's destroy event after the scan", 3, 1)
+	w.Event(ev(c.at(2*time.Second), EventQPDestroyed, rxe, 11))
+	check("11 destroyed", 3, 2)
+	w.Scan(scan(c.at(3*time.Second), siw))
+	check("a scan of siw0", 3, 2)
+	w.DeviceGone(rxe.Index, c.at(4*time.Second))
+	check("rxe0 gone", 3, 3)
+	w.Scan(scan(c.at(10*time.Minute), siw))
+	check("expired", 0, 0)
+	if _, ok := w.devs[rxe.Index]; ok {
+		t.Errorf("rxe0, gone, without histories, still a device of the watcher")
+	}
 }

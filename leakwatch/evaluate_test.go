@@ -531,3 +531,15 @@ func TestEvaluateLimitAndEach(t *testing.T) {
 		t.Errorf("a kept finding's evidence changed with its history (-before +after):\n%s", d)
 	}
 }
+
+// BenchmarkScanOtherDevice is the agent's scan, at each interval, of an
+// iWARP device without QPs beside 60,000 QPs of another: no walk over
+// them (5.7 ms a scan on the host when each scan walked every history
+// twice, 3 to 6 us since).
+func BenchmarkScanOtherDevice(b *testing.B) {
+	w, c, _, _ := tracked60k(true, 0)
+	c.at(10 * time.Minute)
+	for b.Loop() {
+		w.Scan(scan(c.now(), siw))
+	}
+}

@@ -450,7 +450,14 @@ type Watcher struct {
 	now   func() time.Time
 	start time.Time
 	qps   map[qpKey]*History
-	devs  map[uint32]*deviceState
+	// perDev counts the histories in qps of each device index, and
+	// destroyed those destroyed (put, drop, end): a scan's walk over the
+	// histories and expire's are skipped where they would find nothing,
+	// as at each interval's scan of an iWARP device without QPs beside
+	// 60,000 QPs of another.
+	perDev    map[uint32]int
+	destroyed int
+	devs      map[uint32]*deviceState
 	// scanGen counts the scans folded in (History.scanGen).
 	scanGen uint32
 	// zombies is the last look at the host's processes.
@@ -501,7 +508,7 @@ func orDefault[T comparable](v *T, def T) {
 // New returns a watcher that reads the time from now.
 func New(cfg Config, now func() time.Time) *Watcher {
 	cfg = cfg.withDefaults()
-	return &Watcher{cfg: cfg, now: now, start: now(), qps: map[qpKey]*History{}, devs: map[uint32]*deviceState{}}
+	return &Watcher{cfg: cfg, now: now, start: now(), qps: map[qpKey]*History{}, perDev: map[uint32]int{}, devs: map[uint32]*deviceState{}}
 }
 
 func (w *Watcher) device(index uint32, name string) *deviceState {
@@ -548,7 +555,14 @@ func (w *Watcher) Scan(s Scan) {
 			}
 		}
 	}
+	listed := false // a scanned device has histories, which the scan may miss
+	for index := range scanned {
+		listed = listed || w.perDev[index] > 0
+	}
 	for k, h := range w.qps {
+		if !listed {
+			break
+		}
 		if h.scanGen == w.scanGen || h.Destroyed || !scanned[k.dev] {
 			continue
 		}
@@ -566,7 +580,7 @@ func (w *Watcher) Scan(s Scan) {
 		// (a full ring buffer), and keeping it would leak memory and
 		// report its last state forever.
 		if ends {
-			h.ended(s.Time)
+			w.end(h, s.Time)
 		}
 		w.changed(h, h.names)
 	}
@@ -671,7 +685,7 @@ func (w *Watcher) DeviceGone(index uint32, t time.Time) {
 	for _, q := range w.qps {
 		if q.DevIndex == index && !q.Destroyed {
 			q.DeviceGone = true
-			q.ended(t)
+			w.end(q, t)
 			w.changed(q, q.names)
 		}
 	}
@@ -698,19 +712,28 @@ func (w *Watcher) retention(h *History) time.Duration {
 // expire forgets destroyed QPs older than their retention, and gone devices that
 // no QP refers to any more.
 func (w *Watcher) expire(now time.Time) {
-	referenced := map[uint32]bool{}
 	for k, h := range w.qps {
+		if w.destroyed == 0 {
+			break // none to forget: no walk over the live ones
+		}
 		if h.Destroyed && now.Sub(h.seen().DestroyedAt.Time()) > w.retention(h) {
 			w.drop(k)
-			continue
 		}
-		referenced[h.DevIndex] = true
 	}
 	for index, d := range w.devs {
-		if d.gone && !referenced[index] {
+		if d.gone && w.perDev[index] == 0 {
 			delete(w.devs, index)
 		}
 	}
+}
+
+// end records that h, a history the watcher tracks, is gone at t
+// (History.ended), counting it among the destroyed.
+func (w *Watcher) end(h *History, t time.Time) {
+	if !h.Destroyed {
+		w.destroyed++
+	}
+	h.ended(t)
 }
 
 // Event folds an observation of the kernel into the histories.
@@ -824,6 +847,7 @@ func (w *Watcher) event(ev Event) {
 			// A scan that ran while this event waited in the ring
 			// buffer already missed the QP: this is its destroy.
 			h.Destroyed = false
+			w.destroyed--
 		}
 		if h == nil || h.Destroyed {
 			h = get() // a QP created before the probes attached
@@ -836,7 +860,7 @@ func (w *Watcher) event(ev Event) {
 		h.ErrBeforeDestroy = h.StateKnown && h.State == rdmanl.QPStateErr
 		h.LastWQEBeforeDestroy = h.seen().LastWQECount > 0
 		h.note(ev.Time, sourceProbe, "destroyed in state %s", h.State)
-		h.ended(ev.Time)
+		w.end(h, ev.Time)
 	case EventDrainStarted, EventDrainEnded:
 		// A scan that ran while this event waited in the ring buffer
 		// may have missed the QP already (the drain returned, then the
@@ -858,7 +882,7 @@ func (w *Watcher) event(ev Event) {
 		for _, q := range w.qps {
 			if q.DevIndex == ev.DevIndex && !q.Destroyed {
 				q.DeviceGone = true
-				q.ended(ev.Time)
+				w.end(q, ev.Time)
 				w.changed(q, q.names)
 			}
 		}
