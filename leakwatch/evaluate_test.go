@@ -447,7 +447,7 @@ func TestTrackedQPHeap(t *testing.T) {
 		peers[q.LQPN] = fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&0xff, i&0xff)
 	}
 	w.Peers(rxe.Index, peers)
-	peers = nil
+	clear(peers) // the addresses the watcher keeps, not those of the map
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	perPeer := float64(int64(ms.HeapAlloc)-int64(before)) / float64(len(qps))
