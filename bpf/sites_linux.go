@@ -323,12 +323,15 @@ func (m mapsLine) key() libKey { return libKey{m.major, m.minor, m.ino} }
 // memory.
 func parseMapsLine(line string) (mapsLine, bool) {
 	var m mapsLine
-	f := strings.Fields(line)
+	// The kernel separates the fields with spaces; the path is found the
+	// same way below.
+	f := strings.FieldsFunc(line, func(r rune) bool { return r == ' ' })
 	if len(f) < 5 {
 		return m, false
 	}
 	majHex, minHex, ok := strings.Cut(f[3], ":")
-	if !ok || !strings.Contains(f[0], "-") {
+	lo, hi, isRange := strings.Cut(f[0], "-")
+	if !ok || !isRange || !isHex(lo) || !isHex(hi) {
 		return m, false
 	}
 	major, err1 := strconv.ParseUint(majHex, 16, 32)
@@ -350,6 +353,13 @@ func parseMapsLine(line string) (mapsLine, bool) {
 	}
 	m.path = strings.TrimLeft(rest, " ")
 	return m, true
+}
+
+// isHex says whether s is a hexadecimal number of at most 16 digits (an
+// address in /proc/PID/maps).
+func isHex(s string) bool {
+	_, err := strconv.ParseUint(s, 16, 64)
+	return err == nil
 }
 
 // report returns what Sites reports.

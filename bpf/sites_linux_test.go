@@ -42,6 +42,8 @@ func TestParseMapsLine(t *testing.T) {
 		{"bad device", "7f00-7f10 r-xp 00000000 fe01 77 /x", mapsLine{}, false},
 		{"bad inode", "7f00-7f10 r-xp 00000000 fe:01 x77 /x", mapsLine{}, false},
 		{"no range", "7f00 r-xp 00000000 fe:01 77 /x", mapsLine{}, false},
+		{"not an address range", "\r- 0 0 0:0 0", mapsLine{}, false},
+		{"fields apart by tabs", "7f00-7f10\tr-xp 00000000 fe:01 77 /x", mapsLine{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
