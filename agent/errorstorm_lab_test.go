@@ -120,9 +120,15 @@ func TestLabErrorStorm(t *testing.T) {
 	// The peers: the rdma_cm IDs the agent dumped while a connection was
 	// held (300 ms each), the target's (accepted) and the client's. A
 	// dump that came after a pair's QPs were gone names neither: 6 to 10
-	// of the 12 were named on 6.1, 6.12 and 7.x.
+	// of the 12 were named on 6.1, 6.12 and 7.x, and once none on 7.x (the
+	// dumps are paced at 50 times their cost: one slow dump as the agent
+	// started held the next back past the loop). Those named are the
+	// address qpwork connects to, and no other.
 	m := regexp.MustCompile(`(?m)peers \(rdma_cm\) of (\d+) of the (\d+) failed QPs: ` + regexp.QuoteMeta(vmtest.RXEAddr) + ` (\d+)$`).FindStringSubmatch(all)
-	if f.Peer != vmtest.RXEAddr || m == nil || m[1] != m[3] || m[2] != fmt.Sprint(f.Count) || m[1] == "0" {
+	switch {
+	case f.Peer == "" && strings.Contains(all, "peers: no failed QP's rdma_cm peer is known"):
+		t.Logf("no peer named for the %d failed QPs", f.Count)
+	case f.Peer != vmtest.RXEAddr || m == nil || m[1] != m[3] || m[2] != fmt.Sprint(f.Count) || m[1] == "0":
 		t.Errorf("qp-error-storm peer %q, evidence %q: want peer %s, named for some of the %d failed QPs and no other", f.Peer, evidence, vmtest.RXEAddr, f.Count)
 	}
 	// The agent dumped rxe0's MRs at its start and as their number

@@ -147,9 +147,15 @@ func TestLabRDS(t *testing.T) {
 	if f.KernName != "rdma_cm" || f.ULP != "rds_rdma" || f.Device != "rxe0" || f.Count < cycles || f.Count > 2*cycles {
 		t.Errorf("qp-error-storm %+v: want rdma_cm's QPs for rds_rdma on rxe0, count %d to %d", f, cycles, 2*cycles)
 	}
-	// Each connection lives about 2 s: the agent's dumps of the rdma_cm
-	// IDs as its QPs connect name the peers, one address at each end.
-	if f.Peer != vmtest.RXEAddr && f.Peer != rdsPeer {
+	// The agent's dumps of the rdma_cm IDs as the QPs connect name the
+	// peers, one address at each end, of the QPs they find still there
+	// (a connection lived 0.1 s on 6.1, 2 s on 6.12; the dumps are paced
+	// at 50 times their cost): those named are the two addresses.
+	switch f.Peer {
+	case vmtest.RXEAddr, rdsPeer:
+	case "":
+		t.Logf("no peer named for the %d failed QPs", f.Count)
+	default:
 		t.Errorf("qp-error-storm peer %q, want %s or %s", f.Peer, vmtest.RXEAddr, rdsPeer)
 	}
 	after := qpErrorsByCause(t, addr)
