@@ -20,8 +20,12 @@ import (
 const rdsPeer = "192.0.2.2"
 
 // rdsUp loads rds_rdma and adds rdsPeer to rxe0's netdev until the test
-// ends; then unloads it, which ends its connections and QPs, so that the
-// tests after it see rxe0 as before.
+// ends. rds_rdma stays loaded, with the connection RDS keeps between the
+// two addresses (two QPs of rdma_cm's) and its PD: unloading it right
+// after a reconnect storm panicked 7.x (the module's text gone under a
+// work item still queued: "Fatal exception in interrupt" in
+// process_one_work). This file's name sorts after every other file of
+// the package's lab tests, so none runs after it in the guest.
 func rdsUp(t *testing.T) {
 	t.Helper()
 	run := func(args ...string) error {
@@ -34,11 +38,6 @@ func rdsUp(t *testing.T) {
 	if err := run("modprobe", "rds_rdma"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := run("modprobe", "-r", "rds_rdma", "rds"); err != nil {
-			t.Error(err)
-		}
-	})
 	if err := run("ip", "addr", "add", rdsPeer+"/24", "dev", "dummy0"); err != nil {
 		t.Fatal(err)
 	}
