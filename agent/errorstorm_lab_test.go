@@ -83,7 +83,7 @@ func TestLabErrorStorm(t *testing.T) {
 	var got map[string]float64
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got = qpErrorsByCause(t, addr)
+		got = qpErrorsByCause(t, addr, "rxe0")
 		if want(got) || time.Now().After(deadline) {
 			break
 		}
@@ -95,7 +95,7 @@ func TestLabErrorStorm(t *testing.T) {
 	}
 	t.Logf("rdmatool_qp_errors_total on rxe0 by cause: %v", got)
 
-	storms := awaitStorms(t, sock, 5*time.Second)
+	storms := awaitStorms(t, sock, "rxe0", 5*time.Second)
 	if len(storms) != 1 {
 		t.Fatalf("qp-error-storm findings %+v, want one for the retrying client (pid %d; the recovering one is %d)", storms, storm, healthy)
 	}
@@ -138,11 +138,11 @@ func TestLabErrorStorm(t *testing.T) {
 	}
 }
 
-// awaitStorms asks the agent on sock for rxe0's findings until one is a
+// awaitStorms asks the agent on sock for dev's findings until one is a
 // qp-error-storm, or timeout passes, and returns the storms.
-func awaitStorms(t *testing.T, sock string, timeout time.Duration) []leakwatch.Finding {
+func awaitStorms(t *testing.T, sock, dev string, timeout time.Duration) []leakwatch.Finding {
 	t.Helper()
-	rep := agentUntil(t, sock, "rxe0", timeout, func(rep agentapi.CheckReport) bool {
+	rep := agentUntil(t, sock, dev, timeout, func(rep agentapi.CheckReport) bool {
 		return slices.ContainsFunc(rep.Findings, func(f leakwatch.Finding) bool { return f.Rule == leakwatch.RuleQPErrorStorm })
 	})
 	var storms []leakwatch.Finding
@@ -154,8 +154,8 @@ func awaitStorms(t *testing.T, sock string, timeout time.Duration) []leakwatch.F
 	return storms
 }
 
-// qpErrorsByCause scrapes rdmatool_qp_errors_total for rxe0 by cause.
-func qpErrorsByCause(t *testing.T, addr string) map[string]float64 {
+// qpErrorsByCause scrapes rdmatool_qp_errors_total for dev by cause.
+func qpErrorsByCause(t *testing.T, addr, dev string) map[string]float64 {
 	t.Helper()
 	fams, _, err := scrapeErr("http://" + addr + "/metrics")
 	if err != nil {
@@ -167,7 +167,7 @@ func qpErrorsByCause(t *testing.T, addr string) map[string]float64 {
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["device"] == "rxe0" {
+		if labels["device"] == dev {
 			out[labels["cause"]] += m.GetCounter().GetValue()
 		}
 	}
