@@ -543,3 +543,30 @@ func BenchmarkScanOtherDevice(b *testing.B) {
 		w.Scan(scan(c.now(), siw))
 	}
 }
+
+// TestEvaluateAllAcrossChunks keeps every finding (limit 0) of more QPs
+// than a keeper's chunk holds, scanned in no order: each once, in the
+// report's order, with its own evidence.
+func TestEvaluateAllAcrossChunks(t *testing.T) {
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	const n = 3*keeperChunk + 7
+	qps := make([]rdmanl.QP, n)
+	for i := range qps {
+		qps[i] = qp(uint32(17+(i*7919)%n), rdmanl.QPTypeRC, rdmanl.QPStateErr, 42)
+	}
+	w.Scan(scan(c.at(0), rxe, qps...))
+	c.at(time.Minute)
+	rep := w.Evaluate(Query{MinAge: 5 * time.Second})
+	if len(rep.Findings) != n || rep.FindingsTotal != n {
+		t.Fatalf("%d findings of %d, want %d", len(rep.Findings), rep.FindingsTotal, n)
+	}
+	for i, f := range rep.Findings {
+		if f.QPN != uint32(17+i) {
+			t.Fatalf("finding %d is QP %d's, want QP %d's", i, f.QPN, 17+i)
+		}
+		if len(f.Evidence) == 0 {
+			t.Fatalf("QP %d's finding has no evidence", f.QPN)
+		}
+	}
+}
