@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/rdmatool/rdmatool/internal/quote"
@@ -64,13 +65,75 @@ func main() {
 	}
 	// RDMATOOL_HEAPPROFILE=PREFIX writes heap profiles, for the agent's soak
 	// in the lab: PREFIX.N on the Nth SIGUSR1, PREFIX.exit at the end.
+	// RDMATOOL_CPUWINDOWS=PREFIX writes CPU profiles of windows the lab's
+	// bench chooses (the agent at idle): PREFIX.N from the (2N-1)th
+	// SIGUSR2 to the 2Nth.
+	var stops []func()
 	if prefix := os.Getenv("RDMATOOL_HEAPPROFILE"); prefix != "" {
-		stop := heapProfiles(prefix)
-		code := run(os.Args[1:], os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
+		stops = append(stops, heapProfiles(prefix))
 	}
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	if prefix := os.Getenv("RDMATOOL_CPUWINDOWS"); prefix != "" {
+		stops = append(stops, cpuWindows(prefix))
+	}
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	for _, stop := range stops {
+		stop()
+	}
+	os.Exit(code)
+}
+
+// cpuWindows profiles the CPU from one SIGUSR2 to the next, into
+// PREFIX.N for the Nth window, until the returned function is called
+// (which ends a window still open). A file appears whole (written beside
+// it and renamed) when its window ends; a failure is reported on stderr
+// only, as this is a measurement aid.
+func cpuWindows(prefix string) (stop func()) {
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var f *os.File
+		end := func() {
+			pprof.StopCPUProfile()
+			err := f.Close()
+			if err == nil {
+				err = os.Rename(f.Name(), strings.TrimSuffix(f.Name(), ".part"))
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "rdmatool: cpu profile:", err)
+			}
+			f = nil
+		}
+		for n := 1; ; {
+			if _, ok := <-usr2; !ok {
+				if f != nil {
+					end()
+				}
+				return
+			}
+			if f != nil {
+				end()
+				n++
+				continue
+			}
+			var err error
+			if f, err = os.Create(fmt.Sprintf("%s.%d.part", prefix, n)); err == nil {
+				if err = pprof.StartCPUProfile(f); err != nil {
+					f.Close()
+					f = nil
+				}
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "rdmatool: cpu profile:", err)
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(usr2)
+		close(usr2)
+		<-done
+	}
 }
 
 // heapProfiles writes a heap profile to PREFIX.N on the Nth SIGUSR1 until

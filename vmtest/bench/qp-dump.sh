@@ -89,7 +89,9 @@ reconcile=300
 # Its heap profile (in use after a collection) is written at the end of
 # each idle window: .lab/bench/agent-heap-KERNEL.K for the Kth size (the
 # last, K+1, after the idle window with the MRs).
-RDMATOOL_HEAPPROFILE=.lab/bench/agent-heap-$VMTEST_KERNEL \
+# A CPU profile of each idle window too: .lab/bench/agent-idle-KERNEL.K,
+# numbered as the heap profiles.
+RDMATOOL_HEAPPROFILE=.lab/bench/agent-heap-$VMTEST_KERNEL RDMATOOL_CPUWINDOWS=.lab/bench/agent-idle-$VMTEST_KERNEL \
 	$run/rdmatool agent --socket "$sock" --interval 5s --reconcile ${reconcile}s \
 	--metrics-address $metrics 2>/tmp/agent.err &
 agent=$!
@@ -220,9 +222,11 @@ for n in $sizes; do
 	# Its scans and lost probe events before and after the window: what
 	# it did while nobody asked.
 	echo "idle-work $n before $(agent_counters)"
+	kill -USR2 "$agent"
 	cpu0=$(cut -d' ' -f14,15 /proc/$agent/stat)
 	sleep $idle
 	cpu1=$(cut -d' ' -f14,15 /proc/$agent/stat)
+	kill -USR2 "$agent"
 	ticks=$(( ${cpu1% *} + ${cpu1#* } - ${cpu0% *} - ${cpu0#* } ))
 	echo "idle $n ticks $ticks hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
 	echo "idle-rss $n $(grep -E '^(RssAnon|RssFile|RssShmem)' /proc/$agent/status | tr -s ' \t\n' ' ')"
@@ -302,9 +306,11 @@ if [ "$mrs" -gt 0 ]; then
 	# At idle with every QP and MR tracked, as for the QPs alone above:
 	# its CPU over the window, its RSS at the end, and the MR and QP dumps
 	# it made in the window (at most one each per --reconcile).
+	kill -USR2 "$agent"
 	c0=$(ticks)
 	sleep "$idle"
 	c1=$(ticks)
+	kill -USR2 "$agent"
 	echo "mr-idle $held $mrs ticks $((c1 - c0)) hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
 	echo "mr-idle-rss $held $mrs $(grep -E '^(RssAnon|RssFile|RssShmem)' /proc/$agent/status | tr -s ' \t\n' ' ')"
 	d2=$(metric rdmatool_mr_dumps_total) # once the RSS is read: a scrape allocates
