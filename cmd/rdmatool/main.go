@@ -120,7 +120,7 @@ func cpuWindows(prefix string) (stop func()) {
 			var err error
 			if f, err = os.Create(fmt.Sprintf("%s.%d.part", prefix, n)); err == nil {
 				if err = pprof.StartCPUProfile(f); err != nil {
-					f.Close()
+					_ = f.Close()
 					f = nil
 				}
 			}
