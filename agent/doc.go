@@ -10,8 +10,10 @@
 // (watch.FollowProbes), the rdma_cm ID dumps its events ask for
 // (watch.FollowPeers), the device lister with one scanner per device
 // (watch.Scanner, which dumps a device every Interval, or every Reconcile
-// while the probes keep the history, and its MRs when its resource summary
-// counts another number of them, and every Reconcile: watch.MRMark), the
+// while the probes keep the history, reading its resource summary in
+// between when the probes counted a resource added or removed
+// (watch.State.ResourceChanges), and its MRs when that summary counts
+// another number of them, and every Reconcile: watch.MRMark), the
 // RDMA netlink monitor, the policy, the metrics server (newCollector) and
 // systemd's notifications and watchdog. Before those start it restores the history from the state
 // file (stateFile), which it saves every StateInterval and when it stops;

@@ -16,7 +16,8 @@ import (
 // every cycle reconnects) whose target registers an MR for each
 // connection and never deregisters it (--mrs keep), then one whose target
 // deregisters it when the connection ends (--mrs dereg). The agent reads
-// rxe0's resource summary every second and dumps its MRs only when their
+// rxe0's resource summary at an interval (a second) when the probes
+// counted a resource added or removed, and dumps its MRs only when their
 // number changed (the reconcile is an hour away): the first client is one
 // mr-leak, its MRs grown by the target's since the agent first listed
 // them, 4 KiB each, over the QP creates (a pair a connection), and the

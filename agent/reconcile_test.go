@@ -25,11 +25,14 @@ import (
 )
 
 // liveStream is a probe source the test drives: events it is sent, a lost
-// count it sets, a failure it triggers.
+// count it sets, a failure it triggers, and a count of resource changes
+// when counts is set (bpf.Tracer.ResourceChanges).
 type liveStream struct {
-	events chan bpf.Event
-	lost   atomic.Uint64
-	fail   chan struct{}
+	events  chan bpf.Event
+	lost    atomic.Uint64
+	fail    chan struct{}
+	counts  atomic.Bool
+	changes atomic.Uint64
 }
 
 func newLiveStream() *liveStream {
@@ -56,6 +59,8 @@ func (s *liveStream) Events(ctx context.Context) iter.Seq2[bpf.Event, error] {
 
 func (s *liveStream) Stats() (bpf.Stats, error) { return bpf.Stats{Lost: s.lost.Load()}, nil }
 func (s *liveStream) Close() error              { return nil }
+
+func (s *liveStream) ResourceChanges() (uint64, bool) { return s.changes.Load(), s.counts.Load() }
 
 // runProbed runs the agent on host with src as its probes, the devices
 // listed every 10ms, a reconcile of an hour and the clock now (time.Now
@@ -172,6 +177,68 @@ func TestRunDumpsMRs(t *testing.T) {
 	intervals(20)
 	if n := host.MRDumps("rxe0"); n != 3 {
 		t.Errorf("rxe0's MRs dumped %d times after the reconcile, want 3", n)
+	}
+}
+
+// Where the probes count the resources added and removed, the agent reads
+// a device's resource summary again only when that count moved, and every
+// reconcile: an MR registered on an idle host is dumped at the next
+// interval all the same. Probes that do not count put the summary back on
+// every interval.
+func TestRunSummaryFollowsChanges(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	roce := rdmanl.Device{Index: 1, Name: "rxe0", Protocol: "roce"}
+	iw := rdmanl.Device{Index: 2, Name: "siw0", Protocol: "iw"}
+	host := rdmanltest.NewHost(roce, iw)
+	mr := func(mrn uint32) rdmanl.MR { return rdmanl.MR{MRN: mrn, Len: 4096, Owner: rdmanl.Owner{PID: 7}} }
+	host.SetMRs(roce.Index, mr(1))
+	src := newLiveStream()
+	src.counts.Store(true)
+	src.changes.Store(5)
+	var now atomic.Int64 // the agent's clock, which the test moves
+	now.Store(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC).UnixNano())
+	sock, stop := runProbed(t, host, src, func() time.Time { return time.Unix(0, now.Load()) })
+	defer stop()
+	waitFor(t, "the probes on and rxe0 dumped", func() bool {
+		st, err := askStatus(context.Background(), sock)
+		return err == nil && st.Probes == "on" && host.Dumps("rxe0") > 0 && host.MRDumps("rxe0") > 0
+	})
+	intervals := func(n int) {
+		t.Helper()
+		from := host.Dumps("siw0")
+		waitFor(t, fmt.Sprintf("%d more intervals", n), func() bool { return host.Dumps("siw0") >= from+n })
+	}
+	// A summary at most after the dump (which may have begun before the
+	// probes attached), then none while nothing changes.
+	intervals(3)
+	sums := host.Summaries("rxe0")
+	intervals(20)
+	if n := host.Summaries("rxe0") - sums; n != 0 {
+		t.Errorf("rxe0's summary read %d times over 20 intervals without a change, want none", n)
+	}
+	// An MR registered: the count moves, one summary counts it, its MRs
+	// are dumped.
+	host.SetMRs(roce.Index, mr(1), mr(2))
+	src.changes.Add(1)
+	waitFor(t, "an MR dump after a counted change", func() bool { return host.MRDumps("rxe0") == 2 })
+	intervals(20)
+	if n := host.Summaries("rxe0") - sums; n != 1 {
+		t.Errorf("rxe0's summary read %d times after one change, want once", n)
+	}
+	// A change the probes did not count waits for the reconcile.
+	host.SetMRs(roce.Index, mr(1), mr(2), mr(3))
+	intervals(20)
+	if n := host.MRDumps("rxe0"); n != 2 {
+		t.Errorf("rxe0's MRs dumped %d times before the reconcile, want 2", n)
+	}
+	now.Add(int64(time.Hour))
+	waitFor(t, "an MR dump at the reconcile", func() bool { return host.MRDumps("rxe0") == 3 })
+	// Probes that count nothing: the summary every interval.
+	src.counts.Store(false)
+	sums = host.Summaries("rxe0")
+	intervals(10)
+	if n := host.Summaries("rxe0") - sums; n < 5 {
+		t.Errorf("rxe0's summary read %d times over 10 intervals without a count, want every interval", n)
 	}
 }
 

@@ -921,3 +921,53 @@ func TestLabTraceSitesOwnMountNamespace(t *testing.T) {
 		checkCallSite(t, q, l, "create_qp_churn", "ibv_create_qp")
 	}
 }
+
+// TestLabResourceChanges checks the count of resources added and removed
+// (rdma_restrack_add and rdma_restrack_del returns) under fentry and under
+// kprobes: a workload's context, PD, CQ and QPs move it as they come and
+// go, as the device's resource summary does, and nothing else in the
+// guest moves it while the workload holds them.
+func TestLabResourceChanges(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	for _, kprobes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kprobes=%v on %s", kprobes, vmtest.Kernel()), func(t *testing.T) {
+			tr, err := Open(slog.New(slog.DiscardHandler), Options{Kprobes: kprobes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			count := func() uint64 {
+				t.Helper()
+				n, ok := tr.ResourceChanges()
+				if !ok {
+					t.Fatalf("no count of resource changes: %+v", tr.Probes())
+				}
+				return n
+			}
+			qps := func() float64 {
+				t.Helper()
+				rows := vmtest.RdmaJSON(t, "res", "show", string(vmtest.RXE))
+				if len(rows) != 1 {
+					t.Fatalf("rdma res show %s: %v", vmtest.RXE, rows)
+				}
+				n, _ := rows[0]["qp"].(float64)
+				return n
+			}
+			c0, q0 := count(), qps()
+			w := vmtest.StartWorkload(t, "--dev", string(vmtest.RXE), "--qps", "3", "--to", "INIT", "--hold", "stdin")
+			w.WaitFor("ready", time.Minute)
+			c1, q1 := count(), qps()
+			// A context, a PD, a CQ and three QPs at least.
+			if c1 < c0+6 || q1 != q0+3 {
+				t.Errorf("with 3 QPs held: count %d, was %d (want 6 more at least); summary's QPs %v, were %v", c1, c0, q1, q0)
+			}
+			if c := count(); c != c1 || qps() != q1 {
+				t.Errorf("nothing added or removed: count %d, then %d", c1, c)
+			}
+			w.Release(time.Minute)
+			if c2, q2 := count(), qps(); c2 < c1+6 || q2 != q0 {
+				t.Errorf("after the workload: count %d, was %d (want 6 more at least); summary's QPs %v, want %v", c2, c1, q2, q0)
+			}
+		})
+	}
+}

@@ -84,6 +84,9 @@ var probeSpecs = []probeSpec{
 	// Only inside a modify, its programs record nothing of their own: they
 	// give the modify's record the provider's state (Event.CurState).
 	{id: 14, function: "ib_modify_qp_is_ok", fentry: "fentry_modify_qp_is_ok", kprobe: "kprobe_modify_qp_is_ok"},
+	// They record nothing: their returns are counted (ResourceChanges).
+	{id: 15, function: "rdma_restrack_add", fexit: "fexit_restrack_add", kretprobe: "kretprobe_restrack_add"},
+	{id: 16, function: "rdma_restrack_del", fexit: "fexit_restrack_del", kretprobe: "kretprobe_restrack_del"},
 }
 
 // probeName names the function behind a record's probe id.

@@ -77,7 +77,8 @@ enum lib_fn {
 /* Counter slots in the per-CPU array "counters": Stats in tracer_linux.go. */
 #define COUNTER_LOST 0      /* ring buffer full: record dropped */
 #define COUNTER_UNMATCHED 1 /* a return without its entry: record dropped */
-#define COUNTER_SLOTS 2
+#define COUNTER_RESTRACK 2  /* rdma_restrack_add and _del returned: no record */
+#define COUNTER_SLOTS 3
 
 struct qp_event {
 	__u64 ts_ns; /*   0: bpf_ktime_get_ns (CLOCK_MONOTONIC) */
@@ -829,6 +830,27 @@ int fexit_drain_rq(__u64 *ctx)
 }
 
 /*
+ * The kernel's resource tracking: every QP, CQ, PD, MR, SRQ, context,
+ * rdma_cm ID and counter a device lists is added by rdma_restrack_add and
+ * removed by rdma_restrack_del. Their returns are counted, no record
+ * written: a resource summary read after the count was taken lists every
+ * change it counts (Tracer.ResourceChanges).
+ */
+SEC("fexit/rdma_restrack_add")
+int fexit_restrack_add(__u64 *ctx)
+{
+	count(COUNTER_RESTRACK);
+	return 0;
+}
+
+SEC("fexit/rdma_restrack_del")
+int fexit_restrack_del(__u64 *ctx)
+{
+	count(COUNTER_RESTRACK);
+	return 0;
+}
+
+/*
  * ---- kprobe / kretprobe fallbacks. ----
  * A kretprobe sees only the return value, so whatever the return needs of
  * the arguments was recorded by the matching kprobe.
@@ -1055,6 +1077,20 @@ int kretprobe_drain_rq(struct kprobe_regs *ctx)
 
 	if (leave(PROBE_DRAIN_RQ, &c))
 		on_drain(KIND_DRAIN_END, PROBE_DRAIN_RQ, (struct ib_qp *)c.arg0, now, now - c.ts_ns, false);
+	return 0;
+}
+
+SEC("kretprobe/rdma_restrack_add")
+int kretprobe_restrack_add(struct kprobe_regs *ctx)
+{
+	count(COUNTER_RESTRACK);
+	return 0;
+}
+
+SEC("kretprobe/rdma_restrack_del")
+int kretprobe_restrack_del(struct kprobe_regs *ctx)
+{
+	count(COUNTER_RESTRACK);
 	return 0;
 }
 

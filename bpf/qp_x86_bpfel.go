@@ -103,6 +103,8 @@ const (
 	qpProgFexitDrainRq            = "fexit_drain_rq"
 	qpProgFexitModifyQp           = "fexit_modify_qp"
 	qpProgFexitRegisterDevice     = "fexit_register_device"
+	qpProgFexitRestrackAdd        = "fexit_restrack_add"
+	qpProgFexitRestrackDel        = "fexit_restrack_del"
 	qpProgKprobeCreateQpKernel    = "kprobe_create_qp_kernel"
 	qpProgKprobeCreateQpUser      = "kprobe_create_qp_user"
 	qpProgKprobeDestroyQp         = "kprobe_destroy_qp"
@@ -125,6 +127,8 @@ const (
 	qpProgKretprobeDrainRq        = "kretprobe_drain_rq"
 	qpProgKretprobeModifyQp       = "kretprobe_modify_qp"
 	qpProgKretprobeRegisterDevice = "kretprobe_register_device"
+	qpProgKretprobeRestrackAdd    = "kretprobe_restrack_add"
+	qpProgKretprobeRestrackDel    = "kretprobe_restrack_del"
 	qpProgUprobeLibEntry          = "uprobe_lib_entry"
 	qpProgUretprobeLibReturn      = "uretprobe_lib_return"
 	qpVarKernelStacks             = "kernel_stacks"
@@ -192,6 +196,8 @@ type qpProgramSpecs struct {
 	FexitDrainRq            *ebpf.ProgramSpec `ebpf:"fexit_drain_rq"`
 	FexitModifyQp           *ebpf.ProgramSpec `ebpf:"fexit_modify_qp"`
 	FexitRegisterDevice     *ebpf.ProgramSpec `ebpf:"fexit_register_device"`
+	FexitRestrackAdd        *ebpf.ProgramSpec `ebpf:"fexit_restrack_add"`
+	FexitRestrackDel        *ebpf.ProgramSpec `ebpf:"fexit_restrack_del"`
 	KprobeCreateQpKernel    *ebpf.ProgramSpec `ebpf:"kprobe_create_qp_kernel"`
 	KprobeCreateQpUser      *ebpf.ProgramSpec `ebpf:"kprobe_create_qp_user"`
 	KprobeDestroyQp         *ebpf.ProgramSpec `ebpf:"kprobe_destroy_qp"`
@@ -214,6 +220,8 @@ type qpProgramSpecs struct {
 	KretprobeDrainRq        *ebpf.ProgramSpec `ebpf:"kretprobe_drain_rq"`
 	KretprobeModifyQp       *ebpf.ProgramSpec `ebpf:"kretprobe_modify_qp"`
 	KretprobeRegisterDevice *ebpf.ProgramSpec `ebpf:"kretprobe_register_device"`
+	KretprobeRestrackAdd    *ebpf.ProgramSpec `ebpf:"kretprobe_restrack_add"`
+	KretprobeRestrackDel    *ebpf.ProgramSpec `ebpf:"kretprobe_restrack_del"`
 	UprobeLibEntry          *ebpf.ProgramSpec `ebpf:"uprobe_lib_entry"`
 	UretprobeLibReturn      *ebpf.ProgramSpec `ebpf:"uretprobe_lib_return"`
 }
@@ -311,6 +319,8 @@ type qpPrograms struct {
 	FexitDrainRq            *ebpf.Program `ebpf:"fexit_drain_rq"`
 	FexitModifyQp           *ebpf.Program `ebpf:"fexit_modify_qp"`
 	FexitRegisterDevice     *ebpf.Program `ebpf:"fexit_register_device"`
+	FexitRestrackAdd        *ebpf.Program `ebpf:"fexit_restrack_add"`
+	FexitRestrackDel        *ebpf.Program `ebpf:"fexit_restrack_del"`
 	KprobeCreateQpKernel    *ebpf.Program `ebpf:"kprobe_create_qp_kernel"`
 	KprobeCreateQpUser      *ebpf.Program `ebpf:"kprobe_create_qp_user"`
 	KprobeDestroyQp         *ebpf.Program `ebpf:"kprobe_destroy_qp"`
@@ -333,6 +343,8 @@ type qpPrograms struct {
 	KretprobeDrainRq        *ebpf.Program `ebpf:"kretprobe_drain_rq"`
 	KretprobeModifyQp       *ebpf.Program `ebpf:"kretprobe_modify_qp"`
 	KretprobeRegisterDevice *ebpf.Program `ebpf:"kretprobe_register_device"`
+	KretprobeRestrackAdd    *ebpf.Program `ebpf:"kretprobe_restrack_add"`
+	KretprobeRestrackDel    *ebpf.Program `ebpf:"kretprobe_restrack_del"`
 	UprobeLibEntry          *ebpf.Program `ebpf:"uprobe_lib_entry"`
 	UretprobeLibReturn      *ebpf.Program `ebpf:"uretprobe_lib_return"`
 }
@@ -358,6 +370,8 @@ func (p *qpPrograms) Close() error {
 		p.FexitDrainRq,
 		p.FexitModifyQp,
 		p.FexitRegisterDevice,
+		p.FexitRestrackAdd,
+		p.FexitRestrackDel,
 		p.KprobeCreateQpKernel,
 		p.KprobeCreateQpUser,
 		p.KprobeDestroyQp,
@@ -380,6 +394,8 @@ func (p *qpPrograms) Close() error {
 		p.KretprobeDrainRq,
 		p.KretprobeModifyQp,
 		p.KretprobeRegisterDevice,
+		p.KretprobeRestrackAdd,
+		p.KretprobeRestrackDel,
 		p.UprobeLibEntry,
 		p.UretprobeLibReturn,
 	)

@@ -377,6 +377,33 @@ func (t *Tracer) Stats() (Stats, error) {
 	return s, nil
 }
 
+// ResourceChanges counts the returns of rdma_restrack_add and
+// rdma_restrack_del: every QP, CQ, PD, MR, SRQ, user context, rdma_cm ID
+// and counter of every device added or removed since Open. A device's
+// resource summary read after a count lists every change that count
+// holds: when the count has not moved since, the summary has not either.
+// ok is false when the probes on either function are not attached (a
+// kernel that lacks them, or that refused): nothing can be told then.
+func (t *Tracer) ResourceChanges() (n uint64, ok bool) {
+	for _, f := range []string{"rdma_restrack_add", "rdma_restrack_del"} {
+		if !slices.ContainsFunc(t.probes, func(p Probe) bool { return p.Function == f && p.Mode != ModeNone }) {
+			return 0, false
+		}
+	}
+	var perCPU []uint64
+	if err := t.counts.Lookup(uint32(counterRestrack), &perCPU); err != nil {
+		return 0, false
+	}
+	for _, c := range perCPU {
+		n += c
+	}
+	return n, true
+}
+
+// counterRestrack is COUNTER_RESTRACK in qp.c: the slot of "counters"
+// that ResourceChanges reads.
+const counterRestrack = 2
+
 // ProgramStats reports the run count and the time in the kernel of every
 // attached program, in the order they were attached, the creation-site
 // uprobes' last. The kernel counts only while statistics are enabled

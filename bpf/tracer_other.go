@@ -28,6 +28,9 @@ func (t *Tracer) Probes() []Probe { return nil }
 // Stats reports nothing lost.
 func (t *Tracer) Stats() (Stats, error) { return Stats{}, nil }
 
+// ResourceChanges tells nothing.
+func (t *Tracer) ResourceChanges() (uint64, bool) { return 0, false }
+
 // ProgramStats reports nothing.
 func (t *Tracer) ProgramStats() ([]ProgramStat, error) { return nil, nil }
 

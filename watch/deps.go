@@ -37,6 +37,12 @@ type statser interface {
 	Stats() (bpf.Stats, error)
 }
 
+// changeCounter is an EventSource that counts the devices' resources
+// added and removed (bpf.Tracer.ResourceChanges).
+type changeCounter interface {
+	ResourceChanges() (uint64, bool)
+}
+
 // Deps are what a check or the agent talks to; tests and the CLI pass their
 // own.
 type Deps struct {

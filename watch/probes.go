@@ -65,10 +65,11 @@ func sitesError(s bpf.Sites) string {
 }
 
 // FollowProbes applies src's events of device ("" for every device) to st
-// as they arrive, and keeps st's count of src's lost events current every
-// refresh, until ctx ends or src's events end (it returns nil, having
-// applied every event read until then) or the stream fails (it returns
-// the stream's error). A QP create's site is named as the event is read,
+// as they arrive, keeps st's count of src's lost events current every
+// refresh, and lets st read src's count of resources added and removed
+// (State.ResourceChanges), until ctx ends or src's events end (it returns
+// nil, having applied every event read until then) or the stream fails
+// (it returns the stream's error). A QP create's site is named as the event is read,
 // through sites (nil: no sites), before the state is locked. An event
 // that says a device came, went or was renamed calls deviceChanged too,
 // when it is not nil. It does not close src.
@@ -86,6 +87,10 @@ func FollowProbes(ctx context.Context, src EventSource, st *State, device string
 		}
 	}
 	updateLost()
+	if c, ok := src.(changeCounter); ok {
+		st.setChanges(c.ResourceChanges)
+		defer st.setChanges(nil)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	done := make(chan struct{})
 	g.Go(func() error {

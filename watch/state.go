@@ -49,6 +49,10 @@ type State struct {
 	// names; peersAsked is signalled when one is added (FollowPeers).
 	peersWanted map[uint32]string
 	peersAsked  chan struct{}
+	// changes reads the probes' count of resources added and removed
+	// (bpf.Tracer.ResourceChanges) while FollowProbes follows probes that
+	// count them; nil otherwise.
+	changes func() (uint64, bool)
 }
 
 var _ agentapi.Source = (*State)(nil)
@@ -316,6 +320,27 @@ func (s *State) setLost(n uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lost = n
+}
+
+// ResourceChanges reads the count of every device's resources added and
+// removed (QPs, CQs, PDs, MRs, SRQs, user contexts, rdma_cm IDs: the
+// kernel's resource tracking) that the probes keep, now. A resource
+// summary read after it lists every change it holds. ok is false while no
+// probe stream that counts them is followed.
+func (s *State) ResourceChanges() (n uint64, ok bool) {
+	s.mu.Lock()
+	read := s.changes
+	s.mu.Unlock()
+	if read == nil {
+		return 0, false
+	}
+	return read()
+}
+
+func (s *State) setChanges(read func() (uint64, bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.changes = read
 }
 
 // HasDevice reports whether the history has the device named dev (any

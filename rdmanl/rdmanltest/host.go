@@ -30,15 +30,16 @@ type Host struct {
 	renames int
 	// QP, SRQ, rdma_cm ID and MR dumps per device name; a QP dump that
 	// joins SRQs it was not given makes an SRQ dump of its own, as
-	// rdmanl's does.
-	dumps, srqDumps, cmIDDumps, mrDumps map[string]int
+	// rdmanl's does. summaries counts the resource summaries read.
+	dumps, srqDumps, cmIDDumps, mrDumps, summaries map[string]int
 }
 
 // NewHost returns a host with devs and nothing on them.
 func NewHost(devs ...rdmanl.Device) *Host {
 	return &Host{devs: devs, qps: map[uint32][]rdmanl.QP{}, cmIDs: map[uint32][]rdmanl.CMID{},
 		ctxs: map[uint32][]rdmanl.Context{}, srqs: map[uint32][]rdmanl.SRQ{}, mrs: map[uint32][]rdmanl.MR{},
-		dumps: map[string]int{}, srqDumps: map[string]int{}, cmIDDumps: map[string]int{}, mrDumps: map[string]int{}}
+		dumps: map[string]int{}, srqDumps: map[string]int{}, cmIDDumps: map[string]int{}, mrDumps: map[string]int{},
+		summaries: map[string]int{}}
 }
 
 // Set replaces the host's devices and their QPs (by device index).
@@ -129,6 +130,13 @@ func (h *Host) MRDumps(dev string) int {
 	return h.mrDumps[dev]
 }
 
+// Summaries counts the resource summaries of the device named dev read.
+func (h *Host) Summaries(dev string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.summaries[dev]
+}
+
 // Renames counts the devices renamed through the host's clients.
 func (h *Host) Renames() int {
 	h.mu.Lock()
@@ -178,6 +186,7 @@ func (c *Client) Summary(ctx context.Context, dev rdmanl.Device) (rdmanl.Summary
 	if !c.present(dev.Index) {
 		return rdmanl.Summary{}, &rdmanl.Error{Op: "summarize resources of " + dev.Name, Err: rdmanl.ErrNoDevice}
 	}
+	c.h.summaries[dev.Name]++
 	return rdmanl.Summary{DevIndex: dev.Index, DevName: dev.Name,
 		Counts: []rdmanl.ResourceCount{{Name: "pd", Current: 1}, {Name: "qp", Current: uint64(len(c.h.qps[dev.Index]))},
 			{Name: "cm_id", Current: uint64(len(c.h.cmIDs[dev.Index]))}, {Name: "mr", Current: uint64(len(c.h.mrs[dev.Index]))}}}, ctx.Err()

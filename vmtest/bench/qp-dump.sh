@@ -83,8 +83,9 @@ hold() {
 sock=/tmp/rdmatool-agent.sock
 metrics=127.0.0.1:10095
 # With the probes on, the agent dumps a device's QPs every --reconcile;
-# every --interval it reads the device's resource summary, and dumps its
-# MRs when that counts another number of them (and every --reconcile).
+# at an --interval it reads the device's resource summary when the probes
+# counted a resource added or removed since the last, and dumps its MRs
+# when that counts another number of them (and every --reconcile).
 reconcile=300
 # Its heap profile (in use after a collection) is written at the end of
 # each idle window: .lab/bench/agent-heap-KERNEL.K for the Kth size (the

@@ -81,8 +81,8 @@ type AgentMRs struct {
 	// Its RSS and peak RSS then.
 	RSSKiB int `json:"rss_kib"`
 	HWMKiB int `json:"hwm_kib"`
-	// At idle (asked nothing, reading each device's resource summary every
-	// --interval): the window, its CPU over it as a fraction of one CPU,
+	// At idle (asked nothing; no resource summary read while the probes
+	// count no change): the window, its CPU over it as a fraction of one CPU,
 	// its RSS at the end, and the MR and QP dumps it made in it, with its
 	// --reconcile (at most one of each per reconcile is expected).
 	IdleSeconds      int     `json:"idle_seconds"`
