@@ -42,10 +42,10 @@
 //     any program attaches to or detaches from the function while the drain
 //     sleeps: the kernel then patches the old trampoline to skip its fexit
 //     programs (bpf_tramp_image_put). Kprobes (Options.Kprobes) see it.
-//   - rdma_restrack_add, rdma_restrack_del (return): every resource a
-//     device lists (QP, CQ, PD, MR, SRQ, context, rdma_cm ID, counter)
-//     added or removed, counted without a record
-//     (Tracer.ResourceChanges).
+//   - rdma_restrack_add, rdma_restrack_del, rdma_restrack_begin_del,
+//     rdma_restrack_abort_del (return): every resource a device lists (QP,
+//     CQ, PD, MR, SRQ, context, rdma_cm ID, counter) added, removed or put
+//     back, counted without a record (Tracer.ResourceChanges).
 //
 // A function a kernel lacks is skipped (logged at Debug, reported by
 // Probes); ib_uverbs_qp_event_handler exists only while ib_uverbs is

@@ -87,6 +87,8 @@ var probeSpecs = []probeSpec{
 	// They record nothing: their returns are counted (ResourceChanges).
 	{id: 15, function: "rdma_restrack_add", fexit: "fexit_restrack_add", kretprobe: "kretprobe_restrack_add"},
 	{id: 16, function: "rdma_restrack_del", fexit: "fexit_restrack_del", kretprobe: "kretprobe_restrack_del"},
+	{id: 17, function: "rdma_restrack_begin_del", fexit: "fexit_restrack_begin_del", kretprobe: "kretprobe_restrack_begin_del"},
+	{id: 18, function: "rdma_restrack_abort_del", fexit: "fexit_restrack_abort_del", kretprobe: "kretprobe_restrack_abort_del"},
 }
 
 // probeName names the function behind a record's probe id.

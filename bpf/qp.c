@@ -77,7 +77,7 @@ enum lib_fn {
 /* Counter slots in the per-CPU array "counters": Stats in tracer_linux.go. */
 #define COUNTER_LOST 0      /* ring buffer full: record dropped */
 #define COUNTER_UNMATCHED 1 /* a return without its entry: record dropped */
-#define COUNTER_RESTRACK 2  /* rdma_restrack_add and _del returned: no record */
+#define COUNTER_RESTRACK 2  /* rdma_restrack_add, _del, _begin_del, _abort_del returned */
 #define COUNTER_SLOTS 3
 
 struct qp_event {
@@ -832,9 +832,12 @@ int fexit_drain_rq(__u64 *ctx)
 /*
  * The kernel's resource tracking: every QP, CQ, PD, MR, SRQ, context,
  * rdma_cm ID and counter a device lists is added by rdma_restrack_add and
- * removed by rdma_restrack_del. Their returns are counted, no record
- * written: a resource summary read after the count was taken lists every
- * change it counts (Tracer.ResourceChanges).
+ * leaves the list in rdma_restrack_del or, for PDs, SRQs, QPs and user
+ * CQs, in rdma_restrack_begin_del (rdma_restrack_abort_del puts it back
+ * when the destroy fails; rdma_restrack_commit_del forgets what is no
+ * longer listed). Their returns are counted, no record written: a resource
+ * summary read after the count was taken lists every change it counts
+ * (Tracer.ResourceChanges).
  */
 SEC("fexit/rdma_restrack_add")
 int fexit_restrack_add(__u64 *ctx)
@@ -845,6 +848,20 @@ int fexit_restrack_add(__u64 *ctx)
 
 SEC("fexit/rdma_restrack_del")
 int fexit_restrack_del(__u64 *ctx)
+{
+	count(COUNTER_RESTRACK);
+	return 0;
+}
+
+SEC("fexit/rdma_restrack_begin_del")
+int fexit_restrack_begin_del(__u64 *ctx)
+{
+	count(COUNTER_RESTRACK);
+	return 0;
+}
+
+SEC("fexit/rdma_restrack_abort_del")
+int fexit_restrack_abort_del(__u64 *ctx)
 {
 	count(COUNTER_RESTRACK);
 	return 0;
@@ -1089,6 +1106,20 @@ int kretprobe_restrack_add(struct kprobe_regs *ctx)
 
 SEC("kretprobe/rdma_restrack_del")
 int kretprobe_restrack_del(struct kprobe_regs *ctx)
+{
+	count(COUNTER_RESTRACK);
+	return 0;
+}
+
+SEC("kretprobe/rdma_restrack_begin_del")
+int kretprobe_restrack_begin_del(struct kprobe_regs *ctx)
+{
+	count(COUNTER_RESTRACK);
+	return 0;
+}
+
+SEC("kretprobe/rdma_restrack_abort_del")
+int kretprobe_restrack_abort_del(struct kprobe_regs *ctx)
 {
 	count(COUNTER_RESTRACK);
 	return 0;

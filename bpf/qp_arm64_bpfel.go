@@ -77,62 +77,66 @@ type qpUserCall struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	qpMapCalls                    = "calls"
-	qpMapCounters                 = "counters"
-	qpMapEvents                   = "events"
-	qpMapPending                  = "pending"
-	qpMapStacks                   = "stacks"
-	qpMapTaskCalls                = "task_calls"
-	qpMapUserCalls                = "user_calls"
-	qpProgFentryDestroyQp         = "fentry_destroy_qp"
-	qpProgFentryDeviceRename      = "fentry_device_rename"
-	qpProgFentryDispatchEvent     = "fentry_dispatch_event"
-	qpProgFentryDrainQp           = "fentry_drain_qp"
-	qpProgFentryDrainRq           = "fentry_drain_rq"
-	qpProgFentryModifyQp          = "fentry_modify_qp"
-	qpProgFentryModifyQpIsOk      = "fentry_modify_qp_is_ok"
-	qpProgFentryQpEvent           = "fentry_qp_event"
-	qpProgFentrySharedQpEvent     = "fentry_shared_qp_event"
-	qpProgFentryUnregisterDevice  = "fentry_unregister_device"
-	qpProgFentryUverbsQpEvent     = "fentry_uverbs_qp_event"
-	qpProgFexitCreateQpKernel     = "fexit_create_qp_kernel"
-	qpProgFexitCreateQpUser       = "fexit_create_qp_user"
-	qpProgFexitDestroyQp          = "fexit_destroy_qp"
-	qpProgFexitDeviceRename       = "fexit_device_rename"
-	qpProgFexitDrainQp            = "fexit_drain_qp"
-	qpProgFexitDrainRq            = "fexit_drain_rq"
-	qpProgFexitModifyQp           = "fexit_modify_qp"
-	qpProgFexitRegisterDevice     = "fexit_register_device"
-	qpProgFexitRestrackAdd        = "fexit_restrack_add"
-	qpProgFexitRestrackDel        = "fexit_restrack_del"
-	qpProgKprobeCreateQpKernel    = "kprobe_create_qp_kernel"
-	qpProgKprobeCreateQpUser      = "kprobe_create_qp_user"
-	qpProgKprobeDestroyQp         = "kprobe_destroy_qp"
-	qpProgKprobeDeviceRename      = "kprobe_device_rename"
-	qpProgKprobeDispatchEvent     = "kprobe_dispatch_event"
-	qpProgKprobeDrainQp           = "kprobe_drain_qp"
-	qpProgKprobeDrainRq           = "kprobe_drain_rq"
-	qpProgKprobeModifyQp          = "kprobe_modify_qp"
-	qpProgKprobeModifyQpIsOk      = "kprobe_modify_qp_is_ok"
-	qpProgKprobeQpEvent           = "kprobe_qp_event"
-	qpProgKprobeRegisterDevice    = "kprobe_register_device"
-	qpProgKprobeSharedQpEvent     = "kprobe_shared_qp_event"
-	qpProgKprobeUnregisterDevice  = "kprobe_unregister_device"
-	qpProgKprobeUverbsQpEvent     = "kprobe_uverbs_qp_event"
-	qpProgKretprobeCreateQpKernel = "kretprobe_create_qp_kernel"
-	qpProgKretprobeCreateQpUser   = "kretprobe_create_qp_user"
-	qpProgKretprobeDestroyQp      = "kretprobe_destroy_qp"
-	qpProgKretprobeDeviceRename   = "kretprobe_device_rename"
-	qpProgKretprobeDrainQp        = "kretprobe_drain_qp"
-	qpProgKretprobeDrainRq        = "kretprobe_drain_rq"
-	qpProgKretprobeModifyQp       = "kretprobe_modify_qp"
-	qpProgKretprobeRegisterDevice = "kretprobe_register_device"
-	qpProgKretprobeRestrackAdd    = "kretprobe_restrack_add"
-	qpProgKretprobeRestrackDel    = "kretprobe_restrack_del"
-	qpProgUprobeLibEntry          = "uprobe_lib_entry"
-	qpProgUretprobeLibReturn      = "uretprobe_lib_return"
-	qpVarKernelStacks             = "kernel_stacks"
-	qpVarWakeupBytes              = "wakeup_bytes"
+	qpMapCalls                      = "calls"
+	qpMapCounters                   = "counters"
+	qpMapEvents                     = "events"
+	qpMapPending                    = "pending"
+	qpMapStacks                     = "stacks"
+	qpMapTaskCalls                  = "task_calls"
+	qpMapUserCalls                  = "user_calls"
+	qpProgFentryDestroyQp           = "fentry_destroy_qp"
+	qpProgFentryDeviceRename        = "fentry_device_rename"
+	qpProgFentryDispatchEvent       = "fentry_dispatch_event"
+	qpProgFentryDrainQp             = "fentry_drain_qp"
+	qpProgFentryDrainRq             = "fentry_drain_rq"
+	qpProgFentryModifyQp            = "fentry_modify_qp"
+	qpProgFentryModifyQpIsOk        = "fentry_modify_qp_is_ok"
+	qpProgFentryQpEvent             = "fentry_qp_event"
+	qpProgFentrySharedQpEvent       = "fentry_shared_qp_event"
+	qpProgFentryUnregisterDevice    = "fentry_unregister_device"
+	qpProgFentryUverbsQpEvent       = "fentry_uverbs_qp_event"
+	qpProgFexitCreateQpKernel       = "fexit_create_qp_kernel"
+	qpProgFexitCreateQpUser         = "fexit_create_qp_user"
+	qpProgFexitDestroyQp            = "fexit_destroy_qp"
+	qpProgFexitDeviceRename         = "fexit_device_rename"
+	qpProgFexitDrainQp              = "fexit_drain_qp"
+	qpProgFexitDrainRq              = "fexit_drain_rq"
+	qpProgFexitModifyQp             = "fexit_modify_qp"
+	qpProgFexitRegisterDevice       = "fexit_register_device"
+	qpProgFexitRestrackAbortDel     = "fexit_restrack_abort_del"
+	qpProgFexitRestrackAdd          = "fexit_restrack_add"
+	qpProgFexitRestrackBeginDel     = "fexit_restrack_begin_del"
+	qpProgFexitRestrackDel          = "fexit_restrack_del"
+	qpProgKprobeCreateQpKernel      = "kprobe_create_qp_kernel"
+	qpProgKprobeCreateQpUser        = "kprobe_create_qp_user"
+	qpProgKprobeDestroyQp           = "kprobe_destroy_qp"
+	qpProgKprobeDeviceRename        = "kprobe_device_rename"
+	qpProgKprobeDispatchEvent       = "kprobe_dispatch_event"
+	qpProgKprobeDrainQp             = "kprobe_drain_qp"
+	qpProgKprobeDrainRq             = "kprobe_drain_rq"
+	qpProgKprobeModifyQp            = "kprobe_modify_qp"
+	qpProgKprobeModifyQpIsOk        = "kprobe_modify_qp_is_ok"
+	qpProgKprobeQpEvent             = "kprobe_qp_event"
+	qpProgKprobeRegisterDevice      = "kprobe_register_device"
+	qpProgKprobeSharedQpEvent       = "kprobe_shared_qp_event"
+	qpProgKprobeUnregisterDevice    = "kprobe_unregister_device"
+	qpProgKprobeUverbsQpEvent       = "kprobe_uverbs_qp_event"
+	qpProgKretprobeCreateQpKernel   = "kretprobe_create_qp_kernel"
+	qpProgKretprobeCreateQpUser     = "kretprobe_create_qp_user"
+	qpProgKretprobeDestroyQp        = "kretprobe_destroy_qp"
+	qpProgKretprobeDeviceRename     = "kretprobe_device_rename"
+	qpProgKretprobeDrainQp          = "kretprobe_drain_qp"
+	qpProgKretprobeDrainRq          = "kretprobe_drain_rq"
+	qpProgKretprobeModifyQp         = "kretprobe_modify_qp"
+	qpProgKretprobeRegisterDevice   = "kretprobe_register_device"
+	qpProgKretprobeRestrackAbortDel = "kretprobe_restrack_abort_del"
+	qpProgKretprobeRestrackAdd      = "kretprobe_restrack_add"
+	qpProgKretprobeRestrackBeginDel = "kretprobe_restrack_begin_del"
+	qpProgKretprobeRestrackDel      = "kretprobe_restrack_del"
+	qpProgUprobeLibEntry            = "uprobe_lib_entry"
+	qpProgUretprobeLibReturn        = "uretprobe_lib_return"
+	qpVarKernelStacks               = "kernel_stacks"
+	qpVarWakeupBytes                = "wakeup_bytes"
 )
 
 // loadQp returns the embedded CollectionSpec for qp.
@@ -177,53 +181,57 @@ type qpSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type qpProgramSpecs struct {
-	FentryDestroyQp         *ebpf.ProgramSpec `ebpf:"fentry_destroy_qp"`
-	FentryDeviceRename      *ebpf.ProgramSpec `ebpf:"fentry_device_rename"`
-	FentryDispatchEvent     *ebpf.ProgramSpec `ebpf:"fentry_dispatch_event"`
-	FentryDrainQp           *ebpf.ProgramSpec `ebpf:"fentry_drain_qp"`
-	FentryDrainRq           *ebpf.ProgramSpec `ebpf:"fentry_drain_rq"`
-	FentryModifyQp          *ebpf.ProgramSpec `ebpf:"fentry_modify_qp"`
-	FentryModifyQpIsOk      *ebpf.ProgramSpec `ebpf:"fentry_modify_qp_is_ok"`
-	FentryQpEvent           *ebpf.ProgramSpec `ebpf:"fentry_qp_event"`
-	FentrySharedQpEvent     *ebpf.ProgramSpec `ebpf:"fentry_shared_qp_event"`
-	FentryUnregisterDevice  *ebpf.ProgramSpec `ebpf:"fentry_unregister_device"`
-	FentryUverbsQpEvent     *ebpf.ProgramSpec `ebpf:"fentry_uverbs_qp_event"`
-	FexitCreateQpKernel     *ebpf.ProgramSpec `ebpf:"fexit_create_qp_kernel"`
-	FexitCreateQpUser       *ebpf.ProgramSpec `ebpf:"fexit_create_qp_user"`
-	FexitDestroyQp          *ebpf.ProgramSpec `ebpf:"fexit_destroy_qp"`
-	FexitDeviceRename       *ebpf.ProgramSpec `ebpf:"fexit_device_rename"`
-	FexitDrainQp            *ebpf.ProgramSpec `ebpf:"fexit_drain_qp"`
-	FexitDrainRq            *ebpf.ProgramSpec `ebpf:"fexit_drain_rq"`
-	FexitModifyQp           *ebpf.ProgramSpec `ebpf:"fexit_modify_qp"`
-	FexitRegisterDevice     *ebpf.ProgramSpec `ebpf:"fexit_register_device"`
-	FexitRestrackAdd        *ebpf.ProgramSpec `ebpf:"fexit_restrack_add"`
-	FexitRestrackDel        *ebpf.ProgramSpec `ebpf:"fexit_restrack_del"`
-	KprobeCreateQpKernel    *ebpf.ProgramSpec `ebpf:"kprobe_create_qp_kernel"`
-	KprobeCreateQpUser      *ebpf.ProgramSpec `ebpf:"kprobe_create_qp_user"`
-	KprobeDestroyQp         *ebpf.ProgramSpec `ebpf:"kprobe_destroy_qp"`
-	KprobeDeviceRename      *ebpf.ProgramSpec `ebpf:"kprobe_device_rename"`
-	KprobeDispatchEvent     *ebpf.ProgramSpec `ebpf:"kprobe_dispatch_event"`
-	KprobeDrainQp           *ebpf.ProgramSpec `ebpf:"kprobe_drain_qp"`
-	KprobeDrainRq           *ebpf.ProgramSpec `ebpf:"kprobe_drain_rq"`
-	KprobeModifyQp          *ebpf.ProgramSpec `ebpf:"kprobe_modify_qp"`
-	KprobeModifyQpIsOk      *ebpf.ProgramSpec `ebpf:"kprobe_modify_qp_is_ok"`
-	KprobeQpEvent           *ebpf.ProgramSpec `ebpf:"kprobe_qp_event"`
-	KprobeRegisterDevice    *ebpf.ProgramSpec `ebpf:"kprobe_register_device"`
-	KprobeSharedQpEvent     *ebpf.ProgramSpec `ebpf:"kprobe_shared_qp_event"`
-	KprobeUnregisterDevice  *ebpf.ProgramSpec `ebpf:"kprobe_unregister_device"`
-	KprobeUverbsQpEvent     *ebpf.ProgramSpec `ebpf:"kprobe_uverbs_qp_event"`
-	KretprobeCreateQpKernel *ebpf.ProgramSpec `ebpf:"kretprobe_create_qp_kernel"`
-	KretprobeCreateQpUser   *ebpf.ProgramSpec `ebpf:"kretprobe_create_qp_user"`
-	KretprobeDestroyQp      *ebpf.ProgramSpec `ebpf:"kretprobe_destroy_qp"`
-	KretprobeDeviceRename   *ebpf.ProgramSpec `ebpf:"kretprobe_device_rename"`
-	KretprobeDrainQp        *ebpf.ProgramSpec `ebpf:"kretprobe_drain_qp"`
-	KretprobeDrainRq        *ebpf.ProgramSpec `ebpf:"kretprobe_drain_rq"`
-	KretprobeModifyQp       *ebpf.ProgramSpec `ebpf:"kretprobe_modify_qp"`
-	KretprobeRegisterDevice *ebpf.ProgramSpec `ebpf:"kretprobe_register_device"`
-	KretprobeRestrackAdd    *ebpf.ProgramSpec `ebpf:"kretprobe_restrack_add"`
-	KretprobeRestrackDel    *ebpf.ProgramSpec `ebpf:"kretprobe_restrack_del"`
-	UprobeLibEntry          *ebpf.ProgramSpec `ebpf:"uprobe_lib_entry"`
-	UretprobeLibReturn      *ebpf.ProgramSpec `ebpf:"uretprobe_lib_return"`
+	FentryDestroyQp           *ebpf.ProgramSpec `ebpf:"fentry_destroy_qp"`
+	FentryDeviceRename        *ebpf.ProgramSpec `ebpf:"fentry_device_rename"`
+	FentryDispatchEvent       *ebpf.ProgramSpec `ebpf:"fentry_dispatch_event"`
+	FentryDrainQp             *ebpf.ProgramSpec `ebpf:"fentry_drain_qp"`
+	FentryDrainRq             *ebpf.ProgramSpec `ebpf:"fentry_drain_rq"`
+	FentryModifyQp            *ebpf.ProgramSpec `ebpf:"fentry_modify_qp"`
+	FentryModifyQpIsOk        *ebpf.ProgramSpec `ebpf:"fentry_modify_qp_is_ok"`
+	FentryQpEvent             *ebpf.ProgramSpec `ebpf:"fentry_qp_event"`
+	FentrySharedQpEvent       *ebpf.ProgramSpec `ebpf:"fentry_shared_qp_event"`
+	FentryUnregisterDevice    *ebpf.ProgramSpec `ebpf:"fentry_unregister_device"`
+	FentryUverbsQpEvent       *ebpf.ProgramSpec `ebpf:"fentry_uverbs_qp_event"`
+	FexitCreateQpKernel       *ebpf.ProgramSpec `ebpf:"fexit_create_qp_kernel"`
+	FexitCreateQpUser         *ebpf.ProgramSpec `ebpf:"fexit_create_qp_user"`
+	FexitDestroyQp            *ebpf.ProgramSpec `ebpf:"fexit_destroy_qp"`
+	FexitDeviceRename         *ebpf.ProgramSpec `ebpf:"fexit_device_rename"`
+	FexitDrainQp              *ebpf.ProgramSpec `ebpf:"fexit_drain_qp"`
+	FexitDrainRq              *ebpf.ProgramSpec `ebpf:"fexit_drain_rq"`
+	FexitModifyQp             *ebpf.ProgramSpec `ebpf:"fexit_modify_qp"`
+	FexitRegisterDevice       *ebpf.ProgramSpec `ebpf:"fexit_register_device"`
+	FexitRestrackAbortDel     *ebpf.ProgramSpec `ebpf:"fexit_restrack_abort_del"`
+	FexitRestrackAdd          *ebpf.ProgramSpec `ebpf:"fexit_restrack_add"`
+	FexitRestrackBeginDel     *ebpf.ProgramSpec `ebpf:"fexit_restrack_begin_del"`
+	FexitRestrackDel          *ebpf.ProgramSpec `ebpf:"fexit_restrack_del"`
+	KprobeCreateQpKernel      *ebpf.ProgramSpec `ebpf:"kprobe_create_qp_kernel"`
+	KprobeCreateQpUser        *ebpf.ProgramSpec `ebpf:"kprobe_create_qp_user"`
+	KprobeDestroyQp           *ebpf.ProgramSpec `ebpf:"kprobe_destroy_qp"`
+	KprobeDeviceRename        *ebpf.ProgramSpec `ebpf:"kprobe_device_rename"`
+	KprobeDispatchEvent       *ebpf.ProgramSpec `ebpf:"kprobe_dispatch_event"`
+	KprobeDrainQp             *ebpf.ProgramSpec `ebpf:"kprobe_drain_qp"`
+	KprobeDrainRq             *ebpf.ProgramSpec `ebpf:"kprobe_drain_rq"`
+	KprobeModifyQp            *ebpf.ProgramSpec `ebpf:"kprobe_modify_qp"`
+	KprobeModifyQpIsOk        *ebpf.ProgramSpec `ebpf:"kprobe_modify_qp_is_ok"`
+	KprobeQpEvent             *ebpf.ProgramSpec `ebpf:"kprobe_qp_event"`
+	KprobeRegisterDevice      *ebpf.ProgramSpec `ebpf:"kprobe_register_device"`
+	KprobeSharedQpEvent       *ebpf.ProgramSpec `ebpf:"kprobe_shared_qp_event"`
+	KprobeUnregisterDevice    *ebpf.ProgramSpec `ebpf:"kprobe_unregister_device"`
+	KprobeUverbsQpEvent       *ebpf.ProgramSpec `ebpf:"kprobe_uverbs_qp_event"`
+	KretprobeCreateQpKernel   *ebpf.ProgramSpec `ebpf:"kretprobe_create_qp_kernel"`
+	KretprobeCreateQpUser     *ebpf.ProgramSpec `ebpf:"kretprobe_create_qp_user"`
+	KretprobeDestroyQp        *ebpf.ProgramSpec `ebpf:"kretprobe_destroy_qp"`
+	KretprobeDeviceRename     *ebpf.ProgramSpec `ebpf:"kretprobe_device_rename"`
+	KretprobeDrainQp          *ebpf.ProgramSpec `ebpf:"kretprobe_drain_qp"`
+	KretprobeDrainRq          *ebpf.ProgramSpec `ebpf:"kretprobe_drain_rq"`
+	KretprobeModifyQp         *ebpf.ProgramSpec `ebpf:"kretprobe_modify_qp"`
+	KretprobeRegisterDevice   *ebpf.ProgramSpec `ebpf:"kretprobe_register_device"`
+	KretprobeRestrackAbortDel *ebpf.ProgramSpec `ebpf:"kretprobe_restrack_abort_del"`
+	KretprobeRestrackAdd      *ebpf.ProgramSpec `ebpf:"kretprobe_restrack_add"`
+	KretprobeRestrackBeginDel *ebpf.ProgramSpec `ebpf:"kretprobe_restrack_begin_del"`
+	KretprobeRestrackDel      *ebpf.ProgramSpec `ebpf:"kretprobe_restrack_del"`
+	UprobeLibEntry            *ebpf.ProgramSpec `ebpf:"uprobe_lib_entry"`
+	UretprobeLibReturn        *ebpf.ProgramSpec `ebpf:"uretprobe_lib_return"`
 }
 
 // qpMapSpecs contains maps before they are loaded into the kernel.
@@ -300,53 +308,57 @@ type qpVariables struct {
 //
 // It can be passed to loadQpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type qpPrograms struct {
-	FentryDestroyQp         *ebpf.Program `ebpf:"fentry_destroy_qp"`
-	FentryDeviceRename      *ebpf.Program `ebpf:"fentry_device_rename"`
-	FentryDispatchEvent     *ebpf.Program `ebpf:"fentry_dispatch_event"`
-	FentryDrainQp           *ebpf.Program `ebpf:"fentry_drain_qp"`
-	FentryDrainRq           *ebpf.Program `ebpf:"fentry_drain_rq"`
-	FentryModifyQp          *ebpf.Program `ebpf:"fentry_modify_qp"`
-	FentryModifyQpIsOk      *ebpf.Program `ebpf:"fentry_modify_qp_is_ok"`
-	FentryQpEvent           *ebpf.Program `ebpf:"fentry_qp_event"`
-	FentrySharedQpEvent     *ebpf.Program `ebpf:"fentry_shared_qp_event"`
-	FentryUnregisterDevice  *ebpf.Program `ebpf:"fentry_unregister_device"`
-	FentryUverbsQpEvent     *ebpf.Program `ebpf:"fentry_uverbs_qp_event"`
-	FexitCreateQpKernel     *ebpf.Program `ebpf:"fexit_create_qp_kernel"`
-	FexitCreateQpUser       *ebpf.Program `ebpf:"fexit_create_qp_user"`
-	FexitDestroyQp          *ebpf.Program `ebpf:"fexit_destroy_qp"`
-	FexitDeviceRename       *ebpf.Program `ebpf:"fexit_device_rename"`
-	FexitDrainQp            *ebpf.Program `ebpf:"fexit_drain_qp"`
-	FexitDrainRq            *ebpf.Program `ebpf:"fexit_drain_rq"`
-	FexitModifyQp           *ebpf.Program `ebpf:"fexit_modify_qp"`
-	FexitRegisterDevice     *ebpf.Program `ebpf:"fexit_register_device"`
-	FexitRestrackAdd        *ebpf.Program `ebpf:"fexit_restrack_add"`
-	FexitRestrackDel        *ebpf.Program `ebpf:"fexit_restrack_del"`
-	KprobeCreateQpKernel    *ebpf.Program `ebpf:"kprobe_create_qp_kernel"`
-	KprobeCreateQpUser      *ebpf.Program `ebpf:"kprobe_create_qp_user"`
-	KprobeDestroyQp         *ebpf.Program `ebpf:"kprobe_destroy_qp"`
-	KprobeDeviceRename      *ebpf.Program `ebpf:"kprobe_device_rename"`
-	KprobeDispatchEvent     *ebpf.Program `ebpf:"kprobe_dispatch_event"`
-	KprobeDrainQp           *ebpf.Program `ebpf:"kprobe_drain_qp"`
-	KprobeDrainRq           *ebpf.Program `ebpf:"kprobe_drain_rq"`
-	KprobeModifyQp          *ebpf.Program `ebpf:"kprobe_modify_qp"`
-	KprobeModifyQpIsOk      *ebpf.Program `ebpf:"kprobe_modify_qp_is_ok"`
-	KprobeQpEvent           *ebpf.Program `ebpf:"kprobe_qp_event"`
-	KprobeRegisterDevice    *ebpf.Program `ebpf:"kprobe_register_device"`
-	KprobeSharedQpEvent     *ebpf.Program `ebpf:"kprobe_shared_qp_event"`
-	KprobeUnregisterDevice  *ebpf.Program `ebpf:"kprobe_unregister_device"`
-	KprobeUverbsQpEvent     *ebpf.Program `ebpf:"kprobe_uverbs_qp_event"`
-	KretprobeCreateQpKernel *ebpf.Program `ebpf:"kretprobe_create_qp_kernel"`
-	KretprobeCreateQpUser   *ebpf.Program `ebpf:"kretprobe_create_qp_user"`
-	KretprobeDestroyQp      *ebpf.Program `ebpf:"kretprobe_destroy_qp"`
-	KretprobeDeviceRename   *ebpf.Program `ebpf:"kretprobe_device_rename"`
-	KretprobeDrainQp        *ebpf.Program `ebpf:"kretprobe_drain_qp"`
-	KretprobeDrainRq        *ebpf.Program `ebpf:"kretprobe_drain_rq"`
-	KretprobeModifyQp       *ebpf.Program `ebpf:"kretprobe_modify_qp"`
-	KretprobeRegisterDevice *ebpf.Program `ebpf:"kretprobe_register_device"`
-	KretprobeRestrackAdd    *ebpf.Program `ebpf:"kretprobe_restrack_add"`
-	KretprobeRestrackDel    *ebpf.Program `ebpf:"kretprobe_restrack_del"`
-	UprobeLibEntry          *ebpf.Program `ebpf:"uprobe_lib_entry"`
-	UretprobeLibReturn      *ebpf.Program `ebpf:"uretprobe_lib_return"`
+	FentryDestroyQp           *ebpf.Program `ebpf:"fentry_destroy_qp"`
+	FentryDeviceRename        *ebpf.Program `ebpf:"fentry_device_rename"`
+	FentryDispatchEvent       *ebpf.Program `ebpf:"fentry_dispatch_event"`
+	FentryDrainQp             *ebpf.Program `ebpf:"fentry_drain_qp"`
+	FentryDrainRq             *ebpf.Program `ebpf:"fentry_drain_rq"`
+	FentryModifyQp            *ebpf.Program `ebpf:"fentry_modify_qp"`
+	FentryModifyQpIsOk        *ebpf.Program `ebpf:"fentry_modify_qp_is_ok"`
+	FentryQpEvent             *ebpf.Program `ebpf:"fentry_qp_event"`
+	FentrySharedQpEvent       *ebpf.Program `ebpf:"fentry_shared_qp_event"`
+	FentryUnregisterDevice    *ebpf.Program `ebpf:"fentry_unregister_device"`
+	FentryUverbsQpEvent       *ebpf.Program `ebpf:"fentry_uverbs_qp_event"`
+	FexitCreateQpKernel       *ebpf.Program `ebpf:"fexit_create_qp_kernel"`
+	FexitCreateQpUser         *ebpf.Program `ebpf:"fexit_create_qp_user"`
+	FexitDestroyQp            *ebpf.Program `ebpf:"fexit_destroy_qp"`
+	FexitDeviceRename         *ebpf.Program `ebpf:"fexit_device_rename"`
+	FexitDrainQp              *ebpf.Program `ebpf:"fexit_drain_qp"`
+	FexitDrainRq              *ebpf.Program `ebpf:"fexit_drain_rq"`
+	FexitModifyQp             *ebpf.Program `ebpf:"fexit_modify_qp"`
+	FexitRegisterDevice       *ebpf.Program `ebpf:"fexit_register_device"`
+	FexitRestrackAbortDel     *ebpf.Program `ebpf:"fexit_restrack_abort_del"`
+	FexitRestrackAdd          *ebpf.Program `ebpf:"fexit_restrack_add"`
+	FexitRestrackBeginDel     *ebpf.Program `ebpf:"fexit_restrack_begin_del"`
+	FexitRestrackDel          *ebpf.Program `ebpf:"fexit_restrack_del"`
+	KprobeCreateQpKernel      *ebpf.Program `ebpf:"kprobe_create_qp_kernel"`
+	KprobeCreateQpUser        *ebpf.Program `ebpf:"kprobe_create_qp_user"`
+	KprobeDestroyQp           *ebpf.Program `ebpf:"kprobe_destroy_qp"`
+	KprobeDeviceRename        *ebpf.Program `ebpf:"kprobe_device_rename"`
+	KprobeDispatchEvent       *ebpf.Program `ebpf:"kprobe_dispatch_event"`
+	KprobeDrainQp             *ebpf.Program `ebpf:"kprobe_drain_qp"`
+	KprobeDrainRq             *ebpf.Program `ebpf:"kprobe_drain_rq"`
+	KprobeModifyQp            *ebpf.Program `ebpf:"kprobe_modify_qp"`
+	KprobeModifyQpIsOk        *ebpf.Program `ebpf:"kprobe_modify_qp_is_ok"`
+	KprobeQpEvent             *ebpf.Program `ebpf:"kprobe_qp_event"`
+	KprobeRegisterDevice      *ebpf.Program `ebpf:"kprobe_register_device"`
+	KprobeSharedQpEvent       *ebpf.Program `ebpf:"kprobe_shared_qp_event"`
+	KprobeUnregisterDevice    *ebpf.Program `ebpf:"kprobe_unregister_device"`
+	KprobeUverbsQpEvent       *ebpf.Program `ebpf:"kprobe_uverbs_qp_event"`
+	KretprobeCreateQpKernel   *ebpf.Program `ebpf:"kretprobe_create_qp_kernel"`
+	KretprobeCreateQpUser     *ebpf.Program `ebpf:"kretprobe_create_qp_user"`
+	KretprobeDestroyQp        *ebpf.Program `ebpf:"kretprobe_destroy_qp"`
+	KretprobeDeviceRename     *ebpf.Program `ebpf:"kretprobe_device_rename"`
+	KretprobeDrainQp          *ebpf.Program `ebpf:"kretprobe_drain_qp"`
+	KretprobeDrainRq          *ebpf.Program `ebpf:"kretprobe_drain_rq"`
+	KretprobeModifyQp         *ebpf.Program `ebpf:"kretprobe_modify_qp"`
+	KretprobeRegisterDevice   *ebpf.Program `ebpf:"kretprobe_register_device"`
+	KretprobeRestrackAbortDel *ebpf.Program `ebpf:"kretprobe_restrack_abort_del"`
+	KretprobeRestrackAdd      *ebpf.Program `ebpf:"kretprobe_restrack_add"`
+	KretprobeRestrackBeginDel *ebpf.Program `ebpf:"kretprobe_restrack_begin_del"`
+	KretprobeRestrackDel      *ebpf.Program `ebpf:"kretprobe_restrack_del"`
+	UprobeLibEntry            *ebpf.Program `ebpf:"uprobe_lib_entry"`
+	UretprobeLibReturn        *ebpf.Program `ebpf:"uretprobe_lib_return"`
 }
 
 func (p *qpPrograms) Close() error {
@@ -370,7 +382,9 @@ func (p *qpPrograms) Close() error {
 		p.FexitDrainRq,
 		p.FexitModifyQp,
 		p.FexitRegisterDevice,
+		p.FexitRestrackAbortDel,
 		p.FexitRestrackAdd,
+		p.FexitRestrackBeginDel,
 		p.FexitRestrackDel,
 		p.KprobeCreateQpKernel,
 		p.KprobeCreateQpUser,
@@ -394,7 +408,9 @@ func (p *qpPrograms) Close() error {
 		p.KretprobeDrainRq,
 		p.KretprobeModifyQp,
 		p.KretprobeRegisterDevice,
+		p.KretprobeRestrackAbortDel,
 		p.KretprobeRestrackAdd,
+		p.KretprobeRestrackBeginDel,
 		p.KretprobeRestrackDel,
 		p.UprobeLibEntry,
 		p.UretprobeLibReturn,

@@ -377,13 +377,16 @@ func (t *Tracer) Stats() (Stats, error) {
 	return s, nil
 }
 
-// ResourceChanges counts the returns of rdma_restrack_add and
-// rdma_restrack_del: every QP, CQ, PD, MR, SRQ, user context, rdma_cm ID
-// and counter of every device added or removed since Open. A device's
-// resource summary read after a count lists every change that count
-// holds: when the count has not moved since, the summary has not either.
-// ok is false when the probes on either function are not attached (a
-// kernel that lacks them, or that refused): nothing can be told then.
+// ResourceChanges counts the returns of rdma_restrack_add,
+// rdma_restrack_del, rdma_restrack_begin_del and rdma_restrack_abort_del:
+// every QP, CQ, PD, MR, SRQ, user context, rdma_cm ID and counter of every
+// device added to or removed from the kernel's resource tracking (or put
+// back after a failed destroy) since Open. A device's resource summary
+// read after a count lists every change that count holds: when the count
+// has not moved since, the summary has not either. ok is false when the
+// probes on rdma_restrack_add or rdma_restrack_del are not attached
+// (begin_del and abort_del are skipped on a kernel without them, which
+// removes every resource through rdma_restrack_del).
 func (t *Tracer) ResourceChanges() (n uint64, ok bool) {
 	for _, f := range []string{"rdma_restrack_add", "rdma_restrack_del"} {
 		if !slices.ContainsFunc(t.probes, func(p Probe) bool { return p.Function == f && p.Mode != ModeNone }) {
