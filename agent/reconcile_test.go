@@ -128,6 +128,14 @@ func TestRunReconcile(t *testing.T) {
 	waitFor(t, "rxe0 dumped every interval without probes", func() bool { return host.Dumps("rxe0") >= roceDumps+6 })
 }
 
+// awaitIntervals waits for n more dumps of iwDev, an iWARP device the agent
+// dumps every interval: n more intervals.
+func awaitIntervals(t *testing.T, host *rdmanltest.Host, iwDev string, n int) {
+	t.Helper()
+	from := host.Dumps(iwDev)
+	waitFor(t, fmt.Sprintf("%d more intervals", n), func() bool { return host.Dumps(iwDev) >= from+n })
+}
+
 // The agent dumps a device's MRs once, then only when its resource
 // summary, read every interval, counts another number of them, and every
 // reconcile: never at every interval otherwise. An iWARP device, dumped
@@ -147,11 +155,7 @@ func TestRunDumpsMRs(t *testing.T) {
 		st, err := askStatus(context.Background(), sock)
 		return err == nil && st.Probes == "on" && host.MRDumps("rxe0") > 0
 	})
-	intervals := func(n int) {
-		t.Helper()
-		from := host.Dumps("siw0")
-		waitFor(t, fmt.Sprintf("%d more intervals", n), func() bool { return host.Dumps("siw0") >= from+n })
-	}
+	intervals := func(n int) { t.Helper(); awaitIntervals(t, host, "siw0", n) }
 	intervals(20)
 	if n := host.MRDumps("rxe0"); n != 1 {
 		t.Errorf("rxe0's MRs dumped %d times over 20 intervals of an unchanged count, want once", n)
@@ -203,11 +207,7 @@ func TestRunSummaryFollowsChanges(t *testing.T) {
 		st, err := askStatus(context.Background(), sock)
 		return err == nil && st.Probes == "on" && host.Dumps("rxe0") > 0 && host.MRDumps("rxe0") > 0
 	})
-	intervals := func(n int) {
-		t.Helper()
-		from := host.Dumps("siw0")
-		waitFor(t, fmt.Sprintf("%d more intervals", n), func() bool { return host.Dumps("siw0") >= from+n })
-	}
+	intervals := func(n int) { t.Helper(); awaitIntervals(t, host, "siw0", n) }
 	// A summary at most after the dump (which may have begun before the
 	// probes attached), then none while nothing changes.
 	intervals(3)
