@@ -534,8 +534,8 @@ func runMonitor(ctx context.Context, d watch.Deps, o RunOptions, st *state, log 
 	}
 }
 
-// bigScan is the number of QPs from which a scan's memory is returned to
-// the OS once the scan is folded in.
+// bigScan is the number of QPs, or of MRs, from which a dump's memory is
+// returned to the OS once the dump is folded in.
 const bigScan = 10000
 
 // scanned is the number of QPs a scan lists.
@@ -668,8 +668,13 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 		}
 		if nl != nil && summed {
 			// The MRs when their number changed, and every reconcile.
-			var merr error
-			lastMRs, merr = watch.Scanner{NL: nl, ProcRoot: d.ProcRoot, Now: d.Now}.UpdateMRs(ctx, st.State, cur, sum, lastMRs, st.mrsEvery())
+			next, merr := watch.Scanner{NL: nl, ProcRoot: d.ProcRoot, Now: d.Now}.UpdateMRs(ctx, st.State, cur, sum, lastMRs, st.mrsEvery())
+			if next != lastMRs && next.MRs() >= bigScan {
+				// As for a big scan: the dump (some 200 bytes an MR)
+				// is dead once counted.
+				debug.FreeOSMemory()
+			}
+			lastMRs = next
 			switch {
 			case merr == nil && mrErr != "":
 				log.Info("MR dump succeeded again", "device", cur.Name)

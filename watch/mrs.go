@@ -40,6 +40,9 @@ func (m MRMark) Due(sum rdmanl.Summary, now time.Time, every time.Duration) bool
 	return now.Sub(m.at) >= every
 }
 
+// MRs is the number of MRs the summary read before m's dump counted.
+func (m MRMark) MRs() uint64 { return m.mrs }
+
 // summaryCount is the summary's count of the resource name ("mr", "qp"),
 // and whether it has one.
 func summaryCount(sum rdmanl.Summary, name string) (uint64, bool) {
