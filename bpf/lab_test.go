@@ -960,10 +960,11 @@ func TestLabResourceChanges(t *testing.T) {
 			// test's teardown may still move it): what the agent reads.
 			var c1 uint64
 			var q1 float64
-			for deadline := time.Now().Add(30 * time.Second); ; {
+			for deadline, n := time.Now().Add(30*time.Second), 1; ; n++ {
 				a, q, b := count(), qps(), count()
 				if a == b {
 					c1, q1 = a, q
+					t.Logf("the count stood at %d (%d more since the workload was ready) at summary read %d", c1, c1-c0, n)
 					break
 				}
 				if time.Now().After(deadline) {
