@@ -964,7 +964,7 @@ func TestLabResourceChanges(t *testing.T) {
 				a, q, b := count(), qps(), count()
 				if a == b {
 					c1, q1 = a, q
-					t.Logf("the count stood at %d (%d more since the workload was ready) at summary read %d", c1, c1-c0, n)
+					t.Logf("the count stood at %d (%d more than before the workload) at summary read %d", c1, c1-c0, n)
 					break
 				}
 				if time.Now().After(deadline) {
