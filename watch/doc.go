@@ -13,10 +13,10 @@
 // when the device's resource summary counts another number of MRs than
 // at the last dump, and at least once a period the caller gives:
 // MRMark); LookForZombies looks for zombie verbs contexts; FollowProbes applies the eBPF probes'
-// events as they come, and lets the State read the probes' count of
-// resources added and removed (ResourceChanges: a summary read after it
-// holds every change it counts), naming each QP create's site as it is read (Sites,
+// events as they come, naming each QP create's site as it is read (Sites,
 // through package symbolize, while the creating process still runs), and
+// lets the State read the probes' count of resources added and removed
+// (ResourceChanges: a summary read after it holds every change it counts);
 // FollowPeers dumps a device's rdma_cm IDs when those events say a QP
 // whose peer is not known yet connects or fails (DumpPeers), for the QPs
 // that live too short a time for a scan to list them.

@@ -69,8 +69,8 @@ func sitesError(s bpf.Sites) string {
 // refresh, and lets st read src's count of resources added and removed
 // (State.ResourceChanges), until ctx ends or src's events end (it returns
 // nil, having applied every event read until then) or the stream fails
-// (it returns the stream's error). A QP create's site is named as the event is read,
-// through sites (nil: no sites), before the state is locked. An event
+// (it returns the stream's error). A QP create's site is named as the
+// event is read, through sites (nil: no sites), before the state is locked. An event
 // that says a device came, went or was renamed calls deviceChanged too,
 // when it is not nil. It does not close src.
 func FollowProbes(ctx context.Context, src EventSource, st *State, device string, refresh time.Duration, sites *Sites, deviceChanged func()) error {
