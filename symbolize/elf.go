@@ -149,7 +149,9 @@ func fileKey(f *elf.File, id, noBuildID string) string {
 func parseELF(f *elf.File, key, id string) *elfFile {
 	e := &elfFile{key: key, buildID: id, machine: f.Machine, sites: map[siteReq]Site{}}
 	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Filesz > 0 {
+		// A segment whose ends pass 2^64 is a damaged file's: none of its
+		// addresses could be mapped, and offsets in it would wrap.
+		if p.Type == elf.PT_LOAD && p.Filesz > 0 && p.Off+p.Filesz > p.Off && p.Vaddr+max(p.Filesz, p.Memsz) > p.Vaddr {
 			e.loads = append(e.loads, load{off: p.Off, vaddr: p.Vaddr, filesz: p.Filesz, memsz: p.Memsz, exec: p.Flags&elf.PF_X != 0})
 		}
 	}
