@@ -242,6 +242,52 @@ func TestRunSummaryFollowsChanges(t *testing.T) {
 	}
 }
 
+// MRs registered while a long QP dump runs (after the summary the dump
+// began with) are dumped once: the summary is read again before the MR
+// dump, so its mark counts them, and the next interval does not find
+// another number of MRs than the mark and dump them a second time.
+func TestRunMRsChangedDuringQPDump(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	roce := rdmanl.Device{Index: 1, Name: "rxe0", Protocol: "roce"}
+	iw := rdmanl.Device{Index: 2, Name: "siw0", Protocol: "iw"}
+	host := rdmanltest.NewHost(roce, iw)
+	mr := func(mrn uint32) rdmanl.MR { return rdmanl.MR{MRN: mrn, Len: 4096, Owner: rdmanl.Owner{PID: 7}} }
+	host.SetMRs(roce.Index, mr(1))
+	src := newLiveStream()
+	src.counts.Store(true)
+	var now atomic.Int64 // the agent's clock, which the test moves
+	now.Store(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC).UnixNano())
+	sock, stop := runProbed(t, host, src, func() time.Time { return time.Unix(0, now.Load()) })
+	defer stop()
+	waitFor(t, "the probes on and rxe0 dumped", func() bool {
+		st, err := askStatus(context.Background(), sock)
+		return err == nil && st.Probes == "on" && host.Dumps("rxe0") > 0 && host.MRDumps("rxe0") > 0
+	})
+	intervals := func(n int) { t.Helper(); awaitIntervals(t, host, "siw0", n) }
+	intervals(3)
+	// rxe0's next QP dump (the reconcile's) takes two seconds, in which
+	// a process registers an MR.
+	var once sync.Once
+	host.OnQPDump(func(dev string) {
+		if dev == roce.Name {
+			once.Do(func() {
+				host.SetMRs(roce.Index, mr(1), mr(2))
+				src.changes.Add(1)
+				now.Add(int64(2 * time.Second))
+			})
+		}
+	})
+	dumps, mrDumps := host.Dumps("rxe0"), host.MRDumps("rxe0")
+	now.Add(int64(time.Hour))
+	waitFor(t, "the reconcile's QP and MR dumps", func() bool {
+		return host.Dumps("rxe0") > dumps && host.MRDumps("rxe0") > mrDumps
+	})
+	intervals(20)
+	if n := host.MRDumps("rxe0") - mrDumps; n != 1 {
+		t.Errorf("rxe0's MRs dumped %d times after the reconcile and one MR registered during its QP dump, want once", n)
+	}
+}
+
 // With Rename the agent gives every device it sees appear its persistent
 // name: at its start, and again when the device comes back under its
 // kernel name (a reset re-registers it).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -547,6 +548,11 @@ func scanned(sc leakwatch.Scan) int {
 	return n
 }
 
+// freshSummary is the age past which a resource summary is read again
+// before it decides on an MR dump, when a resource was added or removed
+// since it was read.
+const freshSummary = time.Second
+
 // summaryMark is a device's last resource summary, when it was read, and
 // the probes' count of resources added and removed before it was
 // (watch.State.ResourceChanges; counted false: they counted none).
@@ -574,7 +580,9 @@ func (m summaryMark) stands(dev rdmanl.Device, changes uint64, counted bool, now
 // one it read (summaryMark.stands).
 // After either it dumps the device's MRs when the summary counts another
 // number of them than at their last dump, and every Reconcile
-// (watch.Scanner.UpdateMRs). dev is the device as last listed (its name
+// (watch.Scanner.UpdateMRs); a summary read before a QP dump that took a
+// second or more is read again first when the probes counted a change
+// since (or count none). dev is the device as last listed (its name
 // follows renames).
 func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *atomic.Pointer[rdmanl.Device], facts *watch.FactsCache, log *slog.Logger) {
 	if f, learned := facts.Of(*dev.Load()); learned {
@@ -605,6 +613,24 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 		due := st.dumpDue(cur, last)
 		var sum rdmanl.Summary // this interval's resource summary
 		summed := false
+		// read reads the device's summary into sum and lastSum, and
+		// records it; changes is the probes' count taken before it.
+		read := func(changes uint64, counted bool) {
+			s, serr := nl.Summary(ctx, cur)
+			switch {
+			case serr == nil:
+				sum, summed = s, true
+				lastSum = summaryMark{sum: s, at: d.Now(), changes: changes, counted: counted}
+				st.SetResources([]rdmanl.Summary{s}, cur.Name)
+				st.CountQPs(cur, s, d.Now())
+			case errors.Is(serr, rdmanl.ErrNoDevice):
+				// gone: the next listing stops this scanner
+			default:
+				err = serr
+				nl.Close()
+				nl = nil
+			}
+		}
 		// Before the summary is read: it lists every change counted.
 		changes, counted := st.ResourceChanges()
 		if nl != nil && !due {
@@ -617,29 +643,16 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 			// 100,000 MRs, a third of the agent's CPU at idle).
 			if lastSum.stands(cur, changes, counted, d.Now(), st.mrsEvery()) {
 				sum, summed = lastSum.sum, true
-			} else {
-				var serr error
-				sum, serr = nl.Summary(ctx, cur)
-				switch {
-				case serr == nil:
-					summed = true
-					lastSum = summaryMark{sum: sum, at: d.Now(), changes: changes, counted: counted}
-				case errors.Is(serr, rdmanl.ErrNoDevice):
-					// gone: the next listing stops this scanner
-				default:
-					err = serr
-					nl.Close()
-					nl = nil
-				}
-			}
-			if summed {
 				st.SetResources([]rdmanl.Summary{sum}, cur.Name)
 				st.CountQPs(cur, sum, d.Now())
+			} else {
+				read(changes, counted)
 			}
 		}
 		if due {
 			if nl != nil {
 				mark := st.mark()
+				began := d.Now() // the summary is read first, the QPs after
 				var sc leakwatch.Scan
 				var sums []rdmanl.Summary
 				sc, sums, err = watch.Scanner{NL: nl, ProcRoot: d.ProcRoot, Now: d.Now, Facts: facts}.Scan(ctx, []rdmanl.Device{cur})
@@ -651,7 +664,7 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 					st.SetResources(sums, cur.Name)
 					if len(sums) == 1 {
 						sum, summed = sums[0], true
-						lastSum = summaryMark{sum: sum, at: d.Now(), changes: changes, counted: counted}
+						lastSum = summaryMark{sum: sum, at: began, changes: changes, counted: counted}
 					}
 					if scanned(sc) >= bigScan {
 						// The listing (about 170 bytes a QP) is dead once
@@ -666,6 +679,18 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 					nl.Close()
 					nl = nil
 				}
+			}
+		}
+		if nl != nil && summed && d.Now().Sub(lastSum.at) >= freshSummary {
+			// The summary was read before a long QP dump (or the agent
+			// was stopped): when a resource was added or removed since,
+			// it is read again, so that the MR dump's mark counts what
+			// the dump saw. Else the next interval's summary counts
+			// another number of MRs than the mark and the MRs are dumped
+			// twice for one change.
+			if c, ok := st.ResourceChanges(); !lastSum.stands(cur, c, ok, d.Now(), math.MaxInt64) {
+				summed = false
+				read(c, ok)
 			}
 		}
 		if nl != nil && summed {

@@ -27,6 +27,7 @@ type Host struct {
 	mrs     map[uint32][]rdmanl.MR
 	open    int    // clients not closed
 	blockOn string // a device whose QP dump blocks until its ctx ends
+	onDump  func(dev string)
 	renames int
 	// QP, SRQ, rdma_cm ID and MR dumps per device name; a QP dump that
 	// joins SRQs it was not given makes an SRQ dump of its own, as
@@ -93,6 +94,15 @@ func (h *Host) Block(dev string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.blockOn = dev
+}
+
+// OnQPDump makes fn run as each QP dump begins, with the device's name, as
+// if what fn changes came while the dump ran (nil: nothing runs). fn must
+// not call back into a client of h from the dump's goroutine.
+func (h *Host) OnQPDump(fn func(dev string)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.onDump = fn
 }
 
 // Devices returns the host's devices as they are now (renamed, maybe).
@@ -214,7 +224,11 @@ func (c *Client) QPs(ctx context.Context, dev rdmanl.Device, opts rdmanl.DumpOpt
 		}
 		present := c.present(dev.Index)
 		block := c.h.blockOn == dev.Name
+		onDump := c.h.onDump
 		c.h.mu.Unlock()
+		if onDump != nil {
+			onDump(dev.Name)
+		}
 		if block {
 			<-ctx.Done()
 			yield(rdmanl.QP{}, ctx.Err())
