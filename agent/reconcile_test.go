@@ -184,6 +184,49 @@ func TestRunDumpsMRs(t *testing.T) {
 	}
 }
 
+// countedAgent is an agent on a fake host of rxe0 (one MR) and siw0 (an
+// iWARP device, dumped every interval: it paces a test), whose probes
+// count resources added and removed, on a clock the test moves.
+type countedAgent struct {
+	host *rdmanltest.Host
+	src  *liveStream
+	now  atomic.Int64 // the agent's clock, in Unix nanoseconds
+	roce rdmanl.Device
+	sock string
+}
+
+// countedMR is an MR of a page of process 7.
+func countedMR(mrn uint32) rdmanl.MR {
+	return rdmanl.MR{MRN: mrn, Len: 4096, Owner: rdmanl.Owner{PID: 7}}
+}
+
+// startCounted starts a countedAgent and waits until its probes are on, it
+// dumped rxe0's QPs and MRs, and three intervals more passed; stop stops
+// it.
+func startCounted(t *testing.T) (a *countedAgent, stop func()) {
+	t.Helper()
+	a = &countedAgent{roce: rdmanl.Device{Index: 1, Name: "rxe0", Protocol: "roce"}, src: newLiveStream()}
+	a.host = rdmanltest.NewHost(a.roce, rdmanl.Device{Index: 2, Name: "siw0", Protocol: "iw"})
+	a.host.SetMRs(a.roce.Index, countedMR(1))
+	a.src.counts.Store(true)
+	a.src.changes.Store(5)
+	a.now.Store(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC).UnixNano())
+	a.sock, stop = runProbed(t, a.host, a.src, func() time.Time { return time.Unix(0, a.now.Load()) })
+	started := false
+	defer func() {
+		if !started { // the wait failed: the agent stops all the same
+			stop()
+		}
+	}()
+	waitFor(t, "the probes on and rxe0 dumped", func() bool {
+		st, err := askStatus(context.Background(), a.sock)
+		return err == nil && st.Probes == "on" && a.host.Dumps("rxe0") > 0 && a.host.MRDumps("rxe0") > 0
+	})
+	awaitIntervals(t, a.host, "siw0", 3)
+	started = true
+	return a, stop
+}
+
 // Where the probes count the resources added and removed, the agent reads
 // a device's resource summary again only when that count moved, and every
 // reconcile: an MR registered on an idle host is dumped at the next
@@ -191,26 +234,13 @@ func TestRunDumpsMRs(t *testing.T) {
 // every interval.
 func TestRunSummaryFollowsChanges(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	roce := rdmanl.Device{Index: 1, Name: "rxe0", Protocol: "roce"}
-	iw := rdmanl.Device{Index: 2, Name: "siw0", Protocol: "iw"}
-	host := rdmanltest.NewHost(roce, iw)
-	mr := func(mrn uint32) rdmanl.MR { return rdmanl.MR{MRN: mrn, Len: 4096, Owner: rdmanl.Owner{PID: 7}} }
-	host.SetMRs(roce.Index, mr(1))
-	src := newLiveStream()
-	src.counts.Store(true)
-	src.changes.Store(5)
-	var now atomic.Int64 // the agent's clock, which the test moves
-	now.Store(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC).UnixNano())
-	sock, stop := runProbed(t, host, src, func() time.Time { return time.Unix(0, now.Load()) })
+	a, stop := startCounted(t)
 	defer stop()
-	waitFor(t, "the probes on and rxe0 dumped", func() bool {
-		st, err := askStatus(context.Background(), sock)
-		return err == nil && st.Probes == "on" && host.Dumps("rxe0") > 0 && host.MRDumps("rxe0") > 0
-	})
+	host, src, now, roce, mr := a.host, a.src, &a.now, a.roce, countedMR
 	intervals := func(n int) { t.Helper(); awaitIntervals(t, host, "siw0", n) }
 	// A summary at most after the dump (which may have begun before the
-	// probes attached), then none while nothing changes.
-	intervals(3)
+	// probes attached: startCounted waits three intervals), then none
+	// while nothing changes.
 	sums := host.Summaries("rxe0")
 	intervals(20)
 	if n := host.Summaries("rxe0") - sums; n != 0 {
@@ -248,23 +278,9 @@ func TestRunSummaryFollowsChanges(t *testing.T) {
 // another number of MRs than the mark and dump them a second time.
 func TestRunMRsChangedDuringQPDump(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	roce := rdmanl.Device{Index: 1, Name: "rxe0", Protocol: "roce"}
-	iw := rdmanl.Device{Index: 2, Name: "siw0", Protocol: "iw"}
-	host := rdmanltest.NewHost(roce, iw)
-	mr := func(mrn uint32) rdmanl.MR { return rdmanl.MR{MRN: mrn, Len: 4096, Owner: rdmanl.Owner{PID: 7}} }
-	host.SetMRs(roce.Index, mr(1))
-	src := newLiveStream()
-	src.counts.Store(true)
-	var now atomic.Int64 // the agent's clock, which the test moves
-	now.Store(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC).UnixNano())
-	sock, stop := runProbed(t, host, src, func() time.Time { return time.Unix(0, now.Load()) })
+	a, stop := startCounted(t)
 	defer stop()
-	waitFor(t, "the probes on and rxe0 dumped", func() bool {
-		st, err := askStatus(context.Background(), sock)
-		return err == nil && st.Probes == "on" && host.Dumps("rxe0") > 0 && host.MRDumps("rxe0") > 0
-	})
-	intervals := func(n int) { t.Helper(); awaitIntervals(t, host, "siw0", n) }
-	intervals(3)
+	host, src, now, roce, mr := a.host, a.src, &a.now, a.roce, countedMR
 	// rxe0's next QP dump (the reconcile's) takes two seconds, in which
 	// a process registers an MR.
 	var once sync.Once
@@ -282,7 +298,7 @@ func TestRunMRsChangedDuringQPDump(t *testing.T) {
 	waitFor(t, "the reconcile's QP and MR dumps", func() bool {
 		return host.Dumps("rxe0") > dumps && host.MRDumps("rxe0") > mrDumps
 	})
-	intervals(20)
+	awaitIntervals(t, host, "siw0", 20)
 	if n := host.MRDumps("rxe0") - mrDumps; n != 1 {
 		t.Errorf("rxe0's MRs dumped %d times after the reconcile and one MR registered during its QP dump, want once", n)
 	}
