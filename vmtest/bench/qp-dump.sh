@@ -223,6 +223,9 @@ for n in $sizes; do
 	# Its scans and lost probe events before and after the window: what
 	# it did while nobody asked.
 	echo "idle-work $n before $(agent_counters)"
+	# And rxe0's QP dumps: one is its --reconcile's, when that comes due
+	# in the window (most of a TCG window's CPU at 60,000 QPs).
+	q0=$(metric rdmatool_scans_total)
 	kill -USR2 "$agent"
 	cpu0=$(cut -d' ' -f14,15 /proc/$agent/stat)
 	sleep $idle
@@ -232,6 +235,7 @@ for n in $sizes; do
 	echo "idle $n ticks $ticks hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
 	echo "idle-rss $n $(grep -E '^(RssAnon|RssFile|RssShmem)' /proc/$agent/status | tr -s ' \t\n' ' ')"
 	echo "idle-work $n after $(agent_counters)" # once the RSS is read: the question allocates
+	echo "idle-dumps $n $(($(metric rdmatool_scans_total) - q0))"
 	profiles=$((profiles + 1))
 	kill -USR1 "$agent"
 	i=0

@@ -108,6 +108,10 @@ type Size struct {
 	// CPU over the window as a fraction of one CPU, its RSS at the end.
 	AgentIdleCPU    float64 `json:"agent_idle_cpu"`
 	AgentIdleRSSKiB int     `json:"agent_idle_rss_kib"`
+	// AgentIdleQPDumps is the QP dumps of rxe0 the agent made in the
+	// window (its --reconcile's, when one came due then); -1 when the log
+	// does not say (before the bench counted them).
+	AgentIdleQPDumps int `json:"agent_idle_qp_dumps"`
 	// AgentLostEvents is the probe events the agent had lost (its ring
 	// buffer full) since it started, read after the idle window.
 	AgentLostEvents int `json:"agent_lost_events"`
@@ -151,6 +155,7 @@ var (
 	agentLine = regexp.MustCompile(`^agent (\d+) .*VmHWM: (\d+) kB.*VmRSS: (\d+) kB`)
 	idleWork  = regexp.MustCompile(`^idle-work (\d+) after .*"lost_events":(\d+)`)
 	idleLine  = regexp.MustCompile(`^idle (\d+) ticks (\d+) hz (\d+) seconds (\d+) rss (\d+) kB`)
+	idleDumps = regexp.MustCompile(`^idle-dumps (\d+) (-?\d+)`)
 	churnLine = regexp.MustCompile(`^churn (\d+) cycles (\d+) seconds ([0-9.]+) agent-ticks (\d+) reader-ticks (\d+) hz (\d+)`)
 	// the MR part's lines
 	mrHeldLine    = regexp.MustCompile(`^mr-held (\d+) MRs in \d+ processes, beside (\d+) QPs`)
@@ -237,7 +242,7 @@ func parseRun(r io.Reader) (KernelRun, error) {
 				return &k.Sizes[i]
 			}
 		}
-		k.Sizes = append(k.Sizes, Size{QPs: n, Timings: map[string]Timing{}, AnswerBytes: map[string]int{}})
+		k.Sizes = append(k.Sizes, Size{QPs: n, Timings: map[string]Timing{}, AnswerBytes: map[string]int{}, AgentIdleQPDumps: -1})
 		return &k.Sizes[len(k.Sizes)-1]
 	}
 	mrSize := func(n int) *MRSize {
@@ -302,6 +307,8 @@ func parseRun(r io.Reader) (KernelRun, error) {
 			a.IdleMRDumps, a.IdleScans, a.ReconcileSeconds = atoi(m[3]), atoi(m[4]), atoi(m[5])
 		} else if m := idleWork.FindStringSubmatch(line); m != nil {
 			size(atoi(m[1])).AgentLostEvents = atoi(m[2])
+		} else if m := idleDumps.FindStringSubmatch(line); m != nil {
+			size(atoi(m[1])).AgentIdleQPDumps = atoi(m[2])
 		} else if m := sizeLine.FindStringSubmatch(line); m != nil {
 			size(atoi(m[2])).AnswerBytes[m[1]] = atoi(m[3])
 		} else if m := idleLine.FindStringSubmatch(line); m != nil && atoi(m[3]) > 0 && atoi(m[4]) > 0 {
@@ -385,11 +392,11 @@ func printTables(w io.Writer, rep Report) {
 		fmt.Fprintln(w, "| QPs | netlink (2s watch) | probes (2s watch) | answered by agent | agent, every finding | answer bytes (local, every finding) | answer bytes (agent) | answer bytes (agent, every finding) | agent RSS (peak) | agent at idle: CPU, RSS | agent's lost events |")
 		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, s := range k.Sizes {
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %d | %d | %d | %s (%s) | %.1f%%, %s | %d |\n", s.QPs,
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %d | %d | %d | %s (%s) | %.1f%%, %s%s | %d |\n", s.QPs,
 				secs(s.median("qp-leaks-netlink")), secs(s.median("qp-leaks-probes")), secs(s.median("qp-leaks-agent")),
 				secs(s.median("qp-leaks-agent-all")), s.AnswerBytes["qp-leaks-netlink"], s.AnswerBytes["qp-leaks-agent"],
 				s.AnswerBytes["qp-leaks-agent-all"], mib(s.AgentRSSKiB), mib(s.AgentHWMKiB), 100*s.AgentIdleCPU, mib(s.AgentIdleRSSKiB),
-				s.AgentLostEvents)
+				idleDumpsNote(s.AgentIdleQPDumps), s.AgentLostEvents)
 		}
 		if slices.ContainsFunc(k.Sizes, func(s Size) bool { return s.ChurnEventsPerSec > 0 }) {
 			fmt.Fprintln(w)
@@ -579,4 +586,17 @@ func plot(rep Report, out string) error {
 		return fmt.Errorf("gnuplot: %w", err)
 	}
 	return nil
+}
+
+// idleDumpsNote says in the idle cell how many QP dumps the window held
+// when there were any: one --reconcile's dump of 60,000 QPs is most of a
+// TCG window's CPU.
+func idleDumpsNote(n int) string {
+	switch {
+	case n == 1:
+		return " (1 QP dump)"
+	case n > 1:
+		return fmt.Sprintf(" (%d QP dumps)", n)
+	}
+	return ""
 }

@@ -102,6 +102,9 @@ func TestParseMRs(t *testing.T) {
 	if got := k.Sizes[1].FloorDatagrams; got != 161 {
 		t.Errorf("floor replies at 60000 QPs = %d, want 161", got)
 	}
+	if a, b := k.Sizes[0].AgentIdleQPDumps, k.Sizes[1].AgentIdleQPDumps; a != 0 || b != 1 {
+		t.Errorf("QP dumps at idle: %d at 30000 QPs, %d at 60000, want 0 and 1", a, b)
+	}
 }
 
 func TestParseBeforeMRs(t *testing.T) {
@@ -114,6 +117,11 @@ func TestParseBeforeMRs(t *testing.T) {
 	}
 	if len(k.Sizes) != 2 || k.Sizes[0].FloorDatagrams != 83 || k.Sizes[1].FloorDatagrams != 161 {
 		t.Errorf("QP sizes %+v, want 30000 and 60000 with 83 and 161 floor replies", k.Sizes)
+	}
+	for _, s := range k.Sizes {
+		if s.AgentIdleQPDumps != -1 {
+			t.Errorf("%d QPs: %d QP dumps at idle from a log that does not count them, want -1", s.QPs, s.AgentIdleQPDumps)
+		}
 	}
 	b, err := json.Marshal(k)
 	if err != nil {
