@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"os"
@@ -563,14 +562,17 @@ type summaryMark struct {
 	counted bool
 }
 
-// stands says whether m's summary still counts what dev has at now, the
-// probes' count being changes (counted: they count them): they counted
-// the same before it was read, it is of dev under its name now, and it is
-// younger than every (the reconcile: a summary is read again then,
-// whatever the count).
+// current says whether m's summary still counts what dev has, the probes'
+// count being changes (counted: they count them): they counted the same
+// before it was read, and it is of dev under its name now.
+func (m summaryMark) current(dev rdmanl.Device, changes uint64, counted bool) bool {
+	return m.counted && counted && changes == m.changes && m.sum.DevIndex == dev.Index && m.sum.DevName == dev.Name
+}
+
+// stands says whether m's summary is current and younger than every at
+// now (the reconcile: a summary is read again then, whatever the count).
 func (m summaryMark) stands(dev rdmanl.Device, changes uint64, counted bool, now time.Time, every time.Duration) bool {
-	return m.counted && counted && changes == m.changes && m.sum.DevIndex == dev.Index && m.sum.DevName == dev.Name &&
-		now.Sub(m.at) < every
+	return m.current(dev, changes, counted) && now.Sub(m.at) < every
 }
 
 // scanLoop dumps one device's QPs on a netlink client of its own until
@@ -580,9 +582,9 @@ func (m summaryMark) stands(dev rdmanl.Device, changes uint64, counted bool, now
 // one it read (summaryMark.stands).
 // After either it dumps the device's MRs when the summary counts another
 // number of them than at their last dump, and every Reconcile
-// (watch.Scanner.UpdateMRs); a summary read before a QP dump that took a
-// second or more is read again first when the probes counted a change
-// since (or count none). dev is the device as last listed (its name
+// (watch.Scanner.UpdateMRs); a summary a second old or more by then (read
+// before a long QP dump) is read again first when the probes counted a
+// change since (or count none). dev is the device as last listed (its name
 // follows renames).
 func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *atomic.Pointer[rdmanl.Device], facts *watch.FactsCache, log *slog.Logger) {
 	if f, learned := facts.Of(*dev.Load()); learned {
@@ -683,12 +685,13 @@ func scanLoop(ctx context.Context, d watch.Deps, o RunOptions, st *state, dev *a
 		}
 		if nl != nil && summed && d.Now().Sub(lastSum.at) >= freshSummary {
 			// The summary was read before a long QP dump (or the agent
-			// was stopped): when a resource was added or removed since,
+			// was stopped): when a resource was added or removed since
+			// (or the probes count none),
 			// it is read again, so that the MR dump's mark counts what
 			// the dump saw. Else the next interval's summary counts
 			// another number of MRs than the mark and the MRs are dumped
 			// twice for one change.
-			if c, ok := st.ResourceChanges(); !lastSum.stands(cur, c, ok, d.Now(), math.MaxInt64) {
+			if c, ok := st.ResourceChanges(); !lastSum.current(cur, c, ok) {
 				summed = false
 				read(c, ok)
 			}
