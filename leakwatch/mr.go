@@ -385,29 +385,34 @@ func (st *mrState) createsBetween(k mrOwnerKey, from, to Stamp) []qpCreate {
 }
 
 // mrLeak is what mr-leak found of an owner: the two dumps its MRs grew
-// between, the QP creates between them, and its live QPs now.
+// between (base, top), the QP creates between them, its last dump and its
+// live QPs now.
 type mrLeak struct {
-	base, last mrSample
-	creates    []qpCreate
-	now        int
+	base, top, last mrSample
+	creates         []qpCreate
+	now             int
 }
 
 // mrLeaks reports each owner whose MRs on dev (the device with index) grew
 // by at least cfg.MRLeakGrowth within cfg.MRLeakWindow before now, over at
 // least as many of its QP creates on dev, while its live QPs did not
-// grow. It compares the owner's last MR dump with the earliest one in the
-// window (the one in force at its start included) at which it had at
-// least as many live QPs as at the last; the last must count more MRs than
-// any dump before it in the window, and the creates are those between the
-// two. An owner's first dump is its baseline: what it registers as it
-// starts is no growth. A consumer that builds connections has more QPs
-// at the last dump; one whose MRs go with its connections comes back to
-// the count it had (a reconnect loop, a controller reset), and one that
-// sets up a connection MR pool by MR pool creates its QPs first: none
-// reaches a new count over as many creates. One that registers an MR for
-// each connection and keeps it does, cycle after cycle. Bare findings
-// (counted, not shown) have the rule, severity, device and owner only:
-// no evidence, whose count of the owner's live QPs goes QP by QP.
+// grow, and did not fall back since. It looks for a dump in the window
+// (the top) that counts more MRs than every dump before it, and no more
+// than every dump after it, and compares it with the earliest dump before
+// it (the one in force at the window's start included) at which the owner
+// had at least as many live QPs; the creates are those between the two.
+// The newest such top is taken. An owner's first dump is its baseline:
+// what it registers as it starts is no growth. A consumer that builds
+// connections has more QPs at each new count; one whose MRs go with its
+// connections comes back to the count it had (a reconnect loop, a
+// controller reset), and one that sets up a connection MR pool by MR pool
+// creates its QPs first: none reaches a new count over as many creates.
+// One that registers an MR for each connection and keeps it does, cycle
+// after cycle, also when the last dump came while a connection was up (at
+// more live QPs than any dump before it had: the dump before is the top).
+// Bare findings (counted, not shown) have the rule, severity, device and
+// owner only: no evidence, whose count of the owner's live QPs goes QP by
+// QP.
 func (w *Watcher) mrLeaks(index uint32, dev *deviceState, now time.Time, cfg ruleConfig, bare bool) []Finding {
 	st := dev.mrs
 	if st == nil || st.dumped == 0 {
@@ -423,20 +428,8 @@ func (w *Watcher) mrLeaks(index uint32, dev *deviceState, now time.Time, cfg rul
 			continue
 		}
 		o := st.owners[k]
-		in := o.span(since)
-		if len(in) < 2 {
-			continue
-		}
-		before, last := in[:len(in)-1], in[len(in)-1]
-		if slices.ContainsFunc(before, func(s mrSample) bool { return s.mrs >= last.mrs }) {
-			continue // no new count
-		}
-		i := slices.IndexFunc(before, func(s mrSample) bool { return s.qps >= last.qps })
-		if i < 0 || last.mrs-before[i].mrs < uint64(cfg.MRLeakGrowth) {
-			continue
-		}
-		l := mrLeak{base: before[i], last: last, creates: st.createsBetween(k, max(before[i].at, since), last.at)}
-		if len(l.creates) < cfg.MRLeakGrowth {
+		l, ok := st.mrLeak(k, o.span(since), since, cfg.MRLeakGrowth)
+		if !ok {
 			continue
 		}
 		if bare {
@@ -452,10 +445,35 @@ func (w *Watcher) mrLeaks(index uint32, dev *deviceState, now time.Time, cfg rul
 	return out
 }
 
+// mrLeak looks for mr-leak's growth (mrLeaks) in the owner k's samples in,
+// which begin before since or at the owner's first dump.
+func (st *mrState) mrLeak(k mrOwnerKey, in []mrSample, since Stamp, growth int) (mrLeak, bool) {
+	floor := uint64(math.MaxUint64) // the fewest MRs a dump after the top counted
+	for j := len(in) - 1; j > 0; j-- {
+		top, before := in[j], in[:j]
+		if top.mrs > floor {
+			continue // fell back since
+		}
+		floor = top.mrs
+		if slices.ContainsFunc(before, func(s mrSample) bool { return s.mrs >= top.mrs }) {
+			continue // no new count
+		}
+		i := slices.IndexFunc(before, func(s mrSample) bool { return s.qps >= top.qps })
+		if i < 0 || top.mrs-before[i].mrs < uint64(growth) {
+			continue
+		}
+		l := mrLeak{base: before[i], top: top, last: in[len(in)-1], creates: st.createsBetween(k, max(before[i].at, since), top.at)}
+		if len(l.creates) >= growth {
+			return l, true
+		}
+	}
+	return mrLeak{}, false
+}
+
 func mrLeakFinding(dev *deviceState, o *mrOwner, l mrLeak, now time.Time, cfg ruleConfig) Finding {
 	start := max(l.base.at, stampOf(now.Add(-cfg.MRLeakWindow)))
-	growth := int64(l.last.mrs) - int64(l.base.mrs)
-	pinned := uint64(max(0, int64(l.last.bytes)-int64(l.base.bytes)))
+	growth := int64(l.top.mrs) - int64(l.base.mrs)
+	pinned := uint64(max(0, int64(l.top.bytes)-int64(l.base.bytes)))
 	f := Finding{
 		Rule: RuleMRLeak, Severity: SeverityError, Device: dev.name, Owner: o.owner, Count: l.last.mrs,
 		AgeSeconds: math.Round(now.Sub(start.Time()).Seconds()*1000) / 1000,
@@ -478,8 +496,12 @@ func mrLeakFinding(dev *deviceState, o *mrOwner, l mrLeak, now time.Time, cfg ru
 	}
 	f.Evidence = append(f.Evidence, Evidence{Time: l.base.at.Time(), Source: "scan",
 		What: fmt.Sprintf("MRs %d → %d (%+d, %s) in %s over %s QP creates while its live QPs did not grow (%d, then %d at those dumps; %d now): %.1f MR and %s per create",
-			l.base.mrs, l.last.mrs, growth, signedSize(int64(l.last.bytes)-int64(l.base.bytes)), cfg.MRLeakWindow, creates, l.base.qps, l.last.qps, l.now,
+			l.base.mrs, l.top.mrs, growth, signedSize(int64(l.top.bytes)-int64(l.base.bytes)), cfg.MRLeakWindow, creates, l.base.qps, l.top.qps, l.now,
 			float64(growth)/float64(len(l.creates)), size(pinned/uint64(len(l.creates))))})
+	if l.last.at != l.top.at {
+		f.Evidence = append(f.Evidence, Evidence{Time: l.last.at.Time(), Source: "scan",
+			What: fmt.Sprintf("at the last dump: %d MRs (%s), %d live QPs", l.last.mrs, size(l.last.bytes), l.last.qps)})
+	}
 	if where := siteOf(site).String(); where != "" {
 		f.Evidence = append(f.Evidence, Evidence{Time: now.UTC(), Source: "probe", What: fmt.Sprintf("%d QPs created at %s", n, where)})
 	}

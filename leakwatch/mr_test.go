@@ -205,6 +205,67 @@ func TestMRLeakEvidence(t *testing.T) {
 	}
 }
 
+// qpwork's reconnect loop as the lab runs it: each connection's QPs are
+// destroyed before the dump that follows it, its MR kept, but the last
+// dump comes while the last connection is up (2 live QPs, more than at
+// any dump before). The leak is found at the dump before it, the evidence
+// adding what the last one counted; the finding counts the MRs now. It
+// goes when the MRs fall back to what they were.
+func TestMRLeakLastDumpDuringConnection(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	w.Scan(scan(c.at(0), rxe))
+	mrs := mrsOf(42, 1, 1) // its buffer
+	w.ScanMRs(mrDump(c.at(0), rxe, mrs...))
+	const cycles = 6
+	for i := range cycles {
+		at := time.Second + time.Duration(i)*2*time.Second
+		qpn := uint32(100 + 2*i)
+		for q := qpn; q <= qpn+1; q++ {
+			e := create(c.at(at), rxe, q, false)
+			e.Site = Site{Call: "qpwork!connect+0x10", Via: "rdma_create_qp", File: "/usr/bin/qpwork"}
+			w.Event(e)
+		}
+		mrs = append(mrs, mrsOf(42, uint32(10+i), 1)...)
+		destroy := func() {
+			for q := qpn; q <= qpn+1; q++ {
+				w.Event(ev(c.at(at+200*time.Millisecond), EventQPDestroyed, rxe, q))
+			}
+		}
+		if i == cycles-1 {
+			w.ScanMRs(mrDump(c.at(at+100*time.Millisecond), rxe, mrs...))
+			destroy()
+			break
+		}
+		destroy()
+		w.ScanMRs(mrDump(c.at(at+500*time.Millisecond), rxe, mrs...))
+	}
+	c.at(time.Minute)
+	rep := w.Evaluate(Query{Rules: []string{RuleMRLeak}})
+	if len(rep.Findings) != 1 || rep.Findings[0].Count != 7 || rep.Findings[0].TGID != 42 {
+		t.Fatalf("findings %+v, want one for process 42 of 7 MRs", rep.Findings)
+	}
+	want := []string{
+		"MRs 1 → 6 (+5, +20 KiB) in 10m0s over 10 QP creates while its live QPs did not grow (0, then 0 at those dumps; 0 now): 0.5 MR and 2 KiB per create",
+		"at the last dump: 7 MRs (28 KiB), 2 live QPs",
+		"10 QPs created at qpwork!connect+0x10 via rdma_create_qp", // between the two dumps
+	}
+	got := strings.Split(evidenceText(rep.Findings[0].Evidence), "\n")[:3]
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("evidence (-want +got):\n%s", diff)
+	}
+	if n := w.CountFindings(0).Findings[CountKey{"rxe0", RuleMRLeak, SeverityError}]; n != 1 {
+		t.Errorf("CountFindings counts %d mr-leak findings, want 1", n)
+	}
+	// Four of the connections' MRs deregistered: 3 left, fewer than the
+	// growth's top and than 3 over its base.
+	w.ScanMRs(mrDump(c.at(time.Minute), rxe, mrs[:3]...))
+	if rep := w.Evaluate(Query{Rules: []string{RuleMRLeak}}); len(rep.Findings) != 0 {
+		t.Errorf("findings %+v after the MRs fell back, want none", rep.Findings)
+	}
+}
+
 // A kernel ULP's finding names the module, counts the QPs rdma_cm made
 // for it (their stacks pass through it) and says nothing of ulimit.
 func TestMRLeakKernel(t *testing.T) {
