@@ -115,9 +115,12 @@
 //
 // # Delivery
 //
-// Records go through one ring buffer (4 MiB by default). The programs wake
-// the reader only when it is a sixteenth full; otherwise Events polls every
-// 100 ms, so an event reaches the caller within about 100 ms. A record that
+// Records go through one ring buffer (4 MiB by default). While records
+// come, the programs wake the reader only when it is a sixteenth full and
+// Events polls every 100 ms, so an event reaches the caller within about
+// 100 ms. A poll that finds the ring empty sets a flag (the reader_waits
+// map) and Events waits: the next record wakes it at once, and an idle
+// reader makes no system call but a wait that ends every 5 s. A record that
 // does not fit is dropped and counted, as are probe runs the kernel skipped
 // and returns seen without their entry: Stats reports them, Events logs them
 // at Warn, nothing is lost silently.

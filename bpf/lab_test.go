@@ -987,3 +987,83 @@ func TestLabResourceChanges(t *testing.T) {
 		})
 	}
 }
+
+// TestLabEventsAfterQuiet: a reader whose ring has been empty for a while
+// waits to be woken (reader_waits is set) rather than polling, and the next
+// record wakes it: three times, after a quiet second, the create of a QP
+// reaches Events well within the 5 s an idle reader would otherwise wait
+// (the three would all come by chance once in about 125 runs); the flag
+// is cleared when Events ends, with no reader left to wake.
+func TestLabEventsAfterQuiet(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	tr, err := Open(slog.New(slog.NewTextHandler(os.Stderr, nil)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	type arrival struct {
+		ev Event
+		at time.Time
+	}
+	creates := make(chan arrival, 16)
+	ended := make(chan error, 1)
+	go func() {
+		for ev, err := range tr.Events(ctx) {
+			if err != nil {
+				ended <- err
+				return
+			}
+			if ev.Kind == KindQPCreate && ev.Result == 0 {
+				select {
+				case creates <- arrival{ev, time.Now()}:
+				default:
+				}
+			}
+		}
+		ended <- nil
+	}()
+	waits := func() uint32 {
+		var v uint32
+		if err := tr.waits.Lookup(uint32(0), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for round := 1; round <= 3; round++ {
+		// Quiet: the ring empty for a whole poll and more.
+		deadline := time.Now().Add(10 * time.Second)
+		for waits() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: reader_waits still 0 after 10 s of no QP calls", round)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
+		for len(creates) > 0 {
+			<-creates
+		}
+		w := vmtest.StartWorkload(t, "--dev", string(vmtest.RXE), "--qps", "1", "--to", "INIT")
+		select {
+		case a := <-creates:
+			late := a.at.Sub(a.ev.Time)
+			t.Logf("round %d: QP %d created %s, read %v later", round, a.ev.QPN, a.ev.Time.Format(time.StampMicro), late)
+			if late > time.Second {
+				t.Errorf("round %d: the create after a quiet second reached Events %v after it happened, want under 1 s (a woken reader)", round, late)
+			}
+		case err := <-ended:
+			t.Fatalf("round %d: Events ended: %v", round, err)
+		case <-time.After(time.Minute):
+			t.Fatalf("round %d: no QP create read within a minute", round)
+		}
+		w.Wait(time.Minute)
+	}
+	cancel()
+	if err := <-ended; err != nil {
+		t.Fatal(err)
+	}
+	if v := waits(); v != 0 {
+		t.Errorf("reader_waits = %d after Events ended, want 0 (no reader to wake)", v)
+	}
+}

@@ -141,6 +141,18 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/*
+ * Whether the reader waits to be woken (1) rather than polling (0): set
+ * by the reader (Events) when a poll found the ring empty, cleared when it
+ * reads again. Then the next record wakes it.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} reader_waits SEC(".maps");
+
 /* LRU: an entry whose return never came (attached mid-call) ages out. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -286,13 +298,17 @@ static __always_inline void fill_qp(struct qp_event *e, struct ib_qp *qp, bool d
 
 /*
  * Waking the reader for every record would cost a wakeup per QP call under
- * churn. The reader polls every 100 ms anyway (Events), so records are
- * written without a wakeup unless the ring is filling up (wakeup_bytes, a
- * sixteenth of it): then the reader is woken at once.
+ * churn. While records come the reader polls every 100 ms (Events), so they
+ * are written without a wakeup unless the ring is filling up (wakeup_bytes,
+ * a sixteenth of it): then the reader is woken at once. A reader that found
+ * the ring empty waits to be woken (reader_waits): the next record wakes it.
  */
 static __always_inline __u64 wakeup_flags(void)
 {
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+	__u32 zero = 0;
+	__u32 *waits = bpf_map_lookup_elem(&reader_waits, &zero);
+
+	if ((waits && *waits) || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
 		return BPF_RB_FORCE_WAKEUP;
 	return BPF_RB_NO_WAKEUP;
 }

@@ -81,6 +81,7 @@ const (
 	qpMapCounters                   = "counters"
 	qpMapEvents                     = "events"
 	qpMapPending                    = "pending"
+	qpMapReaderWaits                = "reader_waits"
 	qpMapStacks                     = "stacks"
 	qpMapTaskCalls                  = "task_calls"
 	qpMapUserCalls                  = "user_calls"
@@ -238,13 +239,14 @@ type qpProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type qpMapSpecs struct {
-	Calls     *ebpf.MapSpec `ebpf:"calls"`
-	Counters  *ebpf.MapSpec `ebpf:"counters"`
-	Events    *ebpf.MapSpec `ebpf:"events"`
-	Pending   *ebpf.MapSpec `ebpf:"pending"`
-	Stacks    *ebpf.MapSpec `ebpf:"stacks"`
-	TaskCalls *ebpf.MapSpec `ebpf:"task_calls"`
-	UserCalls *ebpf.MapSpec `ebpf:"user_calls"`
+	Calls       *ebpf.MapSpec `ebpf:"calls"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	Pending     *ebpf.MapSpec `ebpf:"pending"`
+	ReaderWaits *ebpf.MapSpec `ebpf:"reader_waits"`
+	Stacks      *ebpf.MapSpec `ebpf:"stacks"`
+	TaskCalls   *ebpf.MapSpec `ebpf:"task_calls"`
+	UserCalls   *ebpf.MapSpec `ebpf:"user_calls"`
 }
 
 // qpVariableSpecs contains global variables before they are loaded into the kernel.
@@ -275,13 +277,14 @@ func (o *qpObjects) Close() error {
 //
 // It can be passed to loadQpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type qpMaps struct {
-	Calls     *ebpf.Map `ebpf:"calls"`
-	Counters  *ebpf.Map `ebpf:"counters"`
-	Events    *ebpf.Map `ebpf:"events"`
-	Pending   *ebpf.Map `ebpf:"pending"`
-	Stacks    *ebpf.Map `ebpf:"stacks"`
-	TaskCalls *ebpf.Map `ebpf:"task_calls"`
-	UserCalls *ebpf.Map `ebpf:"user_calls"`
+	Calls       *ebpf.Map `ebpf:"calls"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	Events      *ebpf.Map `ebpf:"events"`
+	Pending     *ebpf.Map `ebpf:"pending"`
+	ReaderWaits *ebpf.Map `ebpf:"reader_waits"`
+	Stacks      *ebpf.Map `ebpf:"stacks"`
+	TaskCalls   *ebpf.Map `ebpf:"task_calls"`
+	UserCalls   *ebpf.Map `ebpf:"user_calls"`
 }
 
 func (m *qpMaps) Close() error {
@@ -290,6 +293,7 @@ func (m *qpMaps) Close() error {
 		m.Counters,
 		m.Events,
 		m.Pending,
+		m.ReaderWaits,
 		m.Stacks,
 		m.TaskCalls,
 		m.UserCalls,

@@ -36,6 +36,9 @@ type Tracer struct {
 	maps   map[string]*ebpf.Map // every map of the object, shared by all programs
 	events *ebpf.Map
 	counts *ebpf.Map
+	// waits is the reader_waits flag: whether the next record wakes the
+	// reader (Events).
+	waits  *ebpf.Map
 	reader *ringbuf.Reader
 	progs  []program
 	links  []link.Link
@@ -121,7 +124,7 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 		}
 		t.maps[name] = m
 	}
-	t.events, t.counts, t.stacks = t.maps["events"], t.maps["counters"], t.maps["stacks"]
+	t.events, t.counts, t.stacks, t.waits = t.maps["events"], t.maps["counters"], t.maps["stacks"], t.maps["reader_waits"]
 	l, err := t.newLoader(spec)
 	if err != nil {
 		return nil, err
@@ -428,18 +431,30 @@ func (t *Tracer) ProgramStats() ([]ProgramStat, error) {
 	return out, nil
 }
 
-// The reader polls the ring buffer every pollEvery (the programs wake it
-// only when the ring fills up) and compares the drop counters with what it
-// last reported at most every lostCheckEvery.
+// While records come the reader polls the ring buffer every pollEvery (the
+// programs wake it only when the ring fills up); when a poll finds the ring
+// empty, it waits to be woken by the next record (at most waitAtMost:
+// below). It compares the drop counters with what it last reported at most
+// every lostCheckEvery while it polls, and when it begins to wait (a quiet
+// ring drops nothing).
 const (
 	pollEvery      = 100 * time.Millisecond
 	lostCheckEvery = time.Second
+	// waitAtMost bounds a wait for a record that should have woken the
+	// reader but did not: one the programs wrote as the reader set
+	// reader_waits, whose store the program's read of the flag did not
+	// see yet. The reader checks the ring after setting the flag, so such
+	// a record is seldom left; the bound keeps it from waiting for the
+	// next record.
+	waitAtMost = 5 * time.Second
 )
 
 // Events yields the decoded events that pass the Options filters, in the
 // order the probes wrote them, until ctx ends (after yielding what the ring
 // buffer still holds) or Close is called. An event arrives within about
-// pollEvery (100 ms) of happening. Events yields an error only when the
+// pollEvery (100 ms) of happening, at once when it comes after a quiet
+// spell (an idle reader is woken by the next record and makes no system
+// call until then). Events yields an error only when the
 // ring buffer fails, and then ends. Records that were dropped or do not
 // decode are counted in Stats and logged at Warn as they are noticed.
 //
@@ -456,9 +471,20 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 		var rec ringbuf.Record
 		var ev Event
 		lastCheck := time.Now()
+		waiting := false // reader_waits is set
+		read := false    // a record was read since the last poll ended
+		defer func() {
+			if waiting {
+				t.setWaits(false)
+			}
+		}()
 		for n := 1; ; n++ {
 			if rec.Remaining == 0 { // the next read may wait
-				t.reader.SetDeadline(time.Now().Add(pollEvery))
+				if waiting {
+					t.reader.SetDeadline(time.Now().Add(waitAtMost))
+				} else {
+					t.reader.SetDeadline(time.Now().Add(pollEvery))
+				}
 			}
 			err := t.reader.ReadInto(&rec)
 			if err != nil {
@@ -466,8 +492,24 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 			}
 			switch {
 			case err == nil:
+				read = true
+				if waiting { // woken: poll while records come
+					waiting = !t.setWaits(false)
+				}
 			case errors.Is(err, os.ErrDeadlineExceeded):
-				if time.Since(lastCheck) >= lostCheckEvery {
+				quiet := !read && !waiting // a whole poll found nothing
+				read = false
+				// A record written before the flag was set did not wake
+				// the reader, and the wait would not see it: one there
+				// is read by polling on.
+				if quiet && t.setWaits(true) {
+					waiting = t.reader.AvailableBytes() == 0 || !t.setWaits(false)
+					if waiting { // what the last records lost, before a quiet spell
+						t.reportLost()
+						lastCheck = time.Now()
+					}
+				}
+				if !waiting && time.Since(lastCheck) >= lostCheckEvery {
 					t.reportLost()
 					lastCheck = time.Now()
 				}
@@ -574,6 +616,20 @@ func (t *Tracer) Sites() Sites {
 func (t *Tracer) Backlog() int { return t.reader.AvailableBytes() }
 
 // reportLost logs at Warn when more events were dropped since last time.
+// setWaits sets the reader_waits flag to on, and says whether it did
+// (a failure, which should not happen, leaves the reader polling).
+func (t *Tracer) setWaits(on bool) bool {
+	v := uint32(0)
+	if on {
+		v = 1
+	}
+	if err := t.waits.Put(uint32(0), v); err != nil {
+		t.log.Debug("reader_waits not set", "err", err)
+		return false
+	}
+	return true
+}
+
 func (t *Tracer) reportLost() {
 	s, err := t.Stats()
 	if err != nil {

@@ -33,6 +33,7 @@ typedef _Bool bool;
 #define false 0
 
 /* include/uapi/linux/bpf.h: enum bpf_map_type and update flags. */
+#define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_MAP_TYPE_STACK_TRACE 7
 #define BPF_MAP_TYPE_LRU_HASH 9
