@@ -87,11 +87,11 @@ metrics=127.0.0.1:10095
 # counted a resource added or removed since the last, and dumps its MRs
 # when that counts another number of them (and every --reconcile).
 reconcile=300
-# Its heap profile (in use after a collection) is written at the end of
-# each idle window: .lab/bench/agent-heap-KERNEL.K for the Kth size (the
+# Its heap profile (in use after a collection) is written after each
+# idle window and its CPU profile: .lab/bench/agent-heap-KERNEL.K for the Kth size (the
 # last, K+1, after the idle window with the MRs).
-# A CPU profile of each idle window too: .lab/bench/agent-idle-KERNEL.K,
-# numbered as the heap profiles.
+# A CPU profile of another window after each idle window too:
+# .lab/bench/agent-idle-KERNEL.K, numbered as the heap profiles.
 RDMATOOL_HEAPPROFILE=.lab/bench/agent-heap-$VMTEST_KERNEL RDMATOOL_CPUWINDOWS=.lab/bench/agent-idle-$VMTEST_KERNEL \
 	$run/rdmatool agent --socket "$sock" --interval 5s --reconcile ${reconcile}s \
 	--metrics-address $metrics 2>/tmp/agent.err &
@@ -167,6 +167,14 @@ counted() {
 agent_mrs() {
 	until_agent counted "$1"
 }
+# idle_profile: a CPU profile of the agent over another $idle s at idle,
+# after the measured window: the profiler's buffers (1.7 MB of heap) and
+# its writing of the profile would count in that window's RSS.
+idle_profile() {
+	kill -USR2 "$agent"
+	sleep "$idle"
+	kill -USR2 "$agent"
+}
 # ticks: the agent's CPU time so far (utime + stime, USER_HZ ticks).
 ticks() {
 	t=$(cut -d' ' -f14,15 /proc/$agent/stat)
@@ -226,16 +234,15 @@ for n in $sizes; do
 	# And rxe0's QP dumps: one is its --reconcile's, when that comes due
 	# in the window (most of a TCG window's CPU at 60,000 QPs).
 	q0=$(metric rdmatool_scans_total)
-	kill -USR2 "$agent"
 	cpu0=$(cut -d' ' -f14,15 /proc/$agent/stat)
 	sleep $idle
 	cpu1=$(cut -d' ' -f14,15 /proc/$agent/stat)
-	kill -USR2 "$agent"
 	ticks=$(( ${cpu1% *} + ${cpu1#* } - ${cpu0% *} - ${cpu0#* } ))
 	echo "idle $n ticks $ticks hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
 	echo "idle-rss $n $(grep -E '^(RssAnon|RssFile|RssShmem)' /proc/$agent/status | tr -s ' \t\n' ' ')"
 	echo "idle-work $n after $(agent_counters)" # once the RSS is read: the question allocates
 	echo "idle-dumps $n $(($(metric rdmatool_scans_total) - q0))"
+	idle_profile
 	profiles=$((profiles + 1))
 	kill -USR1 "$agent"
 	i=0
@@ -311,16 +318,15 @@ if [ "$mrs" -gt 0 ]; then
 	# At idle with every QP and MR tracked, as for the QPs alone above:
 	# its CPU over the window, its RSS at the end, and the MR and QP dumps
 	# it made in the window (at most one each per --reconcile).
-	kill -USR2 "$agent"
 	c0=$(ticks)
 	sleep "$idle"
 	c1=$(ticks)
-	kill -USR2 "$agent"
 	echo "mr-idle $held $mrs ticks $((c1 - c0)) hz 100 seconds $idle rss $(awk '/^VmRSS/ {print $2}' /proc/$agent/status) kB"
 	echo "mr-idle-rss $held $mrs $(grep -E '^(RssAnon|RssFile|RssShmem)' /proc/$agent/status | tr -s ' \t\n' ' ')"
 	d2=$(metric rdmatool_mr_dumps_total) # once the RSS is read: a scrape allocates
 	s2=$(metric rdmatool_scans_total)
 	echo "mr-idle-work $held $mrs mr-dumps $((d2 - d1)) scans $((s2 - s1)) reconcile $reconcile"
+	idle_profile
 	profiles=$((profiles + 1))
 	kill -USR1 "$agent"
 	i=0
