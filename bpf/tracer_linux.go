@@ -615,7 +615,6 @@ func (t *Tracer) Sites() Sites {
 // consumer of Events can flush its output when it reaches 0.
 func (t *Tracer) Backlog() int { return t.reader.AvailableBytes() }
 
-// reportLost logs at Warn when more events were dropped since last time.
 // setWaits sets the reader_waits flag to on, and says whether it did
 // (a failure, which should not happen, leaves the reader polling).
 func (t *Tracer) setWaits(on bool) bool {
@@ -630,6 +629,7 @@ func (t *Tracer) setWaits(on bool) bool {
 	return true
 }
 
+// reportLost logs at Warn when more events were dropped since last time.
 func (t *Tracer) reportLost() {
 	s, err := t.Stats()
 	if err != nil {
