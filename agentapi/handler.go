@@ -95,17 +95,18 @@ func Handler(src Source, version string) http.Handler {
 		}
 		rep.Source = "agent"
 		writeReport(w, rep)
-		if len(rep.Findings) >= bigAnswer {
-			// The heap grew by what the answer held: give it back to the
-			// OS now (rep is dead here), not over the minutes the runtime
-			// would take.
+		if rep.FindingsTotal >= bigAnswer {
+			// The heap grew by what the evaluation made, every finding
+			// whatever the limit kept: give it back to the OS now (rep is
+			// dead here), not over the minutes the runtime would take.
 			debug.FreeOSMemory()
 		}
 	})
 }
 
-// bigAnswer is the number of findings from which an answer's memory is
-// returned to the OS once it is written: about 1.5 KiB a finding, 15 MiB.
+// bigAnswer is the number of findings evaluated from which an answer's
+// memory is returned to the OS once it is written: about 1.5 KiB a finding
+// listed, 15 MiB, and less for one only counted in the summary.
 const bigAnswer = 10000
 
 // writeReport writes rep as the body of an answer whose status has gone
