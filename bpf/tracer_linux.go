@@ -453,8 +453,9 @@ const (
 // order the probes wrote them, until ctx ends (after yielding what the ring
 // buffer still holds) or Close is called. An event arrives within about
 // pollEvery (100 ms) of happening, at once when it comes after a quiet
-// spell (an idle reader is woken by the next record and makes no system
-// call until then). Events yields an error only when the
+// spell (an idle reader is woken by the next record; until then its only
+// system call is a wait that ends every waitAtMost). Events yields an
+// error only when the
 // ring buffer fails, and then ends. Records that were dropped or do not
 // decode are counted in Stats and logged at Warn as they are noticed.
 //
@@ -503,7 +504,7 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 				// the reader, and the wait would not see it: one there
 				// is read by polling on.
 				if quiet && t.setWaits(true) {
-					waiting = t.reader.AvailableBytes() == 0 || !t.setWaits(false)
+					waiting = t.Backlog() == 0 || !t.setWaits(false)
 					if waiting { // what the last records lost, before a quiet spell
 						t.reportLost()
 						lastCheck = time.Now()
