@@ -40,6 +40,8 @@ type metricsSnapshot struct {
 	probes       bool
 	listedOK     bool
 	lost         uint64
+	unattributed uint64
+	goneKept     int
 	events       map[string]uint64
 	devices      []string
 	guids        map[string]string
@@ -81,6 +83,7 @@ func (s *state) snapshot() metricsSnapshot {
 	h := s.Snapshot()
 	snap := metricsSnapshot{
 		version: s.version, started: h.Started, probes: h.Probes, listedOK: h.ListedOK, lost: h.Lost,
+		unattributed: h.UnattributedFailures, goneKept: h.GoneKept,
 		events: h.Events, devices: h.Devices, guids: h.GUIDs, dev: h.Scans,
 		tally: s.Tally(topOwners), mrs: s.MRTally(topOwners), failures: s.CreateFailures(), qpErrors: s.QPErrors(),
 		findings: counts.Findings, maxQP: s.maxQP, skippedRules: counts.SkippedRules,
@@ -148,6 +151,7 @@ type collector struct {
 	buildInfo, startTime, probesUp, netlinkUp, events, lost *prometheus.Desc
 	resources, qps, ownerQPs, findings, maxQP, useRatio     *prometheus.Desc
 	siteQPs, createFailures, qpErrors                       *prometheus.Desc
+	unattributed, goneKept                                  *prometheus.Desc
 	mrs, mrBytes, ownerMRs, ownerMRBytes, mrDumps           *prometheus.Desc
 	scans, scanErrors, scanDuration, lastScan               *prometheus.Desc
 	ruleSkipped                                             *prometheus.Desc
@@ -180,8 +184,10 @@ func newCollector(st *state) prometheus.Collector {
 			append(dev, "errno", "site")...),
 		qpErrors: d("qp_errors_total", "QP entries into Error, by cause: modify (a modify through ib_core: a disconnect, a teardown), QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR (the provider's async errors), provider (the provider moved the QP without an event, a completion error: a modify found it in Error, or a dump listed it so), unknown (a dump listed it in Error, without probes). A QP first seen in Error is not counted.",
 			append(dev, "cause")...),
-		mrs:     d("mrs", "MRs on the device at its last MR dump (made when the resource summary counts another number of MRs, and every reconcile).", dev...),
-		mrBytes: d("mr_bytes", "Bytes the device's MRs register (the sum of their lengths) at its last MR dump.", dev...),
+		unattributed: d("qp_create_failures_unattributed_total", "QP creates refused on a device the probes could not name (the probe on the create's entry missed it): counted on no device."),
+		goneKept:     d("gone_device_counters", "Names of devices no longer listed whose counters the agent keeps, so that a device registered again under its name (a reset, a link deleted and added) continues them: at most 64, each for an hour."),
+		mrs:          d("mrs", "MRs on the device at its last MR dump (made when the resource summary counts another number of MRs, and every reconcile).", dev...),
+		mrBytes:      d("mr_bytes", "Bytes the device's MRs register (the sum of their lengths) at its last MR dump.", dev...),
 		ownerMRs: d("owner_mrs", fmt.Sprintf("MRs per owning process at the device's last MR dump (pid and comm; pid 0 for a kernel module, its name in comm and ulp), the %d owners of each device with the most; comm \"(other)\" counts the rest.", topOwners),
 			append(dev, "pid", "comm", "ulp")...),
 		ownerMRBytes: d("owner_mr_bytes", fmt.Sprintf("Bytes the MRs of an owning process register at the device's last MR dump, for the %d owners of rdmatool_owner_mrs; comm \"(other)\" counts the rest.", topOwners),
@@ -207,19 +213,50 @@ func newCollector(st *state) prometheus.Collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
-		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.qpErrors, c.mrs, c.mrBytes, c.ownerMRs, c.ownerMRBytes, c.mrDumps, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
+		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.qpErrors, c.unattributed, c.goneKept, c.mrs, c.mrBytes, c.ownerMRs, c.ownerMRBytes, c.mrDumps, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
 		c.policyInfo, c.decisions, c.resets, c.renames} {
 		ch <- d
 	}
 }
 
+// emitter sends a scrape's metrics: every label value through
+// quote.Label (valid UTF-8, bounded), and each label set of a family once.
+// A metric that cannot be made, or a label set given twice, is sent as an
+// invalid metric: the registry leaves it out, serves the rest, and counts
+// the error in promhttp_metric_handler_errors_total (which an alert
+// watches), so one bad value never hides the series after it.
+type emitter struct {
+	ch   chan<- prometheus.Metric
+	seen map[string]struct{}
+	key  []byte
+}
+
+func (e *emitter) emit(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	e.key = append(e.key[:0], d.String()...)
+	for i, l := range labels {
+		labels[i] = quote.Label(l)
+		e.key = append(append(e.key, 0xff), labels[i]...)
+	}
+	if _, dup := e.seen[string(e.key)]; dup {
+		e.ch <- prometheus.NewInvalidMetric(d, fmt.Errorf("label set %q given twice", labels))
+		return
+	}
+	e.seen[string(e.key)] = struct{}{}
+	m, err := prometheus.NewConstMetric(d, t, v, labels...)
+	if err != nil {
+		m = prometheus.NewInvalidMetric(d, err)
+	}
+	e.ch <- m
+}
+
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.st.snapshot()
+	e := &emitter{ch: ch, seen: map[string]struct{}{}}
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+		e.emit(d, prometheus.GaugeValue, v, labels...)
 	}
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+		e.emit(d, prometheus.CounterValue, v, labels...)
 	}
 	b2f := func(b bool) float64 {
 		if b {
@@ -242,6 +279,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.renames, float64(n), l.device, l.nodeGUID, l.result)
 	}
 	counter(c.lost, float64(s.lost))
+	counter(c.unattributed, float64(s.unattributed))
+	gauge(c.goneKept, float64(s.goneKept))
 	for kind, n := range s.events {
 		counter(c.events, float64(n), kind)
 	}
@@ -315,14 +354,31 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.ownerMRBytes, float64(dm.OtherBytes), dm.Name, guid, "", "(other)", "")
 		}
 	}
+	// A device registered again under its name (a reset, a link deleted
+	// and added) is one series set: the watcher hands the counts of the
+	// gone registration to the new one (leakwatch: Counts continue), and
+	// what each registration holds is summed by name here; a device no
+	// longer listed leaves the scrape.
+	failures := map[[3]string]uint64{}
 	for _, df := range s.failures {
 		for _, fc := range df.Counts {
-			ch <- prometheus.MustNewConstMetric(c.createFailures, prometheus.CounterValue, float64(fc.Count), df.Name, s.guids[df.Name], fc.Errno, fc.Site)
+			failures[[3]string{df.Name, fc.Errno, fc.Site}] += fc.Count
 		}
 	}
+	for _, k := range slices.SortedFunc(maps.Keys(failures), cmpKeys) {
+		if slices.Contains(s.devices, k[0]) {
+			counter(c.createFailures, float64(failures[k]), k[0], s.guids[k[0]], k[1], k[2])
+		}
+	}
+	qpErrors := map[[3]string]uint64{}
 	for _, de := range s.qpErrors {
 		for _, ec := range de.Counts {
-			ch <- prometheus.MustNewConstMetric(c.qpErrors, prometheus.CounterValue, float64(ec.Count), de.Name, s.guids[de.Name], ec.Cause.String())
+			qpErrors[[3]string{de.Name, ec.Cause.String()}] += ec.Count
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(qpErrors), cmpKeys) {
+		if slices.Contains(s.devices, k[0]) {
+			counter(c.qpErrors, float64(qpErrors[k]), k[0], s.guids[k[0]], k[1])
 		}
 	}
 	keys := make([]leakwatch.CountKey, 0, len(s.findings))
@@ -337,6 +393,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// cmpKeys orders label tuples.
+func cmpKeys(a, b [3]string) int {
+	return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]), cmp.Compare(a[2], b[2]))
+}
+
 // metricsHandler serves /metrics (and nothing else) from a registry of
 // the state's collector, the Go runtime's and the process's.
 func metricsHandler(st *state, log *slog.Logger) http.Handler {
@@ -346,6 +407,9 @@ func metricsHandler(st *state, log *slog.Logger) http.Handler {
 	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandling: promhttp.ContinueOnError,
+		// promhttp_metric_handler_errors_total: a scrape that left a
+		// metric out is counted, and RdmatoolScrapeIncomplete fires.
+		Registry: reg,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)

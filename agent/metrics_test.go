@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"maps"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
@@ -454,4 +456,122 @@ func BenchmarkScrape(b *testing.B) {
 			st.policyEvidence(p.StaleRules)
 		}
 	})
+}
+
+// TestMetricsHostileHost scrapes an agent whose host is hostile: a QP
+// owner named with bytes that are not UTF-8 (a thread's PR_SET_NAME or an
+// executable's file name), and a device deleted and registered again
+// under its name, each registration with refused creates and QP errors,
+// and a refused create whose device the probes missed. The scrape is
+// whole: every family once per label set, the name valid UTF-8, the
+// counters continued, no series with an empty device, and the handler
+// counts no error.
+func TestMetricsHostileHost(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	st := newState(leakwatch.Config{}, clock, "v9")
+	st.SetProbes(true, "")
+	first := rdmanl.Device{Index: 1, Name: "rxe0", NodeGUID: 0x021122fffe334455}
+	again := rdmanl.Device{Index: 2, Name: "rxe0", NodeGUID: first.NodeGUID}
+	st.ScanSucceeded("")
+	st.setDevices([]rdmanl.Device{first}, nil, now)
+	const hostile = "q\xffp\xfe\x80work"
+	scan := func(dev rdmanl.Device) {
+		st.Scan(leakwatch.Scan{Started: now, Time: now, Devices: []leakwatch.DeviceScan{{Device: dev, QPs: []rdmanl.QP{
+			{LQPN: 17, Type: rdmanl.QPTypeRC, State: rdmanl.QPStateErr, Port: 1, Owner: rdmanl.Owner{PID: 42}}}, Owners: map[uint32]leakwatch.Owner{42: {TGID: 42, Comm: hostile}}}}})
+		mrs := &leakwatch.MRDump{Device: dev, Time: now, Owners: map[uint32]leakwatch.Owner{42: {TGID: 42, Comm: hostile}}}
+		mrs.Add(rdmanl.MR{MRN: 1, Len: 4096, Owner: rdmanl.Owner{PID: 42}})
+		st.ScanMRs(mrs)
+	}
+	follow := func(dev rdmanl.Device) {
+		created := bpf.Event{Kind: bpf.KindQPCreate, Time: now, DevIndex: dev.Index, DevName: dev.Name, QPN: 19, QPType: rdmanl.QPTypeRC,
+			PID: 42, TID: 42, Comm: hostile}
+		refused := created
+		refused.QPN, refused.Result = 0, -12
+		missed := refused
+		missed.DevIndex, missed.DevName = 0, ""
+		probes := replay{events: []bpf.Event{created, refused, missed,
+			{Kind: bpf.KindQPEvent, Time: now, DevIndex: dev.Index, DevName: dev.Name, QPN: 19, IBEvent: 3}}}
+		sites := watch.NewSites(slog.New(slog.DiscardHandler), t.TempDir())
+		if err := watch.FollowProbes(t.Context(), probes, st.State, "", time.Hour, sites, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scan(first)
+	follow(first)
+	srv := httptest.NewServer(metricsHandler(st, slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	d := map[string]string{"device": "rxe0", "node_guid": guidRXE}
+	with := func(kv ...string) map[string]string {
+		m := maps.Clone(d)
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	check := func(when string, want float64) map[string]*dto.MetricFamily {
+		t.Helper()
+		fams, body := scrape(t, srv.URL+"/metrics")
+		for _, f := range fams {
+			seen := map[string]bool{}
+			for _, m := range f.Metric {
+				key := m.String()
+				if m.Counter != nil {
+					key = strings.Replace(key, m.Counter.String(), "", 1)
+				}
+				if m.Gauge != nil {
+					key = strings.Replace(key, m.Gauge.String(), "", 1)
+				}
+				if seen[key] {
+					t.Errorf("%s: %s has a label set twice: %s", when, f.GetName(), key)
+				}
+				seen[key] = true
+				for _, l := range m.Label {
+					if !utf8.ValidString(l.GetValue()) {
+						t.Errorf("%s: %s{%s=%q}: not UTF-8", when, f.GetName(), l.GetName(), l.GetValue())
+					}
+					if l.GetName() == "device" && l.GetValue() == "" {
+						t.Errorf("%s: %s has a series of device \"\"", when, f.GetName())
+					}
+				}
+			}
+		}
+		if !strings.Contains(body, `comm="q`+"\ufffd"+`p`+"\ufffd\ufffd"+`work"`) {
+			t.Errorf("%s: the owner's name is not in the scrape with its bad bytes replaced:\n%s", when, body)
+		}
+		for _, c := range []struct {
+			name   string
+			labels map[string]string
+			want   float64
+		}{
+			{"rdmatool_qp_create_failures_total", with("errno", "ENOMEM", "site", ""), want},
+			{"rdmatool_qp_errors_total", with("cause", "QP_ACCESS_ERR"), want},
+			{"rdmatool_qp_create_failures_unattributed_total", map[string]string{}, want},
+			{"rdmatool_findings", with("rule", leakwatch.RuleStaleErrorQP, "severity", "warning"), 1},
+			{"promhttp_metric_handler_errors_total", map[string]string{"cause": "gathering"}, 0},
+		} {
+			if got, ok := value(fams, c.name, c.labels); !ok || got != c.want {
+				t.Errorf("%s: %s%v = %v (present %v), want %v", when, c.name, c.labels, got, ok, c.want)
+			}
+		}
+		return fams
+	}
+	now = now.Add(10 * time.Second) // past the findings' min age
+	check("first registration", 1)
+
+	// Deleted, listed without it, then registered again under its name.
+	st.setDevices(nil, []uint32{1}, now)
+	st.setDevices([]rdmanl.Device{again}, nil, now)
+	scan(again)
+	follow(again)
+	now = now.Add(10 * time.Second)
+	fams := check("registered again", 2)
+	if got, _ := value(fams, "rdmatool_gone_device_counters", map[string]string{}); got != 0 {
+		t.Errorf("rdmatool_gone_device_counters = %v with the device back, want 0", got)
+	}
+	st.setDevices(nil, []uint32{2}, now)
+	fams, _ = scrape(t, srv.URL+"/metrics")
+	if got, _ := value(fams, "rdmatool_gone_device_counters", map[string]string{}); got != 1 {
+		t.Errorf("rdmatool_gone_device_counters = %v with rxe0 gone, want 1", got)
+	}
 }

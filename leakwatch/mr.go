@@ -576,8 +576,8 @@ func (w *Watcher) MRTally(topN int) []DeviceMRs {
 	var out []DeviceMRs
 	for index, d := range w.devs {
 		st := d.mrs
-		if st == nil || st.dumped == 0 {
-			continue
+		if st == nil || st.dumped == 0 || d.gone {
+			continue // no dump, or a registration gone (its name may have another)
 		}
 		dm := DeviceMRs{Index: index, Name: d.name, At: st.dumped.Time(), MRs: st.mrs, Bytes: st.bytes}
 		for _, o := range st.owners {

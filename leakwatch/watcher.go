@@ -473,6 +473,11 @@ type Watcher struct {
 	counts  *counter
 	gen     uint64
 	tallied tallied
+	// retired are the counters of gone devices by name, until the name
+	// comes back (continue.go); unattributed counts failed creates of no
+	// known device.
+	retired      map[string]*retiredCounts
+	unattributed uint64
 }
 
 // Config's defaults, which New applies to what is 0.
@@ -514,11 +519,12 @@ func New(cfg Config, now func() time.Time) *Watcher {
 func (w *Watcher) device(index uint32, name string) *deviceState {
 	d, ok := w.devs[index]
 	if !ok {
-		d = &deviceState{name: name}
+		d = &deviceState{}
 		w.devs[index] = d
 	}
-	if name != "" {
+	if name != "" && name != d.name {
 		d.name = name
+		w.named(index, d, name)
 	}
 	return d
 }
@@ -722,6 +728,7 @@ func (w *Watcher) expire(now time.Time) {
 	}
 	for index, d := range w.devs {
 		if d.gone && w.perDev[index] == 0 {
+			w.retire(d, now)
 			delete(w.devs, index)
 		}
 	}
@@ -752,6 +759,10 @@ func (w *Watcher) Event(ev Event) {
 
 // event is Event.
 func (w *Watcher) event(ev Event) {
+	if ev.Kind == EventQPCreated && ev.Result != 0 && ev.DevName == "" {
+		w.unattributed++ // no device known: counted on none, not on ""
+		return
+	}
 	dev := w.device(ev.DevIndex, ev.DevName)
 	k := qpKey{ev.DevIndex, ev.QPN}
 	h := w.qps[k]

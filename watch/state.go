@@ -70,7 +70,23 @@ type DeviceScans struct {
 	// Resources are the device's resources in use, from its last resource
 	// summary.
 	Resources []rdmanl.ResourceCount
+	// unlisted is when a listing first did not have the device's name
+	// (zero while it is listed): its counters (Scans, Errors, MRDumps) are
+	// kept, unexported, for keepUnlisted, so that a device registered
+	// again under its name continues them; the rest is cleared then.
+	unlisted time.Time
 }
+
+// A device name that a listing no longer has keeps its counters for an
+// hour (at most maxUnlisted names, the most recently gone), so that a
+// device that comes back under its name (a reset, a link deleted and
+// added) continues its Prometheus counters rather than starting again at
+// 0; a name gone longer begins again, which Prometheus reads as a counter
+// reset.
+const (
+	keepUnlisted = time.Hour
+	maxUnlisted  = 64
+)
 
 // QPsInUse is the device's QPs in use by its last resource counts, and
 // whether they were read.
@@ -268,9 +284,26 @@ func (s *State) SetDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 	for _, d := range devs {
 		s.guids[d.Name] = d.NodeGUID.String()
 	}
-	for name := range s.dev {
-		if !slices.Contains(names, name) {
-			delete(s.dev, name) // a renamed device's series end with its name
+	var unlisted []string
+	for name, m := range s.dev {
+		switch {
+		case slices.Contains(names, name):
+			m.unlisted = time.Time{}
+			continue
+		case m.unlisted.IsZero():
+			// Its series end with its name; its counters are kept, what it
+			// had (its resources, its last dump) goes with it.
+			m.unlisted, m.Resources, m.Last, m.LastDuration = at, nil, time.Time{}, 0
+		case at.Sub(m.unlisted) > keepUnlisted:
+			delete(s.dev, name)
+			continue
+		}
+		unlisted = append(unlisted, name)
+	}
+	if len(unlisted) > maxUnlisted {
+		slices.SortFunc(unlisted, func(a, b string) int { return s.dev[a].unlisted.Compare(s.dev[b].unlisted) })
+		for _, name := range unlisted[:len(unlisted)-maxUnlisted] {
+			delete(s.dev, name)
 		}
 	}
 	s.w.Listed(devs)
@@ -492,6 +525,13 @@ type Snapshot struct {
 	// Scans are the devices' scan counters and resource counts, by name;
 	// a device neither scanned nor counted yet has none.
 	Scans map[string]DeviceScans
+	// GoneKept counts the names of devices no longer listed whose
+	// counters are kept, to continue if they come back (at most 64 names,
+	// for an hour: DeviceScans and leakwatch's counters alike).
+	GoneKept int
+	// UnattributedFailures counts the failed QP creates of no known device
+	// (leakwatch.Watcher.UnattributedCreateFailures).
+	UnattributedFailures uint64
 }
 
 // Snapshot copies what the State knows besides the history.
@@ -502,10 +542,19 @@ func (s *State) Snapshot() Snapshot {
 		Started: s.w.Started(), Probes: s.probes, ProbesSince: s.probesSince, Lost: s.lost,
 		Events: maps.Clone(s.events), ListedOK: s.listedOK, Devices: slices.Clone(s.devices),
 		GUIDs: maps.Clone(s.guids), Scans: make(map[string]DeviceScans, len(s.dev)),
+		UnattributedFailures: s.w.UnattributedCreateFailures(),
 	}
+	gone := map[string]bool{}
 	for k, v := range s.dev {
 		snap.Scans[k] = *v
+		if !v.unlisted.IsZero() {
+			gone[k] = true
+		}
 	}
+	for _, name := range s.w.RetiredNames() {
+		gone[name] = true
+	}
+	snap.GoneKept = len(gone)
 	return snap
 }
 

@@ -13,6 +13,11 @@
 // nothing to escape comes back as it is, without allocating, so text
 // output can pass every name through Text.
 //
+// Label makes a value fit to serve as a Prometheus label (the agent's
+// metrics take every process name, file name and symbol through it):
+// valid UTF-8, each invalid byte replaced by U+FFFD as encoding/json does,
+// cut at MaxLabel bytes.
+//
 // JSON output needs none of this: encoding/json and internal/jsonw escape
 // control characters already.
 //

@@ -94,3 +94,29 @@ func escape(b []byte, s string) []byte {
 	}
 	return b
 }
+
+// MaxLabel is how many bytes of a value Label keeps.
+const MaxLabel = 128
+
+// Label is s as a Prometheus label value or any other string the agent
+// serves: valid UTF-8, each invalid byte replaced by U+FFFD as
+// encoding/json replaces it, and at most MaxLabel bytes of it, cut at a
+// rune boundary and followed by "…" where it was cut (so at most
+// MaxLabel+3 bytes in all). A valid value of MaxLabel bytes or fewer comes
+// back as it is, without allocating: the agent passes every label through
+// Label on each scrape.
+func Label(s string) string {
+	if len(s) <= MaxLabel && utf8.ValidString(s) {
+		return s
+	}
+	b := make([]byte, 0, min(len(s), MaxLabel)+len("…"))
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:]) // an invalid byte: RuneError, n 1
+		if len(b)+utf8.RuneLen(r) > MaxLabel {
+			return string(append(b, "…"...))
+		}
+		b = utf8.AppendRune(b, r)
+		i += n
+	}
+	return string(b)
+}

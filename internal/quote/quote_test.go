@@ -93,3 +93,46 @@ func FuzzText(f *testing.F) {
 		}
 	})
 }
+
+func TestLabel(t *testing.T) {
+	long := strings.Repeat("é", 100) // 200 bytes
+	tests := []struct {
+		name, in, want string
+	}{
+		{"plain", "qpwork", "qpwork"},
+		{"empty", "", ""},
+		{"invalid bytes, each replaced", "qp\xff\xfework", "qp\ufffd\ufffdwork"},
+		{"a cut rune", "ab\xc3", "ab\ufffd"},
+		{"cut at a rune boundary", long, strings.Repeat("é", 64) + "…"},
+		{"exactly MaxLabel", strings.Repeat("a", MaxLabel), strings.Repeat("a", MaxLabel)},
+		{"one over", strings.Repeat("a", MaxLabel+1), strings.Repeat("a", MaxLabel) + "…"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Label(tt.in)
+			if got != tt.want {
+				t.Errorf("Label(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+			if !utf8.ValidString(got) || len(got) > MaxLabel+len("…") {
+				t.Errorf("Label(%q) = %q: invalid UTF-8 or %d bytes", tt.in, got, len(got))
+			}
+		})
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Label("qpwork") }); n != 0 {
+		t.Errorf("Label of a valid short value allocates %v times", n)
+	}
+}
+
+func FuzzLabel(f *testing.F) {
+	f.Add("qp\xff\xfework")
+	f.Add(strings.Repeat("\xe2\x82", 90))
+	f.Fuzz(func(t *testing.T, s string) {
+		got := Label(s)
+		if !utf8.ValidString(got) || len(got) > MaxLabel+len("…") {
+			t.Fatalf("Label(%q) = %q: invalid UTF-8 or %d bytes", s, got, len(got))
+		}
+		if utf8.ValidString(s) && len(s) <= MaxLabel && got != s {
+			t.Fatalf("Label(%q) = %q, want it unchanged", s, got)
+		}
+	})
+}
