@@ -195,12 +195,15 @@ func TestStateFileIgnored(t *testing.T) {
 			"WARN", `err="agent: load state PATH: not an rdmatool agent state file: json: unknown field \"apiVersion\""`},
 		{"another magic", func(p string) error { return os.WriteFile(p, []byte(`{"magic":"other state"}`), 0o600) },
 			"WARN", `not an rdmatool agent state file: magic \"other state\""`},
+		{"version 2 (before the protocol)", func(p string) error {
+			return os.WriteFile(p, bytes.Replace(good, []byte(`"version":3,`), []byte(`"version":2,`), 1), 0o600)
+		}, "INFO", `msg="history restored" path=PATH qps=1`},
 		{"version 1 (before creation sites)", func(p string) error {
-			return os.WriteFile(p, bytes.Replace(good, []byte(`"version":2,`), []byte(`"version":1,`), 1), 0o600)
+			return os.WriteFile(p, bytes.Replace(good, []byte(`"version":3,`), []byte(`"version":1,`), 1), 0o600)
 		}, "INFO", `msg="history restored" path=PATH qps=1`},
 		{"another version", func(p string) error {
-			return os.WriteFile(p, bytes.Replace(good, []byte(`"version":2,`), []byte(`"version":99,`), 1), 0o600)
-		}, "WARN", `err="agent: load state PATH: version 99; this agent reads versions 1 to 2"`},
+			return os.WriteFile(p, bytes.Replace(good, []byte(`"version":3,`), []byte(`"version":99,`), 1), 0o600)
+		}, "WARN", `err="agent: load state PATH: version 99; this agent reads versions 1 to 3"`},
 		{"cut short at a line", func(p string) error { return os.WriteFile(p, good[:cut], 0o600) },
 			"WARN", `err="agent: load state PATH: leakwatch: restore: record 4: EOF"`},
 		{"cut short in a line", func(p string) error { return os.WriteFile(p, good[:len(good)/2], 0o600) },

@@ -70,8 +70,7 @@ func (w *Watcher) named(index uint32, dev *deviceState, name string) {
 }
 
 // retire keeps the counters of d, a gone device the watcher forgets at
-// now, under its name; and forgets the counters retired longer than
-// retireCounts ago, and the oldest beyond maxRetired.
+// now, under its name.
 func (w *Watcher) retire(d *deviceState, now time.Time) {
 	if d.name != "" && d.counted() {
 		if w.retired == nil {
@@ -86,6 +85,11 @@ func (w *Watcher) retire(d *deviceState, now time.Time) {
 		dev.takeCounts(d.failed, d.failureSites, d.errors)
 		r.at, r.failed, r.failureSites, r.errors = stampOf(now), dev.failed, dev.failureSites, dev.errors
 	}
+}
+
+// pruneRetired forgets the counters retired longer than retireCounts
+// before now, and the oldest beyond maxRetired.
+func (w *Watcher) pruneRetired(now time.Time) {
 	since := stampOf(now.Add(-retireCounts))
 	for name, r := range w.retired {
 		if r.at < since {

@@ -17,12 +17,13 @@ import (
 // SavedVersion is the version of the records Save writes. A change to
 // what a record holds or means bumps it; the caller frames the records
 // with it and gives Restore only records of a version it reads
-// (ReadsSavedVersion). Version 2 added creation sites; Restore reads
-// version 1's records as they are (their QPs have no site).
-const SavedVersion = 2
+// (ReadsSavedVersion). Version 2 added creation sites, version 3 the
+// device's protocol; Restore reads older versions' records as they are
+// (their QPs have no site, their devices no protocol).
+const SavedVersion = 3
 
 // ReadsSavedVersion says whether Restore reads records of version v.
-func ReadsSavedVersion(v int) bool { return v == 1 || v == SavedVersion }
+func ReadsSavedVersion(v int) bool { return v >= 1 && v <= SavedVersion }
 
 // The records Save hands out and Restore takes back, one value each (a
 // JSON line with a json.Encoder): first the watcher's, then each device's,
@@ -48,14 +49,15 @@ type watcherRecord struct {
 }
 
 // deviceRecord is a device as a watcher knew it: its index and name then,
-// its node GUID (what finds it again after a rename or a
-// re-registration), what the rules learned of it, and its QP counts for
+// its node GUID and protocol (what find it again after a rename or a
+// re-registration: soft RoCE and soft iWARP on one netdev share a GUID), what the rules learned of it, and its QP counts for
 // qp-exhaustion's growth.
 type deviceRecord struct {
 	ID           int            `json:"id"`
 	Index        uint32         `json:"index"`
 	Name         string         `json:"name"`
 	NodeGUID     rdmanl.GUID    `json:"node_guid"`
+	Protocol     string         `json:"protocol,omitzero"`
 	EmitsLastWQE bool           `json:"emits_last_wqe,omitzero"`
 	Samples      []sampleRecord `json:"samples,omitzero"`
 }
@@ -202,12 +204,32 @@ type restoredDevice struct {
 }
 
 // same says whether the device listed as d is the one saved: the same
-// node GUID, or where the GUID was not known, the same name.
+// node GUID and protocol (where both sides know it: soft RoCE and soft
+// iWARP on one netdev share the netdev's GUID, and an rxe0 listed after a
+// saved siw0 went is not it), or where the GUID was not known, the same
+// name.
 func (rd *restoredDevice) same(d rdmanl.Device) bool {
 	if rd.dev.nodeGUID != 0 {
-		return rd.dev.nodeGUID == d.NodeGUID
+		return rd.dev.nodeGUID == d.NodeGUID && (rd.dev.protocol == "" || d.Protocol == "" || rd.dev.protocol == d.Protocol)
 	}
 	return rd.dev.name == d.Name
+}
+
+// find is the listed device rd is: among those that are the same (same),
+// the one with its name, else the first.
+func (rd *restoredDevice) find(devs []rdmanl.Device) int {
+	found := -1
+	for i, d := range devs {
+		if rd.same(d) {
+			if d.Name == rd.dev.name {
+				return i
+			}
+			if found < 0 {
+				found = i
+			}
+		}
+	}
+	return found
 }
 
 // qpTypes and qpStates read the names qpRecord has back, made once.
@@ -247,7 +269,7 @@ func (w *Watcher) Save(put func(record any) error) (qps int, err error) {
 	end := endRecord{}
 	putDevice := func(d *deviceState, index uint32) (int, error) {
 		end.Devices++
-		r := deviceRecord{ID: end.Devices, Index: index, Name: d.name, NodeGUID: d.nodeGUID, EmitsLastWQE: d.emitsLastWQE}
+		r := deviceRecord{ID: end.Devices, Index: index, Name: d.name, NodeGUID: d.nodeGUID, Protocol: d.protocol, EmitsLastWQE: d.emitsLastWQE}
 		for _, s := range d.samples {
 			r.Samples = append(r.Samples, sampleRecord{Time: s.t.UTC(), QPs: s.n})
 		}
@@ -421,7 +443,7 @@ func (w *Watcher) Restore(get func(record any) error) (qps int, err error) {
 				return fail("device id %d given twice, or 0", d.ID)
 			}
 			rd := &restoredDevice{index: d.Index, qps: map[uint32]*History{},
-				dev: deviceState{name: d.Name, nodeGUID: d.NodeGUID, emitsLastWQE: d.EmitsLastWQE}}
+				dev: deviceState{name: d.Name, nodeGUID: d.NodeGUID, protocol: d.Protocol, emitsLastWQE: d.EmitsLastWQE}}
 			for _, s := range d.Samples[max(0, len(d.Samples)-maxSamples):] {
 				rd.dev.samples = append(rd.dev.samples, sample{s.Time, s.QPs})
 			}
@@ -557,11 +579,11 @@ func sourceNamed(s string) (source, bool) {
 func (w *Watcher) Listed(devs []rdmanl.Device) {
 	for _, d := range devs {
 		if dev, ok := w.devs[d.Index]; ok {
-			dev.nodeGUID = d.NodeGUID
+			dev.nodeGUID, dev.protocol = d.NodeGUID, d.Protocol
 		}
 	}
 	for _, rd := range slices.Clone(w.restoring) {
-		i := slices.IndexFunc(devs, rd.same)
+		i := rd.find(devs)
 		if i < 0 {
 			w.dropRestored(rd)
 			continue
@@ -580,7 +602,7 @@ func (w *Watcher) Listed(devs []rdmanl.Device) {
 func (w *Watcher) confirmDevice(rd *restoredDevice, d rdmanl.Device) {
 	rd.confirmed = true
 	dev := w.device(d.Index, d.Name)
-	dev.nodeGUID = d.NodeGUID
+	dev.nodeGUID, dev.protocol = d.NodeGUID, d.Protocol
 	dev.emitsLastWQE = dev.emitsLastWQE || rd.dev.emitsLastWQE
 	dev.samples = append(rd.dev.samples, dev.samples...)
 	dev.samples = dev.samples[max(0, len(dev.samples)-maxSamples):]

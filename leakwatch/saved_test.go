@@ -423,3 +423,57 @@ type countWriter int
 func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
 
 var _ io.Writer = (*countWriter)(nil)
+
+// Soft RoCE and soft iWARP on one netdev share its GUID: a saved siw0 is
+// not the rxe0 listed after it went (its live QPs are gone, not waiting
+// for rxe0's scan, and its destroyed QPs do not move to rxe0), and with
+// both listed each saved device finds its own.
+func TestRestoreSharedGUID(t *testing.T) {
+	const guid = 0x021122fffe334455
+	rxe := rdmanl.Device{Index: 1, Name: "rxe0", NodeGUID: guid, Protocol: "roce"}
+	siw := rdmanl.Device{Index: 2, Name: "siw0", NodeGUID: guid, Protocol: "iw"}
+	c := &clock{t: t0}
+	a := New(Config{Probes: true}, c.now)
+	a.Listed([]rdmanl.Device{rxe, siw})
+	a.Scan(scan(c.at(0), rxe, qp(17, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42)))
+	a.Scan(scan(c.at(0), siw, qp(3, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42), qp(4, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42)))
+	// siw0's SRQ QP 30, destroyed without the IB spec's sequence: the
+	// destroy rules keep and report it.
+	a.Event(create(c.at(2*time.Second), siw, 30, true))
+	a.Event(modify(c.at(3*time.Second), siw, 30, rdmanl.QPStateRTS))
+	a.Event(ev(c.at(4*time.Second), EventQPDestroyed, siw, 30))
+	c.at(time.Minute)
+	saved := save(t, a)
+	for _, tt := range []struct {
+		name   string
+		listed []rdmanl.Device
+		want   Restored
+	}{
+		{"both", []rdmanl.Device{rxe, siw}, Restored{QPs: 4, Kept: 1, Waiting: 3}},
+		{"both, siw0 listed first", []rdmanl.Device{siw, rxe}, Restored{QPs: 4, Kept: 1, Waiting: 3}},
+		{"rxe0 only", []rdmanl.Device{rxe}, Restored{QPs: 4, Gone: 3, Waiting: 1}},
+		{"siw0 only", []rdmanl.Device{siw}, Restored{QPs: 4, Kept: 1, Gone: 1, Waiting: 2}},
+		{"rxe0 renamed", []rdmanl.Device{{Index: 1, Name: "roce0", NodeGUID: guid, Protocol: "roce"}, siw}, Restored{QPs: 4, Kept: 1, Waiting: 3}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := New(Config{}, c.now)
+			if _, err := restore(b, saved); err != nil {
+				t.Fatal(err)
+			}
+			b.Listed(tt.listed)
+			if diff := cmp.Diff(tt.want, b.Restored()); diff != "" {
+				t.Errorf("Restored (-want +got):\n%s", diff)
+			}
+			for k, h := range b.qps {
+				if k.dev == rxe.Index && k.qpn != 17 {
+					t.Errorf("rxe0 has a history of QP %d (%s), which only siw0 had", k.qpn, h.Device())
+				}
+			}
+			for _, f := range b.Evaluate(Query{MinAge: 5 * time.Second}).Findings {
+				if f.QPN == 30 && f.Device != "siw0" {
+					t.Errorf("siw0's QP 30 reported on %s: %s", f.Device, f.Rule)
+				}
+			}
+		})
+	}
+}

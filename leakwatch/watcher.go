@@ -410,7 +410,10 @@ type deviceState struct {
 	// nodeGUID identifies the device across renames and re-registrations
 	// (0 until a listing or a scan names it), for the histories a watcher
 	// saves.
-	nodeGUID     rdmanl.GUID
+	nodeGUID rdmanl.GUID
+	// protocol is the device's ("roce", "iw", "ib"), which tells soft RoCE
+	// and soft iWARP on one netdev apart where the GUID does not.
+	protocol     string
 	emitsLastWQE bool // a LAST_WQE_REACHED was seen on this device
 	// lastWQE and lastWQESource are the provider table's word, from scans.
 	lastWQE       LastWQE
@@ -540,7 +543,7 @@ func (w *Watcher) Scan(s Scan) {
 	for _, ds := range s.Devices {
 		scanned[ds.Device.Index] = true
 		dev := w.device(ds.Device.Index, ds.Device.Name)
-		dev.nodeGUID = ds.Device.NodeGUID
+		dev.nodeGUID, dev.protocol = ds.Device.NodeGUID, ds.Device.Protocol
 		rd := w.restoredAt(ds.Device.Index)
 		dev.gone = false
 		dev.contexts = ds.Contexts
@@ -732,6 +735,7 @@ func (w *Watcher) expire(now time.Time) {
 			delete(w.devs, index)
 		}
 	}
+	w.pruneRetired(now)
 }
 
 // end records that h, a history the watcher tracks, is gone at t
