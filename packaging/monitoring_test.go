@@ -25,7 +25,9 @@ func agentMetrics(t *testing.T) map[string][]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := map[string][]string{"up": {}}
+	// up is Prometheus' own; the handler's error counter is client_golang's,
+	// which the agent serves beside its own (agent.TestMetricsHostileHost).
+	m := map[string][]string{"up": {}, "promhttp_metric_handler_errors_total": {"cause"}}
 	for _, line := range strings.Split(string(b), "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
@@ -44,7 +46,7 @@ func agentMetrics(t *testing.T) map[string][]string {
 
 var (
 	// selectorPattern finds a metric name and its optional {matchers}.
-	selectorPattern = regexp.MustCompile(`\b((?:rdmatool_[a-z_]+)|up)\b(\{[^}]*\})?`)
+	selectorPattern = regexp.MustCompile(`\b((?:rdmatool_[a-z_]+)|promhttp_metric_handler_errors_total|up)\b(\{[^}]*\})?`)
 	matcherPattern  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
 	groupingPattern = regexp.MustCompile(`\b(?:by|without|on|ignoring)\s*\(([^)]*)\)`)
 	legendPattern   = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
