@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -93,9 +95,39 @@ func StartWorkloadAs(t testing.TB, uid, gid uint32, args ...string) *Workload {
 	return startWorkload(t, "qpwork", &syscall.Credential{Uid: uid, Gid: gid}, nil, args)
 }
 
+// StartWorkloadNamed is StartWorkloadAs with qpwork copied to a file
+// named name (in a directory of its own that uid can read) and run from
+// there: its process name (comm) and the file of its creation sites are
+// name, whatever bytes it holds.
+func StartWorkloadNamed(t testing.TB, uid, gid uint32, name string, args ...string) *Workload {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "named-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	b, err := os.ReadFile(Bin(t, "qpwork"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return startWorkload(t, path, &syscall.Credential{Uid: uid, Gid: gid}, nil, args)
+}
+
+// startWorkload runs prog: a program of the lab's (Bin), or a path.
 func startWorkload(t testing.TB, prog string, cred *syscall.Credential, wrap, args []string) *Workload {
 	t.Helper()
-	argv := append(append(slices.Clone(wrap), Bin(t, prog)), args...)
+	path := prog
+	if !strings.Contains(prog, "/") {
+		path = Bin(t, prog)
+	}
+	argv := append(append(slices.Clone(wrap), path), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
