@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // elfFile is what symbolizing needs of one ELF file, parsed once: its build
@@ -284,6 +285,24 @@ func (e *elfFile) mapped(vaddr uint64, exec bool) bool {
 	return false
 }
 
+// MaxSymbol bounds the bytes of a user site's Symbol: a longer name (C++
+// templates reach kilobytes) is cut at MaxSymbol bytes and followed by
+// "…", as the kernel bounds its own names at KSYM_NAME_LEN (512).
+const MaxSymbol = 512
+
+// cutSymbol is name cut to MaxSymbol bytes, at a UTF-8 rune boundary
+// where there is one.
+func cutSymbol(name string) string {
+	if len(name) <= MaxSymbol {
+		return name
+	}
+	n := MaxSymbol
+	for n > MaxSymbol-utf8.UTFMax && !utf8.RuneStart(name[n]) {
+		n--
+	}
+	return name[:n] + "…"
+}
+
 // resolve fills a site's symbol for the file offset off (Offset and
 // BuildID included). An offset outside every PT_LOAD segment, or one no
 // function holds, gets no symbol.
@@ -291,7 +310,7 @@ func (e *elfFile) resolve(off uint64) Site {
 	s := Site{BuildID: e.buildID, Offset: off}
 	if _, va, ok := e.vaddr(off); ok {
 		if name, symOff, ok := e.symbol(va); ok {
-			s.Symbol = strings.Clone(name) // not the whole names table, for a caller that keeps the site
+			s.Symbol = strings.Clone(cutSymbol(name)) // not the whole names table, for a caller that keeps the site
 			s.SymbolOffset = symOff
 		}
 	}

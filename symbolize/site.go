@@ -32,7 +32,8 @@ type Site struct {
 	// takes, after adding the offset's PT_LOAD vaddr) for a user site.
 	Offset uint64
 	// Symbol is the function that holds the address: from .symtab, else
-	// .dynsym, for a user site; from /proc/kallsyms for a kernel one. ""
+	// .dynsym, for a user site (at most MaxSymbol bytes of it, then "…");
+	// from /proc/kallsyms for a kernel one. ""
 	// when no function symbol covers it (a stripped file, a static
 	// function of a shared library without .symtab).
 	Symbol string

@@ -1,6 +1,9 @@
 package symbolize
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSiteString(t *testing.T) {
 	const id = "3f0e5c1b9d2a7c4e8f6a1b2c3d4e5f60718293a4"
@@ -25,5 +28,19 @@ func TestSiteString(t *testing.T) {
 				t.Errorf("String() = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestCutSymbol(t *testing.T) {
+	long := strings.Repeat("x", MaxSymbol-1) + "é" + strings.Repeat("y", 100)
+	for _, tt := range []struct{ in, want string }{
+		{"leak_qps", "leak_qps"},
+		{strings.Repeat("a", MaxSymbol), strings.Repeat("a", MaxSymbol)},
+		{strings.Repeat("a", MaxSymbol+1), strings.Repeat("a", MaxSymbol) + "…"},
+		{long, strings.Repeat("x", MaxSymbol-1) + "…"}, // not in the middle of é
+	} {
+		if got := cutSymbol(tt.in); got != tt.want {
+			t.Errorf("cutSymbol(%d bytes) = %q (%d bytes), want %d bytes", len(tt.in), got, len(got), len(tt.want))
+		}
 	}
 }
