@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -573,5 +574,40 @@ func TestMetricsHostileHost(t *testing.T) {
 	fams, _ = scrape(t, srv.URL+"/metrics")
 	if got, _ := value(fams, "rdmatool_gone_device_counters", map[string]string{}); got != 1 {
 		t.Errorf("rdmatool_gone_device_counters = %v with rxe0 gone, want 1", got)
+	}
+}
+
+// twice is a collector that gives one label set twice, then another
+// series.
+type twice struct{ d *prometheus.Desc }
+
+func (c twice) Describe(ch chan<- *prometheus.Desc) { ch <- c.d }
+func (c twice) Collect(ch chan<- prometheus.Metric) {
+	e := &emitter{ch: ch, seen: map[string]struct{}{}}
+	e.emit(c.d, prometheus.GaugeValue, 1, "a\xff")
+	e.emit(c.d, prometheus.GaugeValue, 2, "a\xff")
+	e.emit(c.d, prometheus.GaugeValue, 3, "b")
+}
+
+// A label set given twice is left out once and counted by the handler;
+// the rest of the scrape is served, with the bad byte replaced.
+func TestEmitterTwice(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(twice{prometheus.NewDesc("rdmatool_test", "A test.", []string{"l"}, nil)})
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Registry: reg})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	scrape(t, srv.URL) // the first scrape counts its error after it gathered
+	fams, body := scrape(t, srv.URL)
+	for _, c := range []struct {
+		labels map[string]string
+		want   float64
+	}{{map[string]string{"l": "a\ufffd"}, 1}, {map[string]string{"l": "b"}, 3}} {
+		if got, ok := value(fams, "rdmatool_test", c.labels); !ok || got != c.want {
+			t.Errorf("rdmatool_test%v = %v (present %v), want %v:\n%s", c.labels, got, ok, c.want, body)
+		}
+	}
+	if got, _ := value(fams, "promhttp_metric_handler_errors_total", map[string]string{"cause": "gathering"}); got != 1 {
+		t.Errorf("promhttp_metric_handler_errors_total{cause=gathering} = %v after two scrapes, want the first one's", got)
 	}
 }
