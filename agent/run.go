@@ -97,7 +97,8 @@ type RunOptions struct {
 	// the agent stops (stateFile). A save whose writing has not returned
 	// after 30 s (stateSaveTimeout), or StateInterval when shorter, is
 	// given up, and none other begins until it returns; the save at the
-	// stop gets 10 s (stateStopTimeout). "" keeps none.
+	// stop ends within 10 s (stateStopTimeout) of the stop's start.
+	// "" keeps none.
 	StateFile     string
 	StateInterval time.Duration
 	// ResetHelper is the command line that runs reset.RunHelper (the
@@ -134,8 +135,8 @@ type Reloadable struct {
 // A save that hangs (a file system that does not answer) does not hold
 // the agent: the history is copied with its lock held and written
 // without it, a save not written within its deadline is given up, and
-// the save at the stop gets 10 s, after which Run returns without it,
-// the goroutine blocked in the write left behind.
+// the save at the stop ends within 10 s of ctx's end, after which Run
+// returns without it, the goroutine blocked in the write left behind.
 // It returns an error when it cannot start: the metrics address is
 // malformed (checked before anything starts or logs), the socket or the
 // metrics listener cannot be made, another agent listens on the socket,
@@ -265,6 +266,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	var stopBegan time.Time // when gctx ended: the stop's save is bounded from then
 	notifyReady(log)
 	g.Go(func() error {
 		watchdog(gctx, st, log)
@@ -286,6 +288,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	}
 	g.Go(func() error {
 		<-gctx.Done()
+		stopBegan = time.Now() // read after g.Wait
 		notifyStopping()
 		// Let queries in flight finish, briefly: the history is still
 		// there to answer them.
@@ -334,7 +337,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	}
 	err = g.Wait()
 	if kept != nil { // every goroutine is done: the history is whole
-		kept.saveLast(st, d.Now(), o.stateStop)
+		kept.saveLast(st, d.Now(), stopBegan, o.stateStop)
 	}
 	limiter.flush(context.WithoutCancel(ctx))
 	log.Info("stopped")

@@ -39,10 +39,10 @@ const stateMagic = "rdmatool agent state"
 // until it has returned.
 const stateSaveTimeout = 30 * time.Second
 
-// stateStopTimeout bounds the save when the agent stops, its wait for a
-// save that has not returned included: well under the time systemd gives
-// a unit to stop (TimeoutStopSec, 90 s unless set; the unit sets none),
-// after which the agent stops without it.
+// stateStopTimeout bounds the save when the agent stops, from the stop's
+// start (SIGTERM), its wait for a save that has not returned included:
+// well under the time systemd gives a unit to stop (TimeoutStopSec, 90 s
+// unless set; the unit sets none), after which the agent stops without it.
 const stateStopTimeout = 10 * time.Second
 
 // stateChange is how many live QPs more or fewer than at the last save
@@ -310,13 +310,14 @@ func (f *stateFile) saveLogged(ctx context.Context, st *state, now time.Time, ti
 	f.await(ctx, st, timeout)
 }
 
-// saveLast saves the history when the agent stops, within bound all told:
-// it waits for a save that has not returned, then for its own. When the
-// bound is reached first it logs that the history was not saved and
-// returns: SIGTERM is never held longer than that by a file system that
-// hangs.
-func (f *stateFile) saveLast(st *state, now time.Time, bound time.Duration) {
-	timer := time.NewTimer(bound)
+// saveLast saves the history when the agent stops, within bound of the
+// stop's start (began; and at least a tenth of bound from now, for a save
+// that a slow stop left no time): it waits for a save that has not
+// returned, then for its own. When the bound is reached first it logs
+// that the history was not saved and returns: SIGTERM is never held
+// longer than that by a file system that hangs.
+func (f *stateFile) saveLast(st *state, now, began time.Time, bound time.Duration) {
+	timer := time.NewTimer(max(time.Until(began.Add(bound)), bound/10))
 	defer timer.Stop()
 	if f.writing != nil {
 		select {
