@@ -22,17 +22,22 @@ import (
 )
 
 // stuckDisk is a state file's writing that blocks, as on a file system
-// that hangs, until released; then it writes as writeAtomic does.
+// that hangs, until released; then it writes as writeAtomic does, unless
+// the test is over.
 type stuckDisk struct {
-	calls    atomic.Int32
-	blocked  chan struct{} // closed when a write blocks
-	release  chan struct{}
-	released atomic.Bool
+	calls     atomic.Int32
+	blocked   chan struct{} // closed when a write blocks
+	release   chan struct{}
+	released  atomic.Bool
+	abandoned atomic.Bool
 }
 
 func newStuckDisk(t *testing.T) *stuckDisk {
 	d := &stuckDisk{blocked: make(chan struct{}), release: make(chan struct{})}
-	t.Cleanup(d.unblock) // a writer left blocked returns with the test
+	t.Cleanup(func() { // a writer left blocked returns, and writes nothing in a removed directory
+		d.abandoned.Store(true)
+		d.unblock()
+	})
 	return d
 }
 
@@ -41,6 +46,9 @@ func (d *stuckDisk) write(path string, maxSize int64, write func(io.Writer) erro
 		close(d.blocked)
 	}
 	<-d.release
+	if d.abandoned.Load() {
+		return 0, errors.New("the test is over")
+	}
 	return writeAtomic(path, maxSize, write)
 }
 
