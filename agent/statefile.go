@@ -72,7 +72,7 @@ type stateFile struct {
 	version string // the agent's
 	maxSize int64
 	log     *slog.Logger
-	// write writes the file (writeAtomic): the tests' blocks.
+	// write writes the file: writeAtomic, or a test's that blocks.
 	write func(path string, maxSize int64, write func(io.Writer) error) (int64, error)
 	// When the last save was tried and the live QPs then, and whether it
 	// failed or timed out (logged once, until a save succeeds again).
