@@ -16,8 +16,13 @@
 // another number of them, and every Reconcile: watch.MRMark), the
 // RDMA netlink monitor, the policy, the metrics server (newCollector) and
 // systemd's notifications and watchdog. Before those start it restores the history from the state
-// file (stateFile), which it saves every StateInterval and when it stops;
-// the file is read through opfile and written by writeAtomic; Run stops
+// file (stateFile), which it saves every StateInterval and when it stops:
+// a save copies the history with its lock held (watch.State.SaveSnapshot)
+// and writes it on a goroutine of its own, given up after
+// stateSaveTimeout, one at a time, and the save at the stop after
+// stateStopTimeout, so that a file system that hangs holds back neither
+// the history nor SIGTERM; the file is read through opfile and written by
+// writeAtomic; Run stops
 // waiting for that read when ctx ends (opfile.Await), as LoadConfig does
 // for the configuration file it reads. ReloadFrom reloads it on SIGHUP
 // (reloadOnHUP, on a goroutine of its own that Run stops waiting for when

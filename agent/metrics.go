@@ -58,6 +58,7 @@ type metricsSnapshot struct {
 	decisions    map[decisionKey]uint64
 	resets       map[resetKey]uint64
 	renames      map[renameKey]uint64
+	saves        saveCounts
 }
 
 // deviceMaxQP is the configured limit of a device, else what it reported.
@@ -90,6 +91,7 @@ func (s *state) snapshot() metricsSnapshot {
 		policy: s.pol, decisions: maps.Clone(s.decisions), resets: maps.Clone(s.resets), renames: maps.Clone(s.renames),
 	}
 	s.zeroCounters(&snap)
+	snap.saves = s.saves.copy()
 	snap.learned = make(map[string]uint64, len(s.facts))
 	for k, f := range s.facts {
 		snap.learned[k] = f.MaxQP
@@ -156,6 +158,7 @@ type collector struct {
 	scans, scanErrors, scanDuration, lastScan               *prometheus.Desc
 	ruleSkipped                                             *prometheus.Desc
 	policyInfo, decisions, resets, renames                  *prometheus.Desc
+	saves, saveDuration, saveLock, saveWriting              *prometheus.Desc
 }
 
 // newCollector returns a prometheus.Collector of the agent's state.
@@ -208,13 +211,18 @@ func newCollector(st *state) prometheus.Collector {
 			append(dev, "method", "result")...),
 		renames: d("renames_total", "Persistent names the agent applied to devices as they appeared, by result (renamed, unchanged, skipped, failed); device is the name after it.",
 			append(dev, "result")...),
+		saves: d("state_saves_total", "Saves of the history to the state file, by result: ok, failed, timeout (its writing had not returned within 30s, or the state interval when shorter; 10s at the agent's stop). Exported when the agent keeps a state file.",
+			"result"),
+		saveDuration: d("state_save_duration_seconds", "How long the last save of the history that ended took, its copy, encoding, write, sync and rename (a save that timed out, when its writing returned)."),
+		saveLock:     d("state_save_lock_seconds", "How long the last save of the history held it locked to copy it: probe events, scans, socket answers and scrapes wait meanwhile."),
+		saveWriting:  d("state_save_in_flight", "Whether a save of the history is being written (1), past its deadline too: no other save begins until its writing returns."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
 		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.qpErrors, c.unattributed, c.goneKept, c.mrs, c.mrBytes, c.ownerMRs, c.ownerMRBytes, c.mrDumps, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
-		c.policyInfo, c.decisions, c.resets, c.renames} {
+		c.policyInfo, c.decisions, c.resets, c.renames, c.saves, c.saveDuration, c.saveLock, c.saveWriting} {
 		ch <- d
 	}
 }
@@ -277,6 +285,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for l, n := range s.renames {
 		counter(c.renames, float64(n), l.device, l.nodeGUID, l.result)
+	}
+	if sv := s.saves; sv.kept {
+		counter(c.saves, float64(sv.ok), "ok")
+		counter(c.saves, float64(sv.failed), "failed")
+		counter(c.saves, float64(sv.timedOut), "timeout")
+		if sv.last > 0 {
+			gauge(c.saveDuration, sv.last.Seconds())
+		}
+		if sv.locked > 0 {
+			gauge(c.saveLock, sv.locked.Seconds())
+		}
+		gauge(c.saveWriting, b2f(sv.writing))
 	}
 	counter(c.lost, float64(s.lost))
 	counter(c.unattributed, float64(s.unattributed))

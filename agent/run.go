@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"log/slog"
 	"net"
@@ -93,7 +94,11 @@ type RunOptions struct {
 	// StateFile is where the agent keeps its history across restarts: it
 	// is read at the start, and written every StateInterval
 	// (DefaultStateInterval when 0), sooner after a large change, and when
-	// the agent stops (stateFile). "" keeps none.
+	// the agent stops (stateFile). A save whose writing has not returned
+	// after 30 s (stateSaveTimeout), or StateInterval when shorter, is
+	// given up, and none other begins until it returns; the save at the
+	// stop ends within 10 s (stateStopTimeout) of the stop's start.
+	// "" keeps none.
 	StateFile     string
 	StateInterval time.Duration
 	// ResetHelper is the command line that runs reset.RunHelper (the
@@ -106,6 +111,11 @@ type RunOptions struct {
 	// their own.
 	retry time.Duration
 	reset func(ctx context.Context, o reset.Options) (reset.Report, error)
+	// stateStop bounds the save at the stop (stateStopTimeout when 0), and
+	// writeState writes the state file (writeAtomic when nil): tests set
+	// their own.
+	stateStop  time.Duration
+	writeState func(path string, maxSize int64, write func(io.Writer) error) (int64, error)
 }
 
 // Reloadable are the options a running agent takes on SIGHUP; the others
@@ -122,6 +132,11 @@ type Reloadable struct {
 // of its own every Interval, all into one State, and saves the history to
 // StateFile. Then it stops every goroutine it started, closes the probes
 // and the socket (removing its file), saves the history and returns nil.
+// A save that hangs (a file system that does not answer) does not hold
+// the agent: the history is copied with its lock held and written
+// without it, a save not written within its deadline is given up, and
+// the save at the stop ends within 10 s of ctx's end, after which Run
+// returns without it, the goroutine blocked in the write left behind.
 // It returns an error when it cannot start: the metrics address is
 // malformed (checked before anything starts or logs), the socket or the
 // metrics listener cannot be made, another agent listens on the socket,
@@ -148,6 +163,9 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	}
 	if o.StateInterval <= 0 {
 		o.StateInterval = DefaultStateInterval
+	}
+	if o.stateStop <= 0 {
+		o.stateStop = stateStopTimeout
 	}
 	if o.Policy.Mode == "" {
 		o.Policy = DefaultPolicy()
@@ -208,6 +226,12 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	var kept *stateFile
 	if o.StateFile != "" { // the history of the agent that ran before, before anything adds to it
 		kept = newStateFile(o.StateFile, d.ProcRoot, o.Version, log)
+		if o.writeState != nil {
+			kept.write = o.writeState
+		}
+		st.saves.mu.Lock()
+		st.saves.kept = true
+		st.saves.mu.Unlock()
 		// A state file on a hung file system must not keep SIGTERM
 		// from stopping the agent: the load is abandoned, and with it
 		// the history it was filling, and nothing is saved over the file.
@@ -242,6 +266,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	var stopBegan time.Time // when gctx ended: the stop's save is bounded from then
 	notifyReady(log)
 	g.Go(func() error {
 		watchdog(gctx, st, log)
@@ -263,6 +288,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	}
 	g.Go(func() error {
 		<-gctx.Done()
+		stopBegan = time.Now() // read after g.Wait
 		notifyStopping()
 		// Let queries in flight finish, briefly: the history is still
 		// there to answer them.
@@ -311,7 +337,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	}
 	err = g.Wait()
 	if kept != nil { // every goroutine is done: the history is whole
-		kept.saveLogged(st, d.Now(), true)
+		kept.saveLast(st, d.Now(), stopBegan, o.stateStop)
 	}
 	limiter.flush(context.WithoutCancel(ctx))
 	log.Info("stopped")

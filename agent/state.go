@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -39,6 +40,67 @@ type state struct {
 	// renaming says that the agent names devices as they appear
 	// (RunOptions.Rename), so that their renames are counted.
 	renaming bool
+
+	// saves are the state file's saves, behind a lock of their own: a
+	// save's goroutine counts its end without taking mu.
+	saves saveStats
+}
+
+// saveStats counts the history's saves to the state file, for the metrics.
+type saveStats struct {
+	mu sync.Mutex
+	// kept says the agent keeps a state file: the metrics are exported.
+	kept                 bool
+	ok, failed, timedOut uint64
+	// last is how long the last save that ended took (0: none yet),
+	// locked how long the last save held the history locked to copy it;
+	// writing says a save's writing has not returned.
+	last, locked time.Duration
+	writing      bool
+}
+
+// began counts a save that began, its copy of the history made in locked.
+func (s *saveStats) began(locked time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.locked, s.writing = locked, true
+}
+
+// ended counts the end of a save's writing, took after the save began.
+func (s *saveStats) ended(took time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last, s.writing = took, false
+}
+
+// count counts a save's result: ok (nil), failed, or timed out
+// (errSaveTimeout).
+func (s *saveStats) count(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err == nil:
+		s.ok++
+	case errors.Is(err, errSaveTimeout):
+		s.timedOut++
+	default:
+		s.failed++
+	}
+}
+
+// copy returns the counts (without the lock).
+func (s *saveStats) copy() saveCounts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return saveCounts{kept: s.kept, ok: s.ok, failed: s.failed, timedOut: s.timedOut, last: s.last, locked: s.locked, writing: s.writing}
+}
+
+// saveCounts is a copy of saveStats' counts.
+type saveCounts struct {
+	kept                 bool
+	ok, failed, timedOut uint64
+	last, locked         time.Duration
+	writing              bool
 }
 
 // decisionKey is the labels of a policy decision's counter.

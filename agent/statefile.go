@@ -33,6 +33,18 @@ const maxStateSize = 1 << 30
 // stateMagic says what the state file is, in its first line.
 const stateMagic = "rdmatool agent state"
 
+// stateSaveTimeout bounds a save's writing (encoding, write, sync and
+// rename), or the state interval when that is shorter: a save whose
+// writing has not returned by then is given up, and no other begins
+// until it has returned.
+const stateSaveTimeout = 30 * time.Second
+
+// stateStopTimeout bounds the save when the agent stops, from the stop's
+// start (SIGTERM), its wait for a save that has not returned included:
+// well under the time systemd gives a unit to stop (TimeoutStopSec, 90 s
+// unless set; the unit sets none), after which the agent stops without it.
+const stateStopTimeout = 10 * time.Second
+
 // stateChange is how many live QPs more or fewer than at the last save
 // (or a tenth of those, when more) save the history before its interval
 // is up: the QPs of a leak that grows keep their ages across a restart.
@@ -52,26 +64,42 @@ type stateHeader struct {
 }
 
 // stateFile keeps the agent's history in a file across restarts
-// (RunOptions.StateFile).
+// (RunOptions.StateFile). One goroutine at a time uses it (keep, then Run
+// as it stops); a save's writing runs on a goroutine of its own.
 type stateFile struct {
 	path    string
 	boot    string // this boot's boot_id ("" when /proc does not say)
 	version string // the agent's
 	maxSize int64
 	log     *slog.Logger
+	// write writes the file: writeAtomic, or a test's that blocks.
+	write func(path string, maxSize int64, write func(io.Writer) error) (int64, error)
 	// When the last save was tried and the live QPs then, and whether it
-	// failed (logged once, until a save succeeds again).
+	// failed or timed out (logged once, until a save succeeds again).
 	savedAt  time.Time
 	savedQPs int
 	failing  bool
+	// writing gives the result of the save whose writing runs, nil when
+	// none runs; givenUp says that save timed out (and was counted so).
+	writing chan saveResult
+	givenUp bool
 	// reconciled says what became of the restored histories was logged.
 	reconciled bool
+}
+
+// saveResult is what a save's writing returned, and how long the save
+// took from the copy of the history on.
+type saveResult struct {
+	qps  int
+	size int64
+	err  error
+	took time.Duration
 }
 
 // newStateFile keeps the history at path; procRoot is where the boot's
 // id is read (its sys/kernel/random/boot_id).
 func newStateFile(path, procRoot, version string, log *slog.Logger) *stateFile {
-	f := &stateFile{path: path, version: version, maxSize: maxStateSize, log: log}
+	f := &stateFile{path: path, version: version, maxSize: maxStateSize, log: log, write: writeAtomic}
 	if procRoot != "" {
 		if b, err := os.ReadFile(filepath.Join(procRoot, "sys/kernel/random/boot_id")); err == nil {
 			f.boot = strings.TrimSpace(string(b))
@@ -155,15 +183,23 @@ func (f *stateFile) removeLeftovers() {
 }
 
 // save writes the history st holds to the file, whole or not at all, and
-// returns the QP histories and bytes written.
+// returns the QP histories and bytes written: writeSnapshot of a
+// SaveSnapshot, on the caller's goroutine, unbounded.
 func (f *stateFile) save(st *state, now time.Time) (qps int, size int64, err error) {
-	size, err = writeAtomic(f.path, f.maxSize, func(w io.Writer) error {
+	return f.writeSnapshot(st.SaveSnapshot(), now)
+}
+
+// writeSnapshot writes the history snap holds to the file, whole or not
+// at all, and returns the QP histories and bytes written. It reads only
+// what does not change after newStateFile, so a save's goroutine runs it.
+func (f *stateFile) writeSnapshot(snap *leakwatch.SaveSnapshot, now time.Time) (qps int, size int64, err error) {
+	size, err = f.write(f.path, f.maxSize, func(w io.Writer) error {
 		enc := json.NewEncoder(w)
 		h := stateHeader{Magic: stateMagic, Version: leakwatch.SavedVersion, BootID: f.boot, Saved: now.UTC(), Agent: f.version}
 		if err := enc.Encode(h); err != nil {
 			return err
 		}
-		qps, err = st.Save(enc.Encode)
+		qps, err = snap.Put(enc.Encode)
 		return err
 	})
 	if err != nil {
@@ -172,37 +208,144 @@ func (f *stateFile) save(st *state, now time.Time) (qps int, size int64, err err
 	return qps, size, nil
 }
 
-// saveLogged saves the history and logs it: a failure once until a save
+// start copies the history, with its lock held for the copy only (timed:
+// rdmatool_state_save_lock_seconds), and writes the copy on a goroutine
+// of its own, whose result comes on f.writing. That goroutine has no owner
+// that waits for it, on purpose: on a file system that hangs (NFS, a dying
+// disk, a frozen one) its writing may never return, its thread blocked in
+// the kernel, and the agent must go on, and stop, anyway. At most one
+// runs: no save starts while f.writing is set.
+func (f *stateFile) start(st *state, now time.Time) {
+	began := time.Now()
+	snap := st.SaveSnapshot()
+	st.saves.began(time.Since(began))
+	res := make(chan saveResult, 1)
+	f.writing, f.givenUp = res, false
+	go func() {
+		qps, size, err := f.writeSnapshot(snap, now)
+		took := time.Since(began)
+		st.saves.ended(took)
+		res <- saveResult{qps: qps, size: size, err: err, took: took}
+	}()
+}
+
+// await waits for the running save's result for at most d, or until ctx
+// ends. A save that has not returned within d is given up: counted and
+// logged as timed out (timedOut); one that ctx ended the wait for is
+// neither, until a later wait takes its result.
+func (f *stateFile) await(ctx context.Context, st *state, d time.Duration) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case r := <-f.writing:
+		f.returned(st, r, false)
+	case <-timer.C:
+		f.timedOut(st, d, false)
+	case <-ctx.Done():
+	}
+}
+
+// returned takes the result of the running save: counts it unless it was
+// given up (counted then), and logs it: a failure once until a save
 // succeeds again, and every failure when the agent stops (last); a save
 // at Debug, the last one at Info.
-func (f *stateFile) saveLogged(st *state, now time.Time, last bool) {
-	began := time.Now()
-	live := st.State.Status().QPs
-	qps, size, err := f.save(st, now)
-	f.savedAt, f.savedQPs = now, live // a failed save is tried again at the next interval
+func (f *stateFile) returned(st *state, r saveResult, last bool) {
+	f.writing = nil
+	if !f.givenUp {
+		st.saves.count(r.err)
+	}
+	f.givenUp = false
 	switch {
-	case err != nil && (last || !f.failing):
-		f.log.Warn("saving the history failed: it will not survive a restart", "path", f.path, "err", err)
-	case err == nil && f.failing:
-		f.log.Info("saving the history succeeded again", "path", f.path, "qps", qps, "bytes", size)
-	case err == nil:
+	case r.err != nil && (last || !f.failing):
+		f.log.Warn("saving the history failed: it will not survive a restart", "path", f.path, "err", r.err)
+	case r.err == nil && f.failing:
+		f.log.Info("saving the history succeeded again", "path", f.path, "qps", r.qps, "bytes", r.size,
+			"duration_seconds", r.took.Seconds())
+	case r.err == nil:
 		level := slog.LevelDebug
 		if last {
 			level = slog.LevelInfo
 		}
-		f.log.Log(context.Background(), level, "history saved", "path", f.path, "qps", qps, "bytes", size,
-			"duration_seconds", time.Since(began).Seconds())
+		f.log.Log(context.Background(), level, "history saved", "path", f.path, "qps", r.qps, "bytes", r.size,
+			"duration_seconds", r.took.Seconds())
 	}
-	f.failing = err != nil
+	f.failing = r.err != nil
+}
+
+// timedOut gives up the running save, which did not return within d:
+// counted as a timeout, logged once until a save succeeds again, and
+// when the agent stops (last), which it does without the history saved.
+// The save's writing goes on; f.writing gives its result when it returns.
+func (f *stateFile) timedOut(st *state, d time.Duration, last bool) {
+	f.givenUp = true
+	st.saves.count(errSaveTimeout)
+	switch {
+	case last:
+		f.log.Warn("stopping without saving the history: its save did not end in time", "path", f.path, "timeout_seconds", d.Seconds())
+	case !f.failing:
+		f.log.Warn("saving the history timed out: it will not survive a restart until a save ends", "path", f.path,
+			"timeout_seconds", d.Seconds())
+	}
+	f.failing = true
+}
+
+// errSaveTimeout is a save given up (timedOut).
+var errSaveTimeout = errors.New("timed out")
+
+// saveLogged saves the history, and waits for the save at most timeout or
+// until ctx ends (the agent stops: saveLast waits for it then), unless
+// the last save has not returned yet: then there is no save, and no
+// second writer on a file system that hangs.
+func (f *stateFile) saveLogged(ctx context.Context, st *state, now time.Time, timeout time.Duration) {
+	if f.writing != nil {
+		select {
+		case r := <-f.writing:
+			f.returned(st, r, false)
+		default:
+			return
+		}
+	}
+	f.savedAt, f.savedQPs = now, st.State.Status().QPs // a failed save is tried again at the next interval
+	f.start(st, now)
+	f.await(ctx, st, timeout)
+}
+
+// saveLast saves the history when the agent stops, within bound of the
+// stop's start (began; and at least a tenth of bound from now, for a save
+// that a slow stop left no time): it waits for a save that has not
+// returned, then for its own. When the bound is reached first it logs
+// that the history was not saved and returns: SIGTERM is never held
+// longer than that by a file system that hangs.
+func (f *stateFile) saveLast(st *state, now, began time.Time, bound time.Duration) {
+	timer := time.NewTimer(max(time.Until(began.Add(bound)), bound/10))
+	defer timer.Stop()
+	if f.writing != nil {
+		select {
+		case r := <-f.writing:
+			f.returned(st, r, false)
+		case <-timer.C:
+			f.log.Warn("stopping without saving the history: an earlier save has not ended", "path", f.path, "timeout_seconds", bound.Seconds())
+			return
+		}
+	}
+	f.start(st, now)
+	select {
+	case r := <-f.writing:
+		f.returned(st, r, true)
+	case <-timer.C:
+		f.timedOut(st, bound, true)
+	}
 }
 
 // keep saves the history every interval, and sooner when the live QPs
 // changed by stateChange, or a tenth, since the last save, looking every
-// check, until ctx ends. It logs once what became of the histories
+// check, until ctx ends; a save is given up after stateSaveTimeout, or
+// interval when shorter. It logs once what became of the histories
 // restored at the start, when their devices have all been scanned.
 func (f *stateFile) keep(ctx context.Context, st *state, interval, check time.Duration, now func() time.Time) {
 	tick := time.NewTicker(check)
 	defer tick.Stop()
+	timeout := min(stateSaveTimeout, interval)
 	for {
 		select {
 		case <-ctx.Done():
@@ -212,7 +355,7 @@ func (f *stateFile) keep(ctx context.Context, st *state, interval, check time.Du
 		f.logReconciled(st)
 		live := st.State.Status().QPs
 		if now().Sub(f.savedAt) >= interval || abs(live-f.savedQPs) >= max(stateChange, f.savedQPs/10) {
-			f.saveLogged(st, now(), false)
+			f.saveLogged(ctx, st, now(), timeout)
 		}
 	}
 }

@@ -396,7 +396,8 @@ func state60k(b *testing.B) *state {
 }
 
 // BenchmarkStateFile saves and loads the state file of 60,000 QPs: the
-// file's bytes a QP, and for a load the heap the restored histories hold
+// file's bytes a QP and how long a save held the history's lock (its copy,
+// locked-ms/op), and for a load the heap the restored histories hold
 // a QP (heap-B/qp) and what the load allocated a QP, garbage included
 // (alloc-B/qp).
 func BenchmarkStateFile(b *testing.B) {
@@ -405,13 +406,20 @@ func BenchmarkStateFile(b *testing.B) {
 	f := newStateFile(path, "", "test", slog.New(slog.DiscardHandler))
 	b.Run("save", func(b *testing.B) {
 		var size int64
+		var locked time.Duration
+		n := 0
 		for b.Loop() {
+			began := time.Now()
+			snap := st.SaveSnapshot() // what holds the history's lock
+			locked += time.Since(began)
+			n++
 			var err error
-			if _, size, err = f.save(st, t0); err != nil {
+			if _, size, err = f.writeSnapshot(snap, t0); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.ReportMetric(float64(size)/60000, "bytes/qp")
+		b.ReportMetric(float64(locked.Microseconds())/1000/float64(n), "locked-ms/op")
 	})
 	b.Run("load", func(b *testing.B) {
 		var ms runtime.MemStats

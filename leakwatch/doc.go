@@ -39,8 +39,11 @@
 // (about 200 bytes of heap a QP at 60,000 QPs, with or without sites or
 // peers).
 //
-// A watcher hands out what it knows as records (Save) that another one
-// takes back (Restore), so that a restarted agent goes on from its
+// A watcher hands out what it knows as records (Save; or SaveSnapshot, a
+// compact copy made now whose records are made and put later, so that a
+// caller holding a lock around the watcher holds it for the copy only)
+// that another one takes back (Restore), so that a restarted agent goes
+// on from its
 // history: the new watcher finds the devices in its first listing (Listed,
 // by node GUID) and, in each device's first scan, the QPs that are still
 // the same QPs (their number, type, owner thread and module, SRQ and PD);

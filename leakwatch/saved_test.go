@@ -210,6 +210,56 @@ func TestRestoreRoundTrip(t *testing.T) {
 	}
 }
 
+// A SaveSnapshot writes the watcher as it was when it was taken, whatever
+// the watcher did since: what the agent saves is one moment's, though it
+// encodes it after it let the watcher go on. Since the snapshot: a QP
+// moved to Error and its drain (begun before) ended, an SRQ QP got past
+// its maxEvidence notes (which shifts them in place), a QP was created, a
+// QP destroyed, the device's QP count sampled, a restored history taken
+// up by a probe event.
+func TestSaveSnapshotIsOneMoment(t *testing.T) {
+	dev := rdmanl.Device{Index: 2, Name: "rxe0", NodeGUID: 0x0002c90300a1b2c3}
+	other := rdmanl.Device{Index: 5, Name: "siw0"} // restored, not scanned yet
+	c := &clock{t: t0}
+	restored := New(Config{Probes: true}, c.now)
+	restored.Listed([]rdmanl.Device{other})
+	restored.Scan(dump(c.at(0), other, withPDN(qp(90, rdmanl.QPTypeRC, rdmanl.QPStateInit, 42), 1)))
+	a := New(Config{Probes: true}, c.now)
+	if _, err := restore(a, save(t, restored)); err != nil {
+		t.Fatal(err)
+	}
+	a.Listed([]rdmanl.Device{dev, other})
+	a.Scan(dump(c.at(time.Second), dev, withPDN(qp(17, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42), 1),
+		onSRQ(withPDN(qp(18, rdmanl.QPTypeRC, rdmanl.QPStateRTS, 42), 1), 7)))
+	a.Event(Event{Kind: EventDrainStarted, Time: c.at(2 * time.Second), DevIndex: dev.Index, DevName: dev.Name, QPN: 17, QPType: rdmanl.QPTypeRC, Drain: "ib_drain_qp"})
+	for i := range maxEvidence {
+		a.Event(modify(c.at(3*time.Second+time.Duration(i)*time.Millisecond), dev, 18, []rdmanl.QPState{rdmanl.QPStateErr, rdmanl.QPStateRTS}[i%2]))
+	}
+	a.CountQPs(dev.Index, dev.Name, c.at(4*time.Second), 3)
+	want := save(t, a)
+	snap := a.SaveSnapshot()
+
+	a.Event(modify(c.at(5*time.Second), dev, 17, rdmanl.QPStateErr))
+	a.Event(Event{Kind: EventDrainEnded, Time: c.at(6 * time.Second), DevIndex: dev.Index, DevName: dev.Name, QPN: 17, QPType: rdmanl.QPTypeRC, Drain: "ib_drain_qp", Duration: 4 * time.Second})
+	for i := range 3 {
+		a.Event(modify(c.at(7*time.Second+time.Duration(i)*time.Millisecond), dev, 18, []rdmanl.QPState{rdmanl.QPStateErr, rdmanl.QPStateRTS}[i%2]))
+	}
+	a.Event(create(c.at(8*time.Second), dev, 19, false))
+	a.Event(ev(c.at(9*time.Second), EventQPDestroyed, dev, 18))
+	a.Event(modify(c.at(10*time.Second), other, 90, rdmanl.QPStateRTR))
+	a.CountQPs(dev.Index, dev.Name, c.at(11*time.Second), 4)
+	if now := save(t, a); bytes.Equal(now, want) {
+		t.Fatal("the watcher saves what it did before: this test changes nothing")
+	}
+	var b bytes.Buffer
+	if n, err := snap.Put(json.NewEncoder(&b).Encode); n != 3 || n != snap.QPs() || err != nil {
+		t.Errorf("Put: %d QPs (the snapshot says %d), %v; want 3", n, snap.QPs(), err)
+	}
+	if diff := cmp.Diff(string(want), b.String()); diff != "" {
+		t.Errorf("the snapshot put (-as it was taken +put after changes):\n%s", diff)
+	}
+}
+
 // A probe event about a restored QP before its device's first scan takes
 // its history up, and the scan checks it; a QP the probes see created
 // with a restored number is new.
@@ -405,6 +455,26 @@ func BenchmarkSave(b *testing.B) {
 		n = int(cw)
 	}
 	b.ReportMetric(float64(n)/float64(len(qps)), "bytes/qp")
+}
+
+// BenchmarkSaveSnapshot times copying 60,000 QPs for a save, what the
+// agent does with the history locked (BenchmarkSave is the copy, then the
+// records made and encoded): snapshot-B/qp is what the copy holds a QP.
+func BenchmarkSaveSnapshot(b *testing.B) {
+	w, _, qps, _ := tracked60k(true, 8)
+	var ms runtime.MemStats
+	var perQP float64
+	for b.Loop() {
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
+		s := w.SaveSnapshot()
+		runtime.ReadMemStats(&ms)
+		perQP = float64(ms.TotalAlloc-before) / float64(len(qps))
+		if s.QPs() != len(qps) {
+			b.Fatalf("%d QPs in the snapshot", s.QPs())
+		}
+	}
+	b.ReportMetric(perQP, "snapshot-B/qp")
 }
 
 func BenchmarkRestore(b *testing.B) {

@@ -5,7 +5,8 @@
 // A State holds the history (one leakwatch.Watcher) and what the watch
 // knows of its sources and devices, behind a mutex; it reports as
 // agentapi.CheckReport and agentapi.Status, and is the agentapi.Source the
-// agent's socket answers from; it saves and restores its history (Save,
+// agent's socket answers from; it saves and restores its history
+// (SaveSnapshot, a copy made under the mutex and encoded without it, and
 // Restore: leakwatch's records), which the agent keeps in a file. A
 // Scanner dumps a device's QPs (with their SRQs, rdma_cm IDs, ULPs and peers)
 // over RDMA netlink and names their owners from /proc, and its MRs

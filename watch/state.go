@@ -317,13 +317,13 @@ func (s *State) SetDevices(devs []rdmanl.Device, gone []uint32, at time.Time) {
 	}
 }
 
-// Save hands put the history's records (leakwatch.Watcher.Save) with the
-// State locked, so that they are one moment's; put must not call the
-// State.
-func (s *State) Save(put func(record any) error) (qps int, err error) {
+// SaveSnapshot copies, with the State locked, what a save of the history
+// writes (leakwatch.Watcher.SaveSnapshot): one moment's, which its Put
+// makes records of and encodes without the lock, while the State goes on.
+func (s *State) SaveSnapshot() *leakwatch.SaveSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.w.Save(put)
+	return s.w.SaveSnapshot()
 }
 
 // Restore reads saved records into the history, one that has observed

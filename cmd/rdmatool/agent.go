@@ -143,7 +143,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 	f.BoolVar(&o.NoProbes, "no-probes", false, "use netlink only")
 	f.StringArrayVar(&maxQP, "max-qp", nil, "DEV=N: the device's max_qp, for qp-exhaustion, over what the device reports (repeatable)")
 	f.StringVar(&o.StateFile, "state-file", agent.DefaultStateFile, `file the history is kept in across restarts, read at the start and written on stop and every --state-interval ("" keeps none)`)
-	f.DurationVar(&o.StateInterval, "state-interval", agent.DefaultStateInterval, "time between saves of the history to --state-file (sooner after a large change)")
+	f.DurationVar(&o.StateInterval, "state-interval", agent.DefaultStateInterval, "time between saves of the history to --state-file (sooner after a large change); a save not written within 30s, or this interval when shorter, is given up")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.MetricsAddress, "metrics-address", agent.DefaultMetricsAddress, `HOST:PORT serving /metrics ("" for none)`)
 	f.StringVar(&renamePolicies, "rename", "", `rename policies applied to each device as it appears, such as "map,guid" ("" for none)`)

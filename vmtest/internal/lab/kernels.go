@@ -66,5 +66,7 @@ var guestModules = []struct {
 // onDemandModules are shipped in the guest beside guestModules but not
 // loaded by /init: a test modprobes them. RDS over RDMA
 // (vmtest.StartRDSWork): once loaded, rds_rdma listens on every device and
-// holds a PD on each, which the other tests do not expect.
-var onDemandModules = []string{"rds", "rds_rdma"}
+// holds a PD on each, which the other tests do not expect. A RAM disk and
+// ext4 (which mounts busybox mke2fs's ext2) for a file system a test can
+// freeze (FIFREEZE: TestLabSlowStateDisk); the guest's tmpfs cannot be.
+var onDemandModules = []string{"rds", "rds_rdma", "brd", "ext4"}
