@@ -481,6 +481,9 @@ const (
 // error only when the
 // ring buffer fails, and then ends. Records that were dropped or do not
 // decode are counted in Stats and logged at Warn as they are noticed.
+// With Options.Sites, Events also flips the generation of the stack maps
+// every Options.StackPeriod (see Stack maps in the package documentation):
+// while no Events runs, they only fill.
 //
 // Modify, destroy and rename records are written when the call returns but
 // carry the time it began, so an async event raised during the call (rxe
