@@ -85,7 +85,14 @@ func TestLabStacksBounded(t *testing.T) {
 		storm.Add(1)
 		go func() {
 			defer storm.Done()
-			for next.Add(1) <= processes {
+			for {
+				n := next.Add(1)
+				if n > processes {
+					return
+				}
+				if n%1000 == 0 {
+					t.Logf("process %d, %.0fs", n, time.Since(started).Seconds())
+				}
 				out, err := exec.Command(qpwork, "--dev", "rxe0", "--qps", "1", "--quiet").CombinedOutput()
 				if err != nil {
 					failed.Add(1)
