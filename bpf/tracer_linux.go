@@ -27,8 +27,8 @@ import (
 )
 
 // Tracer holds the attached probes and the ring buffer they write to.
-// Events has one consumer at a time; Stats, Mode, Probes and Close may be
-// called from any goroutine.
+// Events has one consumer at a time; Stats, StackStats, Mode, Probes and
+// Close may be called from any goroutine.
 type Tracer struct {
 	log    *slog.Logger
 	opts   Options
