@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rdmatool/rdmatool/agentapi/query"
+	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/rename"
@@ -42,6 +43,7 @@ type metricsSnapshot struct {
 	lost         uint64
 	unattributed uint64
 	goneKept     int
+	stacks       bpf.StackStats
 	events       map[string]uint64
 	devices      []string
 	guids        map[string]string
@@ -83,7 +85,7 @@ func (s *state) snapshot() metricsSnapshot {
 	counts := s.CountFindings(query.DefaultMinAge)
 	h := s.Snapshot()
 	snap := metricsSnapshot{
-		version: s.version, started: h.Started, probes: h.Probes, listedOK: h.ListedOK, lost: h.Lost,
+		version: s.version, started: h.Started, probes: h.Probes, listedOK: h.ListedOK, lost: h.Lost, stacks: h.Stacks,
 		unattributed: h.UnattributedFailures, goneKept: h.GoneKept,
 		events: h.Events, devices: h.Devices, guids: h.GUIDs, dev: h.Scans,
 		tally: s.Tally(topOwners), mrs: s.MRTally(topOwners), failures: s.CreateFailures(), qpErrors: s.QPErrors(),
@@ -151,6 +153,7 @@ type collector struct {
 	st *state
 
 	buildInfo, startTime, probesUp, netlinkUp, events, lost *prometheus.Desc
+	stacksRefused, stacks, stacksCapacity                   *prometheus.Desc
 	resources, qps, ownerQPs, findings, maxQP, useRatio     *prometheus.Desc
 	siteQPs, createFailures, qpErrors                       *prometheus.Desc
 	unattributed, goneKept                                  *prometheus.Desc
@@ -168,13 +171,16 @@ func newCollector(st *state) prometheus.Collector {
 		return prometheus.NewDesc("rdmatool_"+name, help, labels, nil)
 	}
 	return &collector{
-		st:        st,
-		buildInfo: d("agent_build_info", "The agent's version and Go version; always 1.", "version", "goversion"),
-		startTime: d("agent_start_time_seconds", "When the agent started observing, in seconds since the Unix epoch."),
-		probesUp:  d("probes_up", "Whether the eBPF probes feed the agent (1) or it runs on netlink only (0)."),
-		netlinkUp: d("netlink_up", "Whether the last listing of the RDMA devices over netlink succeeded."),
-		events:    d("probe_events_total", "Probe events read from the kernel, by kind.", "kind"),
-		lost:      d("probe_events_lost_total", "Probe events the kernel could not deliver (ring buffer full)."),
+		st:             st,
+		buildInfo:      d("agent_build_info", "The agent's version and Go version; always 1.", "version", "goversion"),
+		startTime:      d("agent_start_time_seconds", "When the agent started observing, in seconds since the Unix epoch."),
+		probesUp:       d("probes_up", "Whether the eBPF probes feed the agent (1) or it runs on netlink only (0)."),
+		netlinkUp:      d("netlink_up", "Whether the last listing of the RDMA devices over netlink succeeded."),
+		events:         d("probe_events_total", "Probe events read from the kernel, by kind.", "kind"),
+		lost:           d("probe_events_lost_total", "Probe events the kernel could not deliver (ring buffer full)."),
+		stacksRefused:  d("probe_stacks_refused_total", "Kernel and user stacks of creation sites the probes could not store (their stack map's hash bucket held another stack, or the stack could not be walked): those QP creates have no stack."),
+		stacks:         d("probe_stacks", "Stacks of creation sites the probes' two stack maps hold (the generation stored into now and the previous one, emptied in turn every 30 s), as the agent counts them."),
+		stacksCapacity: d("probe_stacks_capacity", "Stacks the probes' two stack maps can hold (0 without the probes)."),
 		resources: d("device_resources", "Resources in use on a device, by type, as the kernel's resource summary counts them.",
 			append(dev, "resource")...),
 		qps: d("qps", "Live QPs the agent tracks, by type and state (state \"unknown\" where the provider does not report it).",
@@ -221,6 +227,7 @@ func newCollector(st *state) prometheus.Collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
+		c.stacksRefused, c.stacks, c.stacksCapacity,
 		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.qpErrors, c.unattributed, c.goneKept, c.mrs, c.mrBytes, c.ownerMRs, c.ownerMRBytes, c.mrDumps, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
 		c.policyInfo, c.decisions, c.resets, c.renames, c.saves, c.saveDuration, c.saveLock, c.saveWriting} {
 		ch <- d
@@ -301,6 +308,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.lost, float64(s.lost))
 	counter(c.unattributed, float64(s.unattributed))
 	gauge(c.goneKept, float64(s.goneKept))
+	counter(c.stacksRefused, float64(s.stacks.Refused))
+	gauge(c.stacks, float64(s.stacks.Held))
+	gauge(c.stacksCapacity, float64(s.stacks.Capacity))
 	for kind, n := range s.events {
 		counter(c.events, float64(n), kind)
 	}

@@ -92,6 +92,9 @@ func TestLabMetrics(t *testing.T) {
 		{"rdmatool_probe_events_total", map[string]string{"kind": "qp_create"}, 2},
 		{"rdmatool_probe_events_total", map[string]string{"kind": "qp_modify"}, 2},
 		{"rdmatool_netlink_up", map[string]string{}, 1},
+		{"rdmatool_probe_stacks_capacity", map[string]string{}, 2048}, // two stack maps of 1024
+		{"rdmatool_probe_stacks", map[string]string{}, 0},
+		{"rdmatool_probe_stacks_refused_total", map[string]string{}, 0},
 		{"rdmatool_scan_duration_seconds", rxe, 0},
 	} {
 		if got, ok := value(fams, c.name, c.labels); !ok || got < c.min {

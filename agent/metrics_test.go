@@ -118,6 +118,7 @@ var guidRXE = "0211:22ff:fe33:4455"
 type replay struct {
 	events []bpf.Event
 	lost   uint64
+	stacks bpf.StackStats
 }
 
 func (r replay) Events(context.Context) iter.Seq2[bpf.Event, error] {
@@ -130,8 +131,9 @@ func (r replay) Events(context.Context) iter.Seq2[bpf.Event, error] {
 	}
 }
 
-func (r replay) Stats() (bpf.Stats, error) { return bpf.Stats{Lost: r.lost}, nil }
-func (r replay) Close() error              { return nil }
+func (r replay) Stats() (bpf.Stats, error)           { return bpf.Stats{Lost: r.lost}, nil }
+func (r replay) StackStats() (bpf.StackStats, error) { return r.stacks, nil }
+func (r replay) Close() error                        { return nil }
 
 func TestMetrics(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -173,7 +175,7 @@ func TestMetrics(t *testing.T) {
 	created := bpf.Event{Kind: bpf.KindQPCreate, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 19, QPType: rdmanl.QPTypeRC, PID: 1 << 30, TID: 1 << 30,
 		Comm: "app", Via: "rdma_create_qp", ViaReturn: 0x401234}
 	refused := func(errno int32) bpf.Event { e := created; e.QPN, e.Result = 0, -errno; return e }
-	probes := replay{lost: 2, events: []bpf.Event{
+	probes := replay{lost: 2, stacks: bpf.StackStats{Refused: 4, Held: 300, Capacity: 2048}, events: []bpf.Event{
 		{Kind: bpf.KindQPModify, Time: now, DevIndex: 1, DevName: "rxe0", QPN: 17, NewState: rdmanl.QPStateErr, HasState: true},
 		{Kind: bpf.KindDeviceEvent, Time: now, DevIndex: 1, DevName: "rxe0"},
 		created, refused(22), refused(22), refused(12),
@@ -210,6 +212,9 @@ func TestMetrics(t *testing.T) {
 		{"rdmatool_probes_up", nil, 1},
 		{"rdmatool_netlink_up", nil, 1},
 		{"rdmatool_probe_events_lost_total", nil, 2},
+		{"rdmatool_probe_stacks_refused_total", nil, 4},
+		{"rdmatool_probe_stacks", nil, 300},
+		{"rdmatool_probe_stacks_capacity", nil, 2048},
 		{"rdmatool_probe_events_total", map[string]string{"kind": "qp_modify"}, 3},
 		{"rdmatool_probe_events_total", map[string]string{"kind": "qp_event"}, 1},
 		{"rdmatool_probe_events_total", map[string]string{"kind": "device_event"}, 1},

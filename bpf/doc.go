@@ -60,9 +60,8 @@
 //
 // With Options.Sites, a create records where it was made. A kernel QP's
 // record names its kernel stack (at most 32 frames, read once per distinct
-// stack from a BPF stack map that holds 1024 of them; a stack whose hash
-// bucket another holds is not kept) and Event.Stack has its return
-// addresses. bpf_get_stackid serves fexit and kretprobe programs alike on
+// stack from a BPF stack map: see Stack maps below) and Event.Stack has its
+// return addresses. bpf_get_stackid serves fexit and kretprobe programs alike on
 // every kernel of the matrix, and a stack id keeps the record small; under
 // fexit the first frames are the BPF program's and its trampoline's.
 //
@@ -84,13 +83,32 @@
 // as high on the stack begins.
 //
 // The outermost call's entry also stores the thread's user stack in the
-// same stack map (bpf_get_stackid with BPF_F_USER_STACK), which the kernel
+// stack map (bpf_get_stackid with BPF_F_USER_STACK), which the kernel
 // walks through frame pointers: the library function, then the return
 // addresses of the frames above the one that made the call. The record
 // carries its id; Event.UserStack has those frames. They are right in
 // programs built with frame pointers and cut short or wrong in others
 // (Debian's own binaries have none); watch.Sites names them up to the
 // first that lies in no file of the process.
+//
+// # Stack maps
+//
+// Stacks are stored in two BPF stack maps of 1024 stacks each, which take
+// turns (generations): the probes store into the current one, named by a
+// one-element array map (stack_gen), and each record says which map its
+// stack is in. A stack whose hash bucket holds another is not stored (the
+// record then has no stack) and is counted (Tracer.StackStats.Refused).
+// Nothing in a map is ever deleted by the probes, and with ASLR every new
+// process brings new user stacks, so Events flips the generation every
+// Options.StackPeriod (30 s) once the current map holds stacks, after
+// emptying the map it flips to and forgetting what it read from it: the
+// maps hold only what the last two periods stored, and a host that starts
+// thousands of RDMA processes keeps its stacks, as long as fewer new
+// stacks than the map holds come in a period. A stack is read by Events
+// a period or more before its map is emptied; one that is not (a record
+// older than the emptying, or a library call that outlived a whole period
+// before its create) is left out rather than read wrong. StackStats says
+// how many stacks the maps hold and can hold.
 //
 // Uprobes attach to files (inodes), not processes. Open attaches them to
 // the host's own libibverbs and librdmacm (the library directories under

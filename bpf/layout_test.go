@@ -53,11 +53,19 @@ func TestRecordLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := spec.Maps["stacks"].ValueSize, uint32(stackDepth*8); got != want {
-		t.Errorf("map stacks: values of %d bytes, the reader reads %d", got, want)
+	for _, name := range []string{"stacks0", "stacks1"} {
+		if got, want := spec.Maps[name].ValueSize, uint32(stackDepth*8); got != want {
+			t.Errorf("map %s: values of %d bytes, the reader reads %d", name, got, want)
+		}
+		if got, want := spec.Maps[name].KeySize, uint32(4); got != want {
+			t.Errorf("map %s: keys of %d bytes, want %d (the stack id)", name, got, want)
+		}
+		if got, want := spec.Maps[name].MaxEntries, uint32(stackMapCapacity); got != want {
+			t.Errorf("map %s: %d entries, the reader walks at most %d", name, got, want)
+		}
 	}
-	if got, want := spec.Maps["stacks"].KeySize, uint32(4); got != want {
-		t.Errorf("map stacks: keys of %d bytes, want %d (the stack id)", got, want)
+	if got := spec.Maps["counters"].MaxEntries; got <= counterStacksRefused {
+		t.Errorf("map counters: %d slots, StackStats reads slot %d", got, counterStacksRefused)
 	}
 	for name, n := range map[string]int{"comm": len(r.Comm), "dev_name": len(r.DevName), "str": len(r.Str)} {
 		want := nameLen

@@ -3,6 +3,7 @@ package bpf
 import (
 	"errors"
 	"slices"
+	"time"
 )
 
 // Options configure a Tracer.
@@ -29,6 +30,12 @@ type Options struct {
 	// (see Tracer.AttachLibraries and Tracer.Sites), and Event.Stack for
 	// kernel QPs.
 	Sites bool
+	// StackPeriod is how often Events flips the generation of the stack
+	// maps Sites stores stacks in, emptying the older map (see the package
+	// documentation): they hold only what the last two periods stored.
+	// Zero means 30 s. A library call that runs longer than a period
+	// before its QP is created loses its user stack. Tests shorten it.
+	StackPeriod time.Duration
 }
 
 // defaultBufferBytes is the ring buffer size when Options.BufferBytes is 0.
@@ -46,6 +53,23 @@ func (o Options) bufferBytes() (int, error) {
 		return 0, errBufferSize
 	}
 	return n, nil
+}
+
+// defaultStackPeriod is how often the stack generation flips when
+// Options.StackPeriod is 0.
+const defaultStackPeriod = 30 * time.Second
+
+// errStackPeriod is returned for a negative StackPeriod.
+var errStackPeriod = errors.New("stack period must not be negative")
+
+func (o Options) stackPeriod() (time.Duration, error) {
+	switch {
+	case o.StackPeriod < 0:
+		return 0, errStackPeriod
+	case o.StackPeriod == 0:
+		return defaultStackPeriod, nil
+	}
+	return o.StackPeriod, nil
 }
 
 // match reports whether ev passes the filters.

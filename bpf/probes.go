@@ -123,6 +123,25 @@ type Stats struct {
 	Malformed uint64
 }
 
+// StackStats says how full the maps that creation sites store kernel and
+// user stacks in are (Options.Sites). Two maps take turns (generations):
+// Events flips them every Options.StackPeriod, emptying the one it flips
+// to, so they hold what the last two periods stored.
+type StackStats struct {
+	// Refused counts stacks the probes could not store, so that a create
+	// has no Event.Stack or Event.UserStack: the map's hash bucket held
+	// another stack (the map is filling), or the kernel could not walk
+	// the stack.
+	Refused uint64
+	// Held is how many stacks the two maps hold, as the reader counts
+	// them: the previous generation's when it stopped being the current
+	// one, and those it read from the current one since.
+	Held int
+	// Capacity is how many stacks the two maps can hold (0 without
+	// Options.Sites).
+	Capacity int
+}
+
 // Total is the number of events that did not reach the caller. An entry
 // probe the kernel skipped can count twice, as Missed and then Unmatched at
 // its return, so Total errs high, never low.

@@ -14,7 +14,8 @@
  * remember, per thread, where the application's outermost call to them
  * returns to; a user QP create in ib_core, which runs in that thread inside
  * the call, copies it into its record. A kernel QP create records the
- * kernel stack's id in the map "stacks".
+ * kernel stack's id in a stack map: "stacks0" or "stacks1", the generation
+ * the reader has the programs write now (stack_gen, below).
  */
 
 #include "ib.h"
@@ -62,6 +63,7 @@ enum probe {
 #define FLAG_KSTACK (1 << 3)    /* kstack_id is set */
 #define FLAG_USTACK (1 << 4)    /* kstack_id is the user stack of the library call */
 #define FLAG_CUR_STATE (1 << 5) /* modify: cur_state is the provider's state when it began */
+#define FLAG_STACK_GEN1 (1 << 6) /* kstack_id is in "stacks1" (else in "stacks0") */
 
 /* bpf_get_stackid's flag for the user stack (include/uapi/linux/bpf.h). */
 #define BPF_F_USER_STACK (1ULL << 8)
@@ -78,7 +80,8 @@ enum lib_fn {
 #define COUNTER_LOST 0      /* ring buffer full: record dropped */
 #define COUNTER_UNMATCHED 1 /* a return without its entry: record dropped */
 #define COUNTER_RESTRACK 2  /* rdma_restrack_add, _del, _begin_del, _abort_del returned */
-#define COUNTER_SLOTS 3
+#define COUNTER_STACKS_REFUSED 3 /* bpf_get_stackid failed: the stack is not stored */
+#define COUNTER_SLOTS 4
 
 struct qp_event {
 	__u64 ts_ns; /*   0: bpf_ktime_get_ns (CLOCK_MONOTONIC) */
@@ -99,7 +102,7 @@ struct qp_event {
 	__u32 ib_event;    /*  44 */
 	union {
 		__u32 port;      /*  48: device events */
-		__s32 kstack_id; /*  48: QP create, FLAG_KSTACK or FLAG_USTACK: the stack's id in "stacks" */
+		__s32 kstack_id; /*  48: QP create, FLAG_KSTACK or FLAG_USTACK: the stack's id (FLAG_STACK_GEN1) */
 	};
 	__u8 new_state;    /*  52 */
 	__u8 user_fn;      /*  53: QP create, FLAG_USER_SITE: enum lib_fn */
@@ -201,9 +204,11 @@ struct {
  * on the stack or higher then sees from the stack pointer that the call is
  * over (one from deeper is taken for a nested call). LRU: a thread that
  * exits inside a call leaves an entry that ages out. ustack is the user
- * stack at the outermost entry in "stacks" (-1: none), as the frame
- * pointers give it: the library function, then the return addresses of the
- * frames above the call's own.
+ * stack at the outermost entry (-1: none), as the frame pointers give it:
+ * the library function, then the return addresses of the frames above the
+ * call's own; ustack_flips is stack_gen's count when it was stored, which
+ * says the map it is in (its low bit) and whether that map has been
+ * emptied since (stack_stored).
  */
 struct user_call {
 	__u64 ret;
@@ -211,7 +216,7 @@ struct user_call {
 	__u32 depth;
 	__u32 fn;
 	__s32 ustack;
-	__u32 pad;
+	__u32 ustack_flips;
 };
 
 struct {
@@ -222,10 +227,22 @@ struct {
 } user_calls SEC(".maps");
 
 /*
- * Kernel stacks of kernel QP creates, by bpf_get_stackid: many creates
- * share one stack, stored once. A stack whose hash bucket holds another is
- * not stored (no BPF_F_REUSE_STACKID: an id the reader has yet to look up
- * never changes its stack); its record has no FLAG_KSTACK.
+ * Kernel stacks of kernel QP creates and user stacks of library calls, by
+ * bpf_get_stackid: many creates share one stack, stored once. A stack whose
+ * hash bucket holds another is not stored (no BPF_F_REUSE_STACKID: an id
+ * the reader has yet to look up never changes its stack); its record has
+ * no FLAG_KSTACK or FLAG_USTACK, and COUNTER_STACKS_REFUSED counts it.
+ *
+ * Nothing deletes a stack here, and with ASLR every process brings new
+ * user stacks, so one map would fill for good. There are two, generations
+ * of each other: programs store into the one stack_gen names (the low bit
+ * of its count), and the reader flips stack_gen every period (Events,
+ * Options.StackPeriod) once the current map holds stacks, after emptying
+ * the map it flips to. That map was last written a whole period before; a
+ * record of a stack in it was written and read since, unless the call that
+ * stored it outlived the period (see stack_stored) or the record waited in
+ * the ring as long (the reader drops the stacks of records older than the
+ * emptying). So the maps hold only what the last two periods stored.
  */
 #define STACK_DEPTH 32
 
@@ -234,7 +251,22 @@ struct {
 	__uint(max_entries, 1024); /* 1 without Options.Sites */
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, STACK_DEPTH * sizeof(__u64));
-} stacks SEC(".maps");
+} stacks0 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 1024); /* 1 without Options.Sites */
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, STACK_DEPTH * sizeof(__u64));
+} stacks1 SEC(".maps");
+
+/* How many times the reader flipped the generation: its low bit is the map stored into. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} stack_gen SEC(".maps");
 
 /* Records in the ring before the reader is woken: set by the loader. */
 const volatile __u64 wakeup_bytes = 1 << 18;
@@ -248,6 +280,35 @@ static __always_inline void count(__u32 slot)
 
 	if (n)
 		__sync_fetch_and_add(n, 1);
+}
+
+/* stack_flips returns stack_gen's count. */
+static __always_inline __u32 stack_flips(void)
+{
+	__u32 zero = 0;
+	__u32 *flips = bpf_map_lookup_elem(&stack_gen, &zero);
+
+	return flips ? *flips : 0;
+}
+
+/*
+ * store_stack stores the current stack (kernel, or user with
+ * BPF_F_USER_STACK) in the current generation's map and returns its id, or
+ * a negative errno (counted); *flips is stack_gen's count it went by. Two
+ * calls, because the verifier wants a constant map in each.
+ */
+static __always_inline long store_stack(void *ctx, __u64 flags, __u32 *flips)
+{
+	long id;
+
+	*flips = stack_flips();
+	if (*flips & 1)
+		id = bpf_get_stackid(ctx, &stacks1, flags);
+	else
+		id = bpf_get_stackid(ctx, &stacks0, flags);
+	if (id < 0)
+		count(COUNTER_STACKS_REFUSED);
+	return id;
 }
 
 /*
@@ -390,7 +451,10 @@ struct create_args {
 
 /*
  * The creation site of a user QP: the outermost library call of this thread
- * in progress, if a uprobe saw it begin.
+ * in progress, if a uprobe saw it begin. Its user stack is left out when
+ * the reader has flipped the generation twice since the call stored it
+ * (the call outlived a whole period): its map has been emptied since, and
+ * the id may name another stack now.
  */
 static __always_inline void fill_user_site(struct qp_event *e)
 {
@@ -402,9 +466,11 @@ static __always_inline void fill_user_site(struct qp_event *e)
 	e->user_ret = c->ret;
 	e->user_fn = c->fn;
 	e->flags |= FLAG_USER_SITE;
-	if (c->ustack >= 0) {
+	if (c->ustack >= 0 && stack_flips() - c->ustack_flips < 2) {
 		e->kstack_id = c->ustack;
 		e->flags |= FLAG_USTACK;
+		if (c->ustack_flips & 1)
+			e->flags |= FLAG_STACK_GEN1;
 	}
 }
 
@@ -431,11 +497,14 @@ static __always_inline void on_create(void *ctx, __u8 probe, struct ib_qp *qp, s
 	if (probe == PROBE_CREATE_QP_USER) {
 		fill_user_site(e);
 	} else if (kernel_stacks) {
-		long id = bpf_get_stackid(ctx, &stacks, 0);
+		__u32 flips;
+		long id = store_stack(ctx, 0, &flips);
 
 		if (id >= 0) {
 			e->kstack_id = id;
 			e->flags |= FLAG_KSTACK;
+			if (flips & 1)
+				e->flags |= FLAG_STACK_GEN1;
 		}
 	}
 	submit(e);
@@ -1182,7 +1251,7 @@ int uprobe_lib_entry(struct kprobe_regs *ctx)
 	}
 	n.fn = (__u32)bpf_get_attach_cookie(ctx);
 	if (kernel_stacks) {
-		long sid = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+		long sid = store_stack(ctx, BPF_F_USER_STACK, &n.ustack_flips);
 
 		if (sid >= 0)
 			n.ustack = sid;

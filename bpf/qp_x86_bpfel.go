@@ -64,13 +64,13 @@ type qpTaskCalls struct {
 }
 
 type qpUserCall struct {
-	_      structs.HostLayout
-	Ret    uint64
-	Sp     uint64
-	Depth  uint32
-	Fn     uint32
-	Ustack int32
-	Pad    uint32
+	_           structs.HostLayout
+	Ret         uint64
+	Sp          uint64
+	Depth       uint32
+	Fn          uint32
+	Ustack      int32
+	UstackFlips uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -82,7 +82,9 @@ const (
 	qpMapEvents                     = "events"
 	qpMapPending                    = "pending"
 	qpMapReaderWaits                = "reader_waits"
-	qpMapStacks                     = "stacks"
+	qpMapStackGen                   = "stack_gen"
+	qpMapStacks0                    = "stacks0"
+	qpMapStacks1                    = "stacks1"
 	qpMapTaskCalls                  = "task_calls"
 	qpMapUserCalls                  = "user_calls"
 	qpProgFentryDestroyQp           = "fentry_destroy_qp"
@@ -244,7 +246,9 @@ type qpMapSpecs struct {
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Pending     *ebpf.MapSpec `ebpf:"pending"`
 	ReaderWaits *ebpf.MapSpec `ebpf:"reader_waits"`
-	Stacks      *ebpf.MapSpec `ebpf:"stacks"`
+	StackGen    *ebpf.MapSpec `ebpf:"stack_gen"`
+	Stacks0     *ebpf.MapSpec `ebpf:"stacks0"`
+	Stacks1     *ebpf.MapSpec `ebpf:"stacks1"`
 	TaskCalls   *ebpf.MapSpec `ebpf:"task_calls"`
 	UserCalls   *ebpf.MapSpec `ebpf:"user_calls"`
 }
@@ -282,7 +286,9 @@ type qpMaps struct {
 	Events      *ebpf.Map `ebpf:"events"`
 	Pending     *ebpf.Map `ebpf:"pending"`
 	ReaderWaits *ebpf.Map `ebpf:"reader_waits"`
-	Stacks      *ebpf.Map `ebpf:"stacks"`
+	StackGen    *ebpf.Map `ebpf:"stack_gen"`
+	Stacks0     *ebpf.Map `ebpf:"stacks0"`
+	Stacks1     *ebpf.Map `ebpf:"stacks1"`
 	TaskCalls   *ebpf.Map `ebpf:"task_calls"`
 	UserCalls   *ebpf.Map `ebpf:"user_calls"`
 }
@@ -294,7 +300,9 @@ func (m *qpMaps) Close() error {
 		m.Events,
 		m.Pending,
 		m.ReaderWaits,
-		m.Stacks,
+		m.StackGen,
+		m.Stacks0,
+		m.Stacks1,
 		m.TaskCalls,
 		m.UserCalls,
 	)

@@ -47,6 +47,9 @@ const (
 	flagKStack   = 1 << 3
 	flagUStack   = 1 << 4 // the stack id is the library call's user stack
 	flagCurState = 1 << 5
+	// flagStackGen1: the stack id is in stacks1, the second generation's
+	// map (else in stacks0).
+	flagStackGen1 = 1 << 6
 )
 
 // decoder turns records into Events.
@@ -59,13 +62,17 @@ type decoder struct {
 	lastDev, lastComm, lastStr string
 	// stackID is the stack id of the last record decoded (a kernel QP
 	// create's kernel stack, or with userStack a user QP create's user
-	// stack), -1 when it has none: the Tracer looks it up.
+	// stack), -1 when it has none, and stackGen the generation whose map
+	// holds it (0 or 1): the Tracer looks it up. ts is the record's time
+	// as the probe read it (CLOCK_MONOTONIC ns).
 	stackID   int32
+	stackGen  int
 	userStack bool
+	ts        uint64
 }
 
 // decode decodes one record into ev, overwriting every field, and sets
-// d.stackID. Values a newer kernel or object might add (kinds, events,
+// d.stackID, d.stackGen, d.userStack and d.ts. Values a newer kernel or object might add (kinds, events,
 // probes, library functions) are kept as numbers, never an error; only a
 // record shorter than the layout is.
 func (d *decoder) decode(rec []byte, ev *Event) error {
@@ -102,11 +109,15 @@ func (d *decoder) decode(rec []byte, ev *Event) error {
 		ev.ViaReturn = le.Uint64(rec[offUserRet:])
 		ev.Via = libFuncName(rec[offUserFn])
 	}
-	d.stackID, d.userStack = -1, false
+	d.ts = le.Uint64(rec[offTS:])
+	d.stackID, d.stackGen, d.userStack = -1, 0, false
 	if flags&(flagKStack|flagUStack) != 0 {
 		ev.Port = 0
 		d.stackID = int32(le.Uint32(rec[offKStackID:]))
 		d.userStack = flags&flagUStack != 0
+		if flags&flagStackGen1 != 0 {
+			d.stackGen = 1
+		}
 	}
 	str := cString(rec[offStr:offStr+nameLen], &d.lastStr)
 	if ev.Kind == KindDeviceRename {

@@ -162,7 +162,8 @@ func TestDecodeCurStateFlag(t *testing.T) {
 
 // TestDecodeStackID: a QP create's stack id, a kernel QP's or the user
 // stack of the library call, is read from where the port of a device event
-// is, and only with one of their flags.
+// is, and only with one of their flags; flagStackGen1 says it is in the
+// second generation's map.
 func TestDecodeStackID(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -170,26 +171,31 @@ func TestDecodeStackID(t *testing.T) {
 		flags    byte
 		field    uint32
 		wantID   int32
+		wantGen  int
 		wantPort uint32
 		wantUser bool
 	}{
-		{"stack id 0", flagKStack, 0, 0, 0, false},
-		{"stack id 977", flagKStack, 977, 977, 0, false},
-		{"user stack id 31", flagUStack, 31, 31, 0, true},
-		{"no stack: the field is the port", 0, 2, -1, 2, false},
+		{"stack id 0", flagKStack, 0, 0, 0, 0, false},
+		{"stack id 977", flagKStack, 977, 977, 0, 0, false},
+		{"stack id 977 of generation 1", flagKStack | flagStackGen1, 977, 977, 1, 0, false},
+		{"user stack id 31", flagUStack, 31, 31, 0, 0, true},
+		{"user stack id 31 of generation 1", flagUStack | flagStackGen1, 31, 31, 1, 0, true},
+		{"no stack: the field is the port", 0, 2, -1, 0, 2, false},
+		{"no stack, generation flag alone", flagStackGen1, 2, -1, 0, 2, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := encodeRecord(Event{Kind: KindQPCreate, Probe: "ib_create_qp_kernel", KernOwner: "nvmet_rdma"}, 1)
 			rec[offFlags] |= tt.flags
 			binary.LittleEndian.PutUint32(rec[offKStackID:], tt.field)
-			d := &decoder{stackID: 5, userStack: !tt.wantUser}
+			d := &decoder{stackID: 5, stackGen: 1 - tt.wantGen, userStack: !tt.wantUser}
 			var ev Event
 			if err := d.decode(rec, &ev); err != nil {
 				t.Fatal(err)
 			}
-			if d.stackID != tt.wantID || ev.Port != tt.wantPort || d.userStack != tt.wantUser {
-				t.Errorf("stack id %d (user %v), port %d; want %d (%v), %d", d.stackID, d.userStack, ev.Port, tt.wantID, tt.wantUser, tt.wantPort)
+			if d.stackID != tt.wantID || d.stackGen != tt.wantGen || ev.Port != tt.wantPort || d.userStack != tt.wantUser {
+				t.Errorf("stack id %d of generation %d (user %v), port %d; want %d of %d (%v), %d",
+					d.stackID, d.stackGen, d.userStack, ev.Port, tt.wantID, tt.wantGen, tt.wantUser, tt.wantPort)
 			}
 		})
 	}

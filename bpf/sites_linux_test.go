@@ -170,8 +170,8 @@ func symbolAt(t *testing.T, f *elf.File, name string, off uint64) elf.Symbol {
 }
 
 // openTestSites loads the uprobe programs alone, which need neither ib_core
-// nor RDMA hardware, and returns them with the map they write.
-func openTestSites(t *testing.T) (*sites, *ebpf.Map) {
+// nor RDMA hardware, and returns them with the maps they use, by name.
+func openTestSites(t *testing.T) (*sites, map[string]*ebpf.Map) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to load BPF programs")
@@ -188,7 +188,7 @@ func openTestSites(t *testing.T) (*sites, *ebpf.Map) {
 		t.Fatal(err)
 	}
 	maps := map[string]*ebpf.Map{}
-	for _, name := range []string{"user_calls", "stacks"} {
+	for _, name := range []string{"user_calls", "stacks0", "stacks1", "stack_gen", "counters"} {
 		m, err := ebpf.NewMap(spec.Maps[name])
 		if err != nil {
 			t.Skipf("cannot create BPF maps here: %v", err)
@@ -196,7 +196,6 @@ func openTestSites(t *testing.T) (*sites, *ebpf.Map) {
 		t.Cleanup(func() { m.Close() })
 		maps[name] = m
 	}
-	calls := maps["user_calls"]
 	// .rodata is made with each load, from the Variables.
 	sub := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{".rodata": spec.Maps[".rodata"]}, Programs: spec.Programs,
 		Variables: spec.Variables, Types: spec.Types, ByteOrder: spec.ByteOrder}
@@ -214,7 +213,7 @@ func openTestSites(t *testing.T) (*sites, *ebpf.Map) {
 	if s.err != nil {
 		t.Fatalf("uprobe programs refused: %v", s.err)
 	}
-	return s, calls
+	return s, maps
 }
 
 type testWriter struct{ t *testing.T }
@@ -308,7 +307,8 @@ func TestSitesUprobes(t *testing.T) {
 	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin, "testdata/fakeverbs.c", "-libverbs").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
-	s, calls := openTestSites(t)
+	s, maps := openTestSites(t)
+	calls := maps["user_calls"]
 	s.attachHost()
 	host := s.report()
 	if host.Err != nil || !slices.ContainsFunc(host.Libraries, func(p string) bool { return strings.Contains(p, "libibverbs.so") }) {

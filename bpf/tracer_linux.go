@@ -27,8 +27,8 @@ import (
 )
 
 // Tracer holds the attached probes and the ring buffer they write to.
-// Events has one consumer at a time; Stats, Mode, Probes and Close may be
-// called from any goroutine.
+// Events has one consumer at a time; Stats, StackStats, Mode, Probes and
+// Close may be called from any goroutine.
 type Tracer struct {
 	log    *slog.Logger
 	opts   Options
@@ -45,13 +45,10 @@ type Tracer struct {
 	probes []Probe
 	// memlock is why RLIMIT_MEMLOCK could not be raised, or nil.
 	memlock error
-	// With Options.Sites: the uprobes on the verbs libraries, the kernel
-	// stacks map and the stacks read from it by id (an id keeps its stack:
-	// nothing is deleted, and a stack is never stored over another).
-	sites       *sites
-	stacks      *ebpf.Map
-	stackByID   map[int32][]uint64
-	stackBuffer [stackDepth]uint64
+	// With Options.Sites: the uprobes on the verbs libraries, and the two
+	// generations of stack maps with the stacks read from them.
+	sites  *sites
+	stacks *stackGens
 
 	malformed    atomic.Uint64
 	lastReported atomic.Uint64 // lost total last logged
@@ -80,6 +77,10 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bpf: open probes: %w", err)
 	}
+	period, err := opts.stackPeriod()
+	if err != nil {
+		return nil, fmt.Errorf("bpf: open probes: %w", err)
+	}
 	if err := checkPrivileges(); err != nil {
 		return nil, fmt.Errorf("bpf: open probes: %w", err)
 	}
@@ -97,7 +98,8 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 			return nil, fmt.Errorf("bpf: open probes: %w", err)
 		}
 	} else {
-		spec.Maps["stacks"].MaxEntries = 1 // never written
+		spec.Maps["stacks0"].MaxEntries = 1 // never written
+		spec.Maps["stacks1"].MaxEntries = 1
 	}
 
 	t := &Tracer{log: log, opts: opts, memlock: memlock}
@@ -124,7 +126,7 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 		}
 		t.maps[name] = m
 	}
-	t.events, t.counts, t.stacks, t.waits = t.maps["events"], t.maps["counters"], t.maps["stacks"], t.maps["reader_waits"]
+	t.events, t.counts, t.waits = t.maps["events"], t.maps["counters"], t.maps["reader_waits"]
 	l, err := t.newLoader(spec)
 	if err != nil {
 		return nil, err
@@ -144,7 +146,8 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 	}
 	log.Info("probes attached", "mode", t.Mode().String(), "probes", attached)
 	if opts.Sites {
-		t.stackByID = map[int32][]uint64{}
+		t.stacks = newStackGens(log, [2]stackMap{t.maps["stacks0"], t.maps["stacks1"]}, t.maps["stack_gen"], period,
+			monotonicNow, time.Now())
 		t.sites = openSites(log, l, "/proc")
 		t.sites.attachHost()
 		log.Info("creation site uprobes attached", "libraries", len(t.sites.report().Libraries))
@@ -406,9 +409,29 @@ func (t *Tracer) ResourceChanges() (n uint64, ok bool) {
 	return n, true
 }
 
-// counterRestrack is COUNTER_RESTRACK in qp.c: the slot of "counters"
-// that ResourceChanges reads.
-const counterRestrack = 2
+// Slots of "counters" in qp.c: COUNTER_RESTRACK, which ResourceChanges
+// reads, and COUNTER_STACKS_REFUSED, which StackStats reads.
+const (
+	counterRestrack      = 2
+	counterStacksRefused = 3
+)
+
+// StackStats reads how full the creation sites' stack maps are
+// (Options.Sites; without it, all is 0).
+func (t *Tracer) StackStats() (StackStats, error) {
+	if t.stacks == nil {
+		return StackStats{}, nil
+	}
+	s := StackStats{Held: int(t.stacks.held.Load()), Capacity: 2 * int(t.maps["stacks0"].MaxEntries())}
+	var perCPU []uint64
+	if err := t.counts.Lookup(uint32(counterStacksRefused), &perCPU); err != nil {
+		return s, fmt.Errorf("bpf: read stacks refused: %w", err)
+	}
+	for _, n := range perCPU {
+		s.Refused += n
+	}
+	return s, nil
+}
 
 // ProgramStats reports the run count and the time in the kernel of every
 // attached program, in the order they were attached, the creation-site
@@ -458,6 +481,9 @@ const (
 // error only when the
 // ring buffer fails, and then ends. Records that were dropped or do not
 // decode are counted in Stats and logged at Warn as they are noticed.
+// With Options.Sites, Events also flips the generation of the stack maps
+// every Options.StackPeriod (see Stack maps in the package documentation):
+// while no Events runs, they only fill.
 //
 // Modify, destroy and rename records are written when the call returns but
 // carry the time it began, so an async event raised during the call (rxe
@@ -514,6 +540,7 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 					t.reportLost()
 					lastCheck = time.Now()
 				}
+				t.flipStacks()
 				continue
 			case errors.Is(err, ringbuf.ErrFlushed):
 				if ctx.Err() != nil {
@@ -526,22 +553,25 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 				yield(Event{}, fmt.Errorf("bpf: read ring buffer: %w", err))
 				return
 			}
-			if n%1024 == 0 && time.Since(lastCheck) >= lostCheckEvery {
-				t.reportLost()
-				lastCheck = time.Now()
+			if n%1024 == 0 {
+				if time.Since(lastCheck) >= lostCheckEvery {
+					t.reportLost()
+					lastCheck = time.Now()
+				}
+				t.flipStacks()
 			}
 			if err := t.dec.decode(rec.RawSample, &ev); err != nil {
 				t.malformed.Add(1)
 				t.log.Debug("malformed record", "err", err)
 				continue
 			}
-			if t.dec.stackID >= 0 && t.dec.userStack {
-				// The first frame is the library function's entry.
-				if st := t.storedStack(t.dec.stackID); len(st) > 1 {
+			if t.dec.stackID >= 0 && t.stacks != nil {
+				st := t.stacks.stack(t.dec.stackGen, t.dec.stackID, t.dec.ts)
+				if !t.dec.userStack {
+					ev.Stack = st
+				} else if len(st) > 1 { // the first frame is the library function's entry
 					ev.UserStack = st[1:]
 				}
-			} else if t.dec.stackID >= 0 {
-				ev.Stack = t.storedStack(t.dec.stackID)
 			}
 			t.noteCreate(&ev)
 			if !t.opts.match(&ev) {
@@ -554,22 +584,11 @@ func (t *Tracer) Events(ctx context.Context) iter.Seq2[Event, error] {
 	}
 }
 
-// storedStack returns a copy of the stack (kernel or user) stored under id, or nil.
-func (t *Tracer) storedStack(id int32) []uint64 {
-	st, ok := t.stackByID[id]
-	if !ok {
-		if err := t.stacks.Lookup(uint32(id), &t.stackBuffer); err != nil {
-			t.log.Debug("kernel stack not read", "stack_id", id, "err", err)
-			return nil
-		}
-		n := 0
-		for n < len(t.stackBuffer) && t.stackBuffer[n] != 0 {
-			n++
-		}
-		st = slices.Clone(t.stackBuffer[:n])
-		t.stackByID[id] = st
+// flipStacks flips the stack maps' generation when it is due (stackGens).
+func (t *Tracer) flipStacks() {
+	if t.stacks != nil {
+		t.stacks.maybeFlip(time.Now())
 	}
-	return slices.Clone(st)
 }
 
 // noteCreate attaches the verbs libraries of a process that created a
@@ -668,6 +687,15 @@ func (t *Tracer) Close() error {
 		}
 	})
 	return t.closeErr
+}
+
+// monotonicNow is CLOCK_MONOTONIC in ns, the probes' bpf_ktime_get_ns.
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0 // not on Linux
+	}
+	return uint64(ts.Nano())
 }
 
 // monotonicEpoch returns CLOCK_REALTIME minus CLOCK_MONOTONIC, the offset

@@ -28,6 +28,9 @@ func (t *Tracer) Probes() []Probe { return nil }
 // Stats reports nothing lost.
 func (t *Tracer) Stats() (Stats, error) { return Stats{}, nil }
 
+// StackStats reports nothing.
+func (t *Tracer) StackStats() (StackStats, error) { return StackStats{}, nil }
+
 // ResourceChanges tells nothing.
 func (t *Tracer) ResourceChanges() (uint64, bool) { return 0, false }
 

@@ -37,6 +37,12 @@ type statser interface {
 	Stats() (bpf.Stats, error)
 }
 
+// stackCounter is an EventSource that stores creation sites' stacks and
+// counts them (bpf.Tracer.StackStats).
+type stackCounter interface {
+	StackStats() (bpf.StackStats, error)
+}
+
 // changeCounter is an EventSource that counts the devices' resources
 // added and removed (bpf.Tracer.ResourceChanges).
 type changeCounter interface {

@@ -65,8 +65,8 @@ func sitesError(s bpf.Sites) string {
 }
 
 // FollowProbes applies src's events of device ("" for every device) to st
-// as they arrive, keeps st's count of src's lost events current every
-// refresh, and lets st read src's count of resources added and removed
+// as they arrive, keeps st's count of src's lost events and of its stacks
+// (bpf.Tracer.StackStats) current every refresh, and lets st read src's count of resources added and removed
 // (State.ResourceChanges), until ctx ends or src's events end (it returns
 // nil, having applied every event read until then) or the stream fails
 // (it returns the stream's error). A QP create's site is named as the
@@ -76,10 +76,16 @@ func sitesError(s bpf.Sites) string {
 func FollowProbes(ctx context.Context, src EventSource, st *State, device string, refresh time.Duration, sites *Sites, deviceChanged func()) error {
 	s, counts := src.(statser)
 	sr, hasSites := src.(sitesReporter)
+	sc, hasStacks := src.(stackCounter)
 	updateLost := func() {
 		if counts {
 			if stats, err := s.Stats(); err == nil {
 				st.setLost(stats.Total())
+			}
+		}
+		if hasStacks {
+			if stacks, err := sc.StackStats(); err == nil {
+				st.setStacks(stacks)
 			}
 		}
 		if hasSites {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmatool/rdmatool/agentapi"
+	"github.com/rdmatool/rdmatool/bpf"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -39,6 +40,7 @@ type State struct {
 	// is dropped, and one begun before a rename takes the name it has now.
 	listed   map[uint32]string
 	lost     uint64
+	stacks   bpf.StackStats          // the probes' creation-site stacks
 	guids    map[string]string       // node GUID by device name, from the listing
 	dev      map[string]*DeviceScans // by device name
 	events   map[string]uint64       // probe events read, by kind
@@ -355,6 +357,12 @@ func (s *State) setLost(n uint64) {
 	s.lost = n
 }
 
+func (s *State) setStacks(st bpf.StackStats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stacks = st
+}
+
 // ResourceChanges reads the count of every device's resources added and
 // removed (QPs, CQs, PDs, MRs, SRQs, user contexts, rdma_cm IDs: the
 // kernel's resource tracking) that the probes keep, now. A resource
@@ -511,11 +519,13 @@ type Snapshot struct {
 	Started time.Time
 	// Probes says whether probe events feed the history and ProbesSince
 	// since when (their last attach); Lost counts the events they lost,
-	// Events the events read, by kind (bpf.Kind's names).
+	// Events the events read, by kind (bpf.Kind's names); Stacks says
+	// how full their creation-site stack maps are.
 	Probes      bool
 	ProbesSince time.Time
 	Lost        uint64
 	Events      map[string]uint64
+	Stacks      bpf.StackStats
 	// ListedOK says whether the last device listing succeeded.
 	ListedOK bool
 	// Devices are the devices the host has, as listed and scanned, and
@@ -540,7 +550,7 @@ func (s *State) Snapshot() Snapshot {
 	defer s.mu.Unlock()
 	snap := Snapshot{
 		Started: s.w.Started(), Probes: s.probes, ProbesSince: s.probesSince, Lost: s.lost,
-		Events: maps.Clone(s.events), ListedOK: s.listedOK, Devices: slices.Clone(s.devices),
+		Events: maps.Clone(s.events), Stacks: s.stacks, ListedOK: s.listedOK, Devices: slices.Clone(s.devices),
 		GUIDs: maps.Clone(s.guids), Scans: make(map[string]DeviceScans, len(s.dev)),
 		UnattributedFailures: s.w.UnattributedCreateFailures(),
 	}

@@ -1,0 +1,184 @@
+//go:build linux && (amd64 || arm64)
+
+package bpf
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rdmatool/rdmatool/symbolize"
+	"github.com/rdmatool/rdmatool/vmtest"
+)
+
+// TestLabStacksBounded: 5,000 short-lived qpwork processes, each creating
+// one QP on rxe0 with user stacks of its own (ASLR: every process is laid
+// out anew), would fill a stack map that nothing empties, and then every
+// stack is refused. With the two generations flipping (a 2 s period here,
+// Options.StackPeriod), a process started after them still gets its user
+// stack, named down to qpwork's main, and the GSI QP ib_core creates for a
+// new rxe device still gets its kernel stack. The stacks held stay within
+// the capacity; the test logs the rate, the stacks refused and held.
+func TestLabStacksBounded(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	const (
+		processes = 5000
+		parallel  = 4
+		period    = 2 * time.Second
+	)
+	qpwork := vmtest.Bin(t, "qpwork")
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	tr, err := Open(log, Options{Sites: true, StackPeriod: period})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+
+	// The reader runs throughout (it flips the generations): it counts
+	// the storm's creates and their user stacks, and after the storm hands
+	// over every QP create.
+	var stormCreates, stormStacks atomic.Int64
+	var after atomic.Bool
+	creates := make(chan Event, 1024)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ev, err := range tr.Events(ctx) {
+			if err != nil {
+				t.Errorf("Events: %v", err)
+				return
+			}
+			if ev.Kind != KindQPCreate {
+				continue
+			}
+			if after.Load() {
+				select {
+				case creates <- ev:
+				default:
+					t.Errorf("creates not taken: %+v", ev)
+				}
+			} else if ev.Comm == "qpwork" {
+				stormCreates.Add(1)
+				if len(ev.UserStack) > 0 {
+					stormStacks.Add(1)
+				}
+			}
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+
+	// The storm: parallel workers, each running qpwork after qpwork.
+	started := time.Now()
+	var next atomic.Int64
+	var failed atomic.Int64
+	var firstErr sync.Once
+	var storm sync.WaitGroup
+	for range parallel {
+		storm.Add(1)
+		go func() {
+			defer storm.Done()
+			for {
+				n := next.Add(1)
+				if n > processes {
+					return
+				}
+				if n%1000 == 0 {
+					t.Logf("process %d, %.0fs", n, time.Since(started).Seconds())
+				}
+				out, err := exec.Command(qpwork, "--dev", "rxe0", "--qps", "1", "--quiet").CombinedOutput()
+				if err != nil {
+					failed.Add(1)
+					firstErr.Do(func() { t.Errorf("qpwork: %v: %s", err, out) })
+				}
+			}
+		}()
+	}
+	storm.Wait()
+	took := time.Since(started)
+	st, err := tr.StackStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d processes (%d failed) in %.1fs on %s: %.1f a second; stacks refused %d, held %d of %d",
+		processes, failed.Load(), took.Seconds(), vmtest.Kernel(), float64(processes)/took.Seconds(), st.Refused, st.Held, st.Capacity)
+	// The storm's last records are read within a poll, then counted.
+	deadline := time.Now().Add(30 * time.Second)
+	for stormCreates.Load() < processes-failed.Load() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("storm: %d creates read, %d with a user stack", stormCreates.Load(), stormStacks.Load())
+	if st.Held > st.Capacity || st.Capacity != 2048 {
+		t.Errorf("stacks held %d, capacity %d; want at most the capacity of 2 maps of 1024", st.Held, st.Capacity)
+	}
+
+	// After the storm, a new process's create has its user stack. Within
+	// a period the reader flips to the map emptied a period before, and
+	// nothing stores into it while nothing runs: two periods do it.
+	time.Sleep(2 * period)
+	after.Store(true)
+	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "1", "--hold", "stdin")
+	ready := w.WaitFor("ready", time.Minute)
+	user := awaitCreate(t, creates, "qpwork's create", func(ev Event) bool { return ev.PID == uint32(ready.PID) })
+	sym := symbolize.NewUser("/proc")
+	var frames []string
+	for _, addr := range user.UserStack {
+		s, err := sym.CallSite(user.PID, addr)
+		if err != nil || s.Path == "" {
+			break
+		}
+		frames = append(frames, s.Symbol+" in "+s.Path)
+	}
+	site, err := sym.CallSite(user.PID, user.ViaReturn)
+	w.Release(time.Minute)
+	if err != nil || site.Symbol != "create_qps_verbs" {
+		t.Errorf("qpwork's create: site %+v (%v), want create_qps_verbs", site, err)
+	}
+	if len(user.UserStack) == 0 || !slices.ContainsFunc(frames, func(f string) bool { return f == "main in "+site.Path }) {
+		t.Errorf("qpwork's create after the storm: user stack %x (%q), want qpwork's frames up to its main", user.UserStack, frames)
+	}
+	t.Logf("qpwork's user stack after the storm: %q", frames)
+
+	// And a kernel QP's create has its kernel stack: the GSI QP of a new
+	// rxe device.
+	t.Cleanup(func() {
+		exec.Command("rdma", "link", "delete", "stkrxe").Run()
+		exec.Command("ip", "link", "del", "stk0").Run()
+	})
+	run(t, "ip", "link", "add", "name", "stk0", "address", "02:00:00:00:0b:03", "type", "dummy")
+	run(t, "ip", "link", "set", "stk0", "up")
+	run(t, "rdma", "link", "add", "stkrxe", "type", "rxe", "netdev", "stk0")
+	gsi := awaitCreate(t, creates, "the GSI QP's create", func(ev Event) bool { return ev.DevName == "stkrxe" })
+	run(t, "rdma", "link", "delete", "stkrxe")
+	if len(gsi.Stack) == 0 {
+		t.Errorf("the GSI QP of stkrxe after the storm: %+v, want its kernel stack", gsi)
+	}
+	st, err = tr.StackStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("GSI QP's kernel stack: %d frames; stacks refused %d, held %d of %d", len(gsi.Stack), st.Refused, st.Held, st.Capacity)
+}
+
+// awaitCreate returns the first create from creates that match takes.
+func awaitCreate(t *testing.T, creates <-chan Event, what string, match func(Event) bool) Event {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case ev := <-creates:
+			if match(ev) {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %s in a minute", what)
+		}
+	}
+}
