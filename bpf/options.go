@@ -36,6 +36,10 @@ type Options struct {
 	// Zero means 30 s. A library call that runs longer than a period
 	// before its QP is created loses its user stack. Tests shorten it.
 	StackPeriod time.Duration
+	// StackEntries is how many stacks each of the two stack maps holds.
+	// Zero means 1024, the most it may be. Tests shrink it, to fill a map
+	// with fewer processes.
+	StackEntries int
 }
 
 // defaultBufferBytes is the ring buffer size when Options.BufferBytes is 0.
@@ -70,6 +74,23 @@ func (o Options) stackPeriod() (time.Duration, error) {
 		return defaultStackPeriod, nil
 	}
 	return o.StackPeriod, nil
+}
+
+// stackMapCapacity is the most stacks a stack map holds (qp.c's
+// max_entries), and bounds a walk of one: an id is a bucket.
+const stackMapCapacity = 1024
+
+// errStackEntries is returned for a StackEntries out of range.
+var errStackEntries = errors.New("stack map entries must be between 1 and 1024")
+
+func (o Options) stackEntries() (uint32, error) {
+	switch {
+	case o.StackEntries == 0:
+		return stackMapCapacity, nil
+	case o.StackEntries < 0 || o.StackEntries > stackMapCapacity:
+		return 0, errStackEntries
+	}
+	return uint32(o.StackEntries), nil
 }
 
 // match reports whether ev passes the filters.

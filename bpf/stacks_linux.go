@@ -160,10 +160,6 @@ func (g *stackGens) keys(gen int, capacity int) ([]uint32, error) {
 	return ids, nil
 }
 
-// stackMapCapacity bounds a walk of one map: stack_trace maps have at most
-// 1024 buckets here (qp.c), and an id is a bucket.
-const stackMapCapacity = 1024
-
 // count counts the stacks gen's map holds.
 func (g *stackGens) count(gen int) (int, error) {
 	ids, err := g.keys(gen, stackMapCapacity)

@@ -171,6 +171,25 @@ func TestStackPeriodOption(t *testing.T) {
 	}
 }
 
+func TestStackEntries(t *testing.T) {
+	for _, tt := range []struct {
+		entries int
+		want    uint32
+		wantErr error
+	}{
+		{0, 1024, nil},
+		{128, 128, nil},
+		{1024, 1024, nil},
+		{1025, 0, errStackEntries},
+		{-1, 0, errStackEntries},
+	} {
+		got, err := Options{StackEntries: tt.entries}.stackEntries()
+		if got != tt.want || !errors.Is(err, tt.wantErr) {
+			t.Errorf("stackEntries(%d) = %d, %v; want %d, %v", tt.entries, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
 // TestStackGenerationsUprobes runs the uprobe entry on this host's
 // libibverbs (as TestSitesUprobes) with the reader's bookkeeping on the
 // real maps: a call stores its user stack in the map of the generation

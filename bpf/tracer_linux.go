@@ -81,6 +81,10 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bpf: open probes: %w", err)
 	}
+	entries, err := opts.stackEntries()
+	if err != nil {
+		return nil, fmt.Errorf("bpf: open probes: %w", err)
+	}
 	if err := checkPrivileges(); err != nil {
 		return nil, fmt.Errorf("bpf: open probes: %w", err)
 	}
@@ -97,6 +101,8 @@ func Open(log *slog.Logger, opts Options) (*Tracer, error) {
 		if err := spec.Variables["kernel_stacks"].Set(uint32(1)); err != nil {
 			return nil, fmt.Errorf("bpf: open probes: %w", err)
 		}
+		spec.Maps["stacks0"].MaxEntries = entries
+		spec.Maps["stacks1"].MaxEntries = entries
 	} else {
 		spec.Maps["stacks0"].MaxEntries = 1 // never written
 		spec.Maps["stacks1"].MaxEntries = 1
