@@ -50,8 +50,8 @@ func TestRing(t *testing.T) {
 			if r.len() != len(tt.want) || r.full(tt.capacity) != (tt.pushed >= tt.capacity) {
 				t.Errorf("len %d, full %v after %d pushes of %d", r.len(), r.full(tt.capacity), tt.pushed, tt.capacity)
 			}
-			if len(tt.want) > 0 && (*r.at(0) != tt.want[0] || *r.at(r.len()-1) != tt.want[len(tt.want)-1]) {
-				t.Errorf("at(0) %d, at(len-1) %d, want %v", *r.at(0), *r.at(r.len()-1), tt.want)
+			if len(tt.want) > 0 && (*r.at(0) != tt.want[0] || *r.at(r.len() - 1) != tt.want[len(tt.want)-1]) {
+				t.Errorf("at(0) %d, at(len-1) %d, want %v", *r.at(0), *r.at(r.len() - 1), tt.want)
 			}
 			for target := 0; target <= tt.pushed+1; target++ {
 				want, _ := slices.BinarySearch(tt.want, target)
