@@ -48,6 +48,7 @@ type metricsSnapshot struct {
 	mrs          []leakwatch.DeviceMRs
 	failures     []leakwatch.DeviceFailures
 	qpErrors     []leakwatch.DeviceErrors
+	lists        []leakwatch.DeviceLists
 	learned      map[string]uint64 // max_qp the devices reported
 	findings     map[leakwatch.CountKey]int
 	maxQP        map[string]uint64
@@ -83,6 +84,7 @@ func (s *state) snapshot() metricsSnapshot {
 		version: s.version, started: h.Started, probes: h.Probes, listedOK: h.ListedOK, lost: h.Lost,
 		events: h.Events, devices: h.Devices, guids: h.GUIDs, dev: h.Scans,
 		tally: s.Tally(topOwners), mrs: s.MRTally(topOwners), failures: s.CreateFailures(), qpErrors: s.QPErrors(),
+		lists:    s.Lists(),
 		findings: counts.Findings, maxQP: s.maxQP, skippedRules: counts.SkippedRules,
 		policy: s.pol, decisions: maps.Clone(s.decisions), resets: maps.Clone(s.resets), renames: maps.Clone(s.renames),
 	}
@@ -152,6 +154,8 @@ type collector struct {
 	scans, scanErrors, scanDuration, lastScan               *prometheus.Desc
 	ruleSkipped                                             *prometheus.Desc
 	policyInfo, decisions, resets, renames                  *prometheus.Desc
+	// listEntries is the occupancy of the watcher's bounded lists.
+	listEntries *prometheus.Desc
 }
 
 // newCollector returns a prometheus.Collector of the agent's state.
@@ -200,6 +204,8 @@ func newCollector(st *state) prometheus.Collector {
 			append(dev, "decision")...),
 		resets: d("resets_total", "Resets the policy started, by method and result (done; waiting: the removal still waits for the device's holders; failed). device and node_guid are the device's before the reset.",
 			append(dev, "method", "result")...),
+		listEntries: d("watcher_list_entries", fmt.Sprintf("Entries the history keeps in a device's bounded event lists: qp_errors, the QP failures into Error qp-error-storm counts (at most %d, the newest; teardowns' modifies are counted in rdmatool_qp_errors_total, not kept); create_failures, the failed QP creates qp-create-failing counts (at most %d, the newest).", leakwatch.MaxQPErrors, leakwatch.MaxCreateFailures),
+			append(dev, "list")...),
 		renames: d("renames_total", "Persistent names the agent applied to devices as they appeared, by result (renamed, unchanged, skipped, failed); device is the name after it.",
 			append(dev, "result")...),
 	}
@@ -208,7 +214,7 @@ func newCollector(st *state) prometheus.Collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
 		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.qpErrors, c.mrs, c.mrBytes, c.ownerMRs, c.ownerMRBytes, c.mrDumps, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
-		c.policyInfo, c.decisions, c.resets, c.renames} {
+		c.policyInfo, c.decisions, c.resets, c.renames, c.listEntries} {
 		ch <- d
 	}
 }
@@ -323,6 +329,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, de := range s.qpErrors {
 		for _, ec := range de.Counts {
 			ch <- prometheus.MustNewConstMetric(c.qpErrors, prometheus.CounterValue, float64(ec.Count), de.Name, s.guids[de.Name], ec.Cause.String())
+		}
+	}
+	for _, dl := range s.lists {
+		if slices.Contains(s.devices, dl.Name) {
+			gauge(c.listEntries, float64(dl.QPErrors), dl.Name, s.guids[dl.Name], "qp_errors")
+			gauge(c.listEntries, float64(dl.CreateFailures), dl.Name, s.guids[dl.Name], "create_failures")
 		}
 	}
 	keys := make([]leakwatch.CountKey, 0, len(s.findings))
