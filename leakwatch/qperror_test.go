@@ -458,3 +458,39 @@ func TestQPErrorStormBusyNeighbour(t *testing.T) {
 		t.Errorf("evidence %q, want %q", f.Evidence[0].What, want)
 	}
 }
+
+// A device keeps its newest MaxQPErrors failures: a storm whose window
+// reaches back past the oldest kept counts "at least" them, one whose
+// window begins after it counts exactly.
+func TestQPErrorStormBounded(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		window time.Duration
+		want   string
+		count  uint64
+	}{
+		{"the window reaches past the oldest kept", 5 * time.Minute, "at least 1024 QPs failed into Error in 5m0s", MaxQPErrors},
+		{"the window begins after it", 5 * time.Second, "500 QPs failed into Error in 5s", 500},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{t: t0}
+			w := New(Config{Probes: true, ErrorStormWindow: tt.window}, c.now)
+			w.Scan(scan(c.at(0), rxe))
+			for i := range MaxQPErrors + 76 { // 1,100 QPs, one failing every 10 ms
+				at := c.at(time.Duration(i) * 10 * time.Millisecond)
+				w.Event(create(at, rxe, uint32(10+i), false))
+				w.Event(asyncErr(at, rxe, uint32(10+i), "QP_FATAL"))
+			}
+			c.at(11 * time.Second)
+			rep := w.Evaluate(Query{Rules: []string{RuleQPErrorStorm}})
+			if len(rep.Findings) != 1 {
+				t.Fatalf("findings %+v, want one", rep.Findings)
+			}
+			if f := rep.Findings[0]; f.Count != tt.count || !strings.HasPrefix(f.Evidence[0].What, tt.want) {
+				t.Errorf("count %d, evidence %q: want %d, %q", f.Count, f.Evidence[0].What, tt.count, tt.want)
+			}
+		})
+	}
+}
