@@ -52,6 +52,7 @@ type metricsSnapshot struct {
 	mrs          []leakwatch.DeviceMRs
 	failures     []leakwatch.DeviceFailures
 	qpErrors     []leakwatch.DeviceErrors
+	lists        []leakwatch.DeviceLists
 	learned      map[string]uint64 // max_qp the devices reported
 	findings     map[leakwatch.CountKey]int
 	maxQP        map[string]uint64
@@ -89,6 +90,7 @@ func (s *state) snapshot() metricsSnapshot {
 		unattributed: h.UnattributedFailures, goneKept: h.GoneKept,
 		events: h.Events, devices: h.Devices, guids: h.GUIDs, dev: h.Scans,
 		tally: s.Tally(topOwners), mrs: s.MRTally(topOwners), failures: s.CreateFailures(), qpErrors: s.QPErrors(),
+		lists:    s.Lists(),
 		findings: counts.Findings, maxQP: s.maxQP, skippedRules: counts.SkippedRules,
 		policy: s.pol, decisions: maps.Clone(s.decisions), resets: maps.Clone(s.resets), renames: maps.Clone(s.renames),
 	}
@@ -162,6 +164,8 @@ type collector struct {
 	ruleSkipped                                             *prometheus.Desc
 	policyInfo, decisions, resets, renames                  *prometheus.Desc
 	saves, saveDuration, saveLock, saveWriting              *prometheus.Desc
+	// listEntries is the occupancy of the watcher's bounded lists.
+	listEntries *prometheus.Desc
 }
 
 // newCollector returns a prometheus.Collector of the agent's state.
@@ -215,6 +219,8 @@ func newCollector(st *state) prometheus.Collector {
 			append(dev, "decision")...),
 		resets: d("resets_total", "Resets the policy started, by method and result (done; waiting: the removal still waits for the device's holders; failed). device and node_guid are the device's before the reset.",
 			append(dev, "method", "result")...),
+		listEntries: d("watcher_list_entries", fmt.Sprintf("Entries the history keeps in a device's bounded event lists: qp_errors, the QP failures into Error qp-error-storm counts (at most %d, the newest; teardowns' modifies are counted in rdmatool_qp_errors_total, not kept); create_failures, the failed QP creates qp-create-failing counts (at most %d, the newest).", leakwatch.MaxQPErrors, leakwatch.MaxCreateFailures),
+			append(dev, "list")...),
 		renames: d("renames_total", "Persistent names the agent applied to devices as they appeared, by result (renamed, unchanged, skipped, failed); device is the name after it.",
 			append(dev, "result")...),
 		saves: d("state_saves_total", "Saves of the history to the state file, by result: ok, failed, timeout (its writing had not returned within 30s, or the state interval when shorter; 10s at the agent's stop). Exported when the agent keeps a state file.",
@@ -229,7 +235,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
 		c.stacksRefused, c.stacks, c.stacksCapacity,
 		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.qpErrors, c.unattributed, c.goneKept, c.mrs, c.mrBytes, c.ownerMRs, c.ownerMRBytes, c.mrDumps, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
-		c.policyInfo, c.decisions, c.resets, c.renames, c.saves, c.saveDuration, c.saveLock, c.saveWriting} {
+		c.policyInfo, c.decisions, c.resets, c.renames, c.saves, c.saveDuration, c.saveLock, c.saveWriting, c.listEntries} {
 		ch <- d
 	}
 }
@@ -409,6 +415,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range slices.SortedFunc(maps.Keys(qpErrors), cmpKeys) {
 		if slices.Contains(s.devices, k[0]) {
 			counter(c.qpErrors, float64(qpErrors[k]), k[0], s.guids[k[0]], k[1])
+		}
+	}
+	lists := map[string]leakwatch.DeviceLists{} // a gone registration's with the listed one's
+	for _, dl := range s.lists {
+		l := lists[dl.Name]
+		l.QPErrors += dl.QPErrors
+		l.CreateFailures += dl.CreateFailures
+		lists[dl.Name] = l
+	}
+	for _, name := range slices.Sorted(maps.Keys(lists)) {
+		if slices.Contains(s.devices, name) {
+			gauge(c.listEntries, float64(lists[name].QPErrors), name, s.guids[name], "qp_errors")
+			gauge(c.listEntries, float64(lists[name].CreateFailures), name, s.guids[name], "create_failures")
 		}
 	}
 	keys := make([]leakwatch.CountKey, 0, len(s.findings))

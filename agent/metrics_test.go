@@ -227,6 +227,9 @@ func TestMetrics(t *testing.T) {
 		{"rdmatool_qp_create_failures_total", with("errno", "ENOMEM", "site", "? via rdma_create_qp"), 1},
 		{"rdmatool_qp_errors_total", with("cause", "QP_ACCESS_ERR"), 1},
 		{"rdmatool_qp_errors_total", with("cause", "modify"), 1},
+		// QP 19's failure is kept for qp-error-storm, QP 18's modify not.
+		{"rdmatool_watcher_list_entries", with("list", "qp_errors"), 1},
+		{"rdmatool_watcher_list_entries", with("list", "create_failures"), 3},
 		{"rdmatool_device_resources", with("resource", "mr"), 7},
 		{"rdmatool_mrs", d, 14},
 		{"rdmatool_mr_bytes", d, 13*4096 + 16384},

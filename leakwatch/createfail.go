@@ -26,9 +26,10 @@ const (
 	DefaultCreateFailureWindow = 5 * time.Minute
 )
 
-// maxFailures bounds the failed creates a device keeps (the newest); a
-// window holding more reports at least this many.
-const maxFailures = 1024
+// MaxCreateFailures bounds the failed creates a device keeps for
+// qp-create-failing (the newest); a window holding more reports at least
+// this many.
+const MaxCreateFailures = 1024
 
 // maxFailureSites bounds the creation sites a device's failure counts
 // name (CreateFailures): later sites count as "other".
@@ -63,12 +64,10 @@ type failureKey struct {
 	site  string
 }
 
-// createFailed records a failed create on the device.
+// createFailed records a failed create on the device: kept in its ring
+// of failures (O(1)) and counted.
 func (d *deviceState) createFailed(at time.Time, errno int32, site siteHandle) {
-	if len(d.failures) >= maxFailures {
-		d.failures = d.failures[:copy(d.failures, d.failures[1:])]
-	}
-	d.failures = append(d.failures, createFailure{at: stampOf(at), errno: errno, site: site})
+	d.failures.push(createFailure{at: stampOf(at), errno: errno, site: site}, MaxCreateFailures)
 	label := ""
 	if site != (siteHandle{}) {
 		label = siteOf(site).String()
@@ -141,28 +140,28 @@ func ErrnoName(errno int32) string {
 // frequent site as the finding's.
 func qpCreateFailing(dev *deviceState, now time.Time, cfg ruleConfig) (Finding, bool) {
 	since := stampOf(now.Add(-cfg.CreateFailureWindow))
-	i, _ := slices.BinarySearchFunc(dev.failures, since, func(f createFailure, t Stamp) int { return cmp.Compare(f.at, t) })
-	recent := dev.failures[i:]
-	if len(recent) == 0 || len(recent) < cfg.CreateFailures {
+	i := dev.failures.search(func(f *createFailure) int { return cmp.Compare(f.at, since) })
+	n := dev.failures.len() - i
+	if n == 0 || n < cfg.CreateFailures {
 		return Finding{}, false
 	}
 	errnos, sites := map[int32]int{}, map[siteHandle]int{}
-	for _, f := range recent {
+	for _, f := range dev.failures.from(i) {
 		errnos[f.errno]++
 		sites[f.site]++
 	}
-	count := strconv.Itoa(len(recent))
-	if len(recent) == maxFailures && i == 0 {
+	count := strconv.Itoa(n)
+	if i == 0 && dev.failures.full(MaxCreateFailures) {
 		count = "at least " + count
 	}
-	first := recent[0].at.Time()
+	first := dev.failures.at(i).at.Time()
 	span := now.Sub(first)
 	f := Finding{
-		Rule: RuleQPCreateFailing, Severity: SeverityError, Device: dev.name, Count: uint64(len(recent)),
+		Rule: RuleQPCreateFailing, Severity: SeverityError, Device: dev.name, Count: uint64(n),
 		AgeSeconds: math.Round(span.Seconds()*1000) / 1000,
 		Spec:       "a device refuses QP creates it cannot serve (ENOMEM, EINVAL, limits of the provider) long before max_qp",
 	}
-	rate := float64(len(recent)) / cfg.CreateFailureWindow.Minutes()
+	rate := float64(n) / cfg.CreateFailureWindow.Minutes()
 	byErrno := make([]string, 0, len(errnos))
 	order := slices.Sorted(maps.Keys(errnos))
 	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(errnos[b], errnos[a]) }) // the most frequent first
@@ -190,7 +189,7 @@ func qpCreateFailing(dev *deviceState, now time.Time, cfg ruleConfig) (Finding, 
 		}
 		f.Evidence = append(f.Evidence, Evidence{Time: now.UTC(), Source: "probe", What: fmt.Sprintf("%d at %s", s.n, where)})
 	}
-	last := recent[len(recent)-1]
+	last := dev.failures.at(dev.failures.len() - 1)
 	f.Evidence = append(f.Evidence, Evidence{Time: last.at.Time(), Source: "probe", What: "last failure: " + ErrnoName(last.errno)})
 	f.Hint = fmt.Sprintf("%s QP creates failed (%s) within %s: the device refuses what the consumer asks (a queue over max_qp_wr, "+
 		"memory or provider limits) before max_qp: find the caller at the site and check the sizes it asks for against the device's limits (ibv_devinfo -v: max_qp_wr, max_sge)", count, strings.Join(byErrno, ", "), cfg.CreateFailureWindow)

@@ -123,14 +123,14 @@ func TestQPCreateFailingBounded(t *testing.T) {
 	t.Parallel()
 	c := &clock{t: t0}
 	w := New(Config{Probes: true}, c.now)
-	for i := range maxFailures + 100 {
+	for i := range MaxCreateFailures + 100 {
 		w.Event(failed(c.at(time.Duration(i)*time.Millisecond), 12, ""))
 	}
-	if n := len(w.devs[rxe.Index].failures); n != maxFailures {
-		t.Errorf("%d failures kept, want %d", n, maxFailures)
+	if n := w.devs[rxe.Index].failures.len(); n != MaxCreateFailures {
+		t.Errorf("%d failures kept, want %d", n, MaxCreateFailures)
 	}
 	rep := w.Evaluate(Query{Rules: []string{RuleQPCreateFailing}})
-	if len(rep.Findings) != 1 || rep.Findings[0].Count != maxFailures ||
+	if len(rep.Findings) != 1 || rep.Findings[0].Count != MaxCreateFailures ||
 		rep.Findings[0].Evidence[0].What[:len("at least 1024 ")] != "at least 1024 " {
 		t.Errorf("findings %+v", rep.Findings)
 	}

@@ -7,7 +7,12 @@
 // xrc-tgt-orphan, qp-exhaustion, srq-drain-stalled, qp-create-failing,
 // qp-error-storm, mr-leak, zombie-uverbs-context) over them. A create the
 // provider refused (Event.Result) is kept per device (the newest 1,024, and
-// counts by errno and site: CreateFailures) for qp-create-failing. A scan
+// counts by errno and site: CreateFailures) for qp-create-failing; a QP's
+// entry into Error is counted by cause (QPErrors) and, when it is a failure
+// the consumer did not make (an async error, or the provider's), kept per
+// device for qp-error-storm (the newest 1,024; a modify to Error, as every
+// teardown makes, is counted and not kept). Both lists are rings whose
+// append costs the same when full (Lists gives their lengths). A scan
 // may also carry what a look at the host's processes found (Zombies):
 // processes holding the deleted uverbs node of an unregistered device with
 // no verbs context on any device, which zombie-uverbs-context reports. A

@@ -31,14 +31,16 @@ func (w *Watcher) Peers(index uint32, peers map[uint32]string) {
 	}
 }
 
-// peerLearned gives h's entries into Error the peer h has now: the dump
-// that names a failed QP's peer may come after its failure.
+// peerLearned gives h's failures kept for qp-error-storm the peer h has
+// now: the dump that names a failed QP's peer may come after its failure.
+// It walks the device's failures (at most MaxQPErrors) once for a QP that
+// entered Error, when a QP's peer is learned, not at each event.
 func (w *Watcher) peerLearned(dev *deviceState, h *History) {
 	if h.events == nil {
 		return // it never entered Error
 	}
-	for i := len(dev.qpErrors) - 1; i >= 0; i-- {
-		if e := &dev.qpErrors[i]; e.qpn == h.QPN && e.created == h.FirstSeen {
+	for _, e := range dev.qpErrors.from(0) {
+		if e.qpn == h.QPN && e.created == h.FirstSeen {
 			e.peer = h.peer
 		}
 	}

@@ -83,7 +83,10 @@ func TestPeersBetweenScans(t *testing.T) {
 	if diff := cmp.Diff(map[uint32]string{10: "192.0.2.1", 11: "192.0.2.1", 12: "192.0.2.7"}, got); diff != "" {
 		t.Errorf("peers by QPN (-want +got):\n%s", diff)
 	}
-	for _, e := range w.devs[rxe.Index].qpErrors {
+	if n := w.devs[rxe.Index].qpErrors.len(); n != 1 {
+		t.Errorf("%d failures kept, want QP 11's", n)
+	}
+	for _, e := range w.devs[rxe.Index].qpErrors.from(0) {
 		if p := e.peer.String(); p != "192.0.2.1" {
 			t.Errorf("QP %d's entry into Error (%s): peer %q, want 192.0.2.1", e.qpn, e.cause, p)
 		}

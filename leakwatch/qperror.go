@@ -30,8 +30,12 @@ const (
 	DefaultErrorStormWindow = 5 * time.Minute
 )
 
-// maxQPErrors bounds the Error entries a device keeps (the newest).
-const maxQPErrors = 1024
+// MaxQPErrors bounds the entries into Error a device keeps for
+// qp-error-storm (the newest): the failures it counts, every cause but
+// CauseModify. Teardowns and disconnects (CauseModify) are counted by
+// cause (QPErrors) and not kept, so a neighbour's teardowns, however
+// many, push no failure out.
+const MaxQPErrors = 1024
 
 // ErrorCause is why a QP entered Error, as rdmatool saw it.
 type ErrorCause uint8
@@ -72,6 +76,10 @@ func (c ErrorCause) String() string {
 	return "cause " + strconv.Itoa(int(c))
 }
 
+// failure says whether an entry into Error of cause c is one the consumer
+// did not make, which qp-error-storm counts: every cause but a modify.
+func (c ErrorCause) failure() bool { return c != CauseModify }
+
 // asyncCause is the cause an async event is, when it puts the QP in
 // Error (IB spec 11.6.3: the affiliated asynchronous errors); 0 for the
 // others.
@@ -87,7 +95,8 @@ func asyncCause(name string) ErrorCause {
 	return 0
 }
 
-// qpError is one entry of a QP into Error, as its device keeps it.
+// qpError is one entry of a QP into Error that qp-error-storm counts, as
+// its device keeps it.
 type qpError struct {
 	at Stamp
 	// created is when the QP was first seen (its create event, or the
@@ -101,6 +110,8 @@ type qpError struct {
 
 // enteredError records that h entered Error at t for cause, unless the
 // entry was counted already: once per entry, under the first cause seen.
+// It counts the entry by cause and, if it is a failure, keeps it in the
+// device's ring of failures (O(1)).
 func (w *Watcher) enteredError(h *History, dev *deviceState, t time.Time, cause ErrorCause) {
 	e := h.record()
 	if e.errCause != 0 {
@@ -108,10 +119,9 @@ func (w *Watcher) enteredError(h *History, dev *deviceState, t time.Time, cause 
 	}
 	e.errCause = cause
 	dev.errors[cause]++
-	if len(dev.qpErrors) >= maxQPErrors {
-		dev.qpErrors = dev.qpErrors[:copy(dev.qpErrors, dev.qpErrors[1:])]
+	if cause.failure() {
+		dev.qpErrors.push(qpError{at: stampOf(t), created: h.FirstSeen, names: h.names, peer: h.peer, qpn: h.QPN, cause: cause}, MaxQPErrors)
 	}
-	dev.qpErrors = append(dev.qpErrors, qpError{at: stampOf(t), created: h.FirstSeen, names: h.names, peer: h.peer, qpn: h.QPN, cause: cause})
 	h.note(t, sourceOf(cause), "entered Error: %s", cause)
 }
 
@@ -208,23 +218,23 @@ func reconnectCycles(errs []qpError) int {
 // cfg.ErrorStormWindow before now: the errors, their rate and causes, the
 // cycles and the replacements, the most frequent creation site as the
 // finding's. Only failures count: an async error event, or the provider
-// moving the QP (CauseProvider, CauseUnknown). A modify to Error is what
-// every teardown and disconnect does, and what a consumer does after a
-// failure the kernel did not see (a completion error): it counts in
-// QPErrors, not here.
+// moving the QP (CauseProvider, CauseUnknown), the entries the device
+// keeps (its newest MaxQPErrors). A modify to Error is what every
+// teardown and disconnect does, and what a consumer does after a failure
+// the kernel did not see (a completion error): it counts in QPErrors, and
+// is not kept.
 func qpErrorStorms(dev *deviceState, now time.Time, cfg ruleConfig) []Finding {
 	since := stampOf(now.Add(-cfg.ErrorStormWindow))
-	i, _ := slices.BinarySearchFunc(dev.qpErrors, since, func(e qpError, t Stamp) int { return cmp.Compare(e.at, t) })
-	recent := dev.qpErrors[i:]
-	if len(recent) < cfg.ErrorStormCycles {
+	i := dev.qpErrors.search(func(e *qpError) int { return cmp.Compare(e.at, since) })
+	if dev.qpErrors.len()-i < cfg.ErrorStormCycles {
 		return nil // a cycle has one failure at least
 	}
+	// The window begins at the oldest failure kept, and the device kept
+	// as many as it keeps: older failures within the window may be gone.
+	truncated := i == 0 && dev.qpErrors.full(MaxQPErrors)
 	byOwner := map[stormKey]*stormOwner{}
 	var order []*stormOwner
-	for _, e := range recent {
-		if e.cause == CauseModify {
-			continue // a teardown or disconnect as much as a reaction to a failure
-		}
+	for _, e := range dev.qpErrors.from(i) {
 		o := e.names.Value().owner
 		k := stormKeyOf(o)
 		so := byOwner[k]
@@ -236,19 +246,22 @@ func qpErrorStorms(dev *deviceState, now time.Time, cfg ruleConfig) []Finding {
 		if so.owner.Cgroup == "" || o.Cgroup != "" {
 			so.owner = o
 		}
-		so.errs = append(so.errs, e)
+		so.errs = append(so.errs, *e)
 	}
 	var out []Finding
 	for _, so := range order {
 		if so.cycles = reconnectCycles(so.errs); so.cycles < cfg.ErrorStormCycles {
 			continue
 		}
-		out = append(out, stormFinding(dev, so, now, cfg))
+		out = append(out, stormFinding(dev, so, truncated, now, cfg))
 	}
 	return out
 }
 
-func stormFinding(dev *deviceState, so *stormOwner, now time.Time, cfg ruleConfig) Finding {
+// stormFinding is the finding of so's storm on dev; its count is "at
+// least" so many when truncated (the device's failures kept do not reach
+// back to the window's beginning).
+func stormFinding(dev *deviceState, so *stormOwner, truncated bool, now time.Time, cfg ruleConfig) Finding {
 	errs := so.errs
 	first, last := errs[0], errs[len(errs)-1]
 	span := now.Sub(first.at.Time())
@@ -283,7 +296,7 @@ func stormFinding(dev *deviceState, so *stormOwner, now time.Time, cfg ruleConfi
 	}
 	f.setSite(siteOf(site))
 	count := strconv.Itoa(len(errs))
-	if len(dev.qpErrors) == maxQPErrors && errs[0] == dev.qpErrors[0] {
+	if truncated {
 		count = "at least " + count
 	}
 	rate := float64(len(errs)) / cfg.ErrorStormWindow.Minutes()

@@ -206,7 +206,8 @@ func TestQPErrorStormEvidence(t *testing.T) {
 	if !strings.Contains(f.Hint, "R_Key") {
 		t.Errorf("hint %q says nothing of R_Keys", f.Hint)
 	}
-	if got := reconnectCycles(w.devs[0].qpErrors[len(w.devs[0].qpErrors)-16:]); got != 2 {
+	kept := &w.devs[0].qpErrors
+	if got := reconnectCycles(kept.window(kept.len() - 16)); got != 2 {
 		t.Errorf("two rounds of 8 QPs failing together: %d cycles, want 2", got)
 	}
 
@@ -375,6 +376,120 @@ func TestStormPeers(t *testing.T) {
 			top, what := stormPeers(tt.errs)
 			if top != tt.top || what != tt.what {
 				t.Errorf("stormPeers = %q, %q; want %q, %q", top, what, tt.top, tt.what)
+			}
+		})
+	}
+}
+
+// A busy neighbour hides no storm: one process tears down 1,000 healthy
+// QPs a second for a minute (60,000 modifies to Error from RTS, each QP
+// then destroyed) while another's reconnect loop fails every 10 s, by
+// QP_ACCESS_ERR or by the provider without an event (the consumer's
+// modify finds the QP in Error). qp-error-storm names the failing process
+// and only it, with every failure it had (not "at least": the teardowns
+// push none out), and every entry is counted by cause, the teardowns as
+// modifies.
+func TestQPErrorStormBusyNeighbour(t *testing.T) {
+	t.Parallel()
+	const (
+		teardowns = 60_000 // 1,000 a second for a minute
+		storm     = 77
+		cycles    = 6
+	)
+	c := &clock{t: t0}
+	w := New(Config{Probes: true}, c.now)
+	w.Scan(scan(c.at(0), rxe))
+	stormEvent := func(e Event) {
+		e.PID, e.TID, e.Comm = storm, storm, "storm"
+		w.Event(e)
+	}
+	for i := range teardowns {
+		at := c.at(time.Duration(i) * time.Millisecond)
+		q := uint32(1000 + i)
+		w.Event(create(at, rxe, q, false))
+		w.Event(modify(at, rxe, q, rdmanl.QPStateRTS))
+		m := modify(at, rxe, q, rdmanl.QPStateErr)
+		m.CurState, m.HasCurState = rdmanl.QPStateRTS, true
+		w.Event(m)
+		w.Event(ev(at, EventQPDestroyed, rxe, q))
+		// The storm's cycle n is a pair (QPs 10+2n and 11+2n) created
+		// at 5 s + 10n s; the target's QP fails 100 ms on.
+		n := uint32(i / 10_000)
+		pair := []uint32{10 + 2*n, 11 + 2*n}
+		switch i % 10_000 {
+		case 5_000:
+			for _, q := range pair {
+				stormEvent(create(at, rxe, q, false))
+				stormEvent(modify(at, rxe, q, rdmanl.QPStateRTS))
+			}
+		case 5_100:
+			if n%2 == 0 {
+				stormEvent(asyncErr(at, rxe, pair[1], "QP_ACCESS_ERR"))
+			}
+		case 5_200:
+			for _, q := range pair {
+				m := modify(at, rxe, q, rdmanl.QPStateErr)
+				m.CurState, m.HasCurState = rdmanl.QPStateRTS, true
+				if q == pair[1] && n%2 == 1 {
+					m.CurState = rdmanl.QPStateErr // the provider's, without an event
+				}
+				stormEvent(m)
+			}
+		case 5_300:
+			for _, q := range pair {
+				stormEvent(ev(at, EventQPDestroyed, rxe, q))
+			}
+		}
+	}
+	c.at(61 * time.Second)
+	want := map[string]uint64{"rxe0 modify": teardowns + cycles, "rxe0 QP_ACCESS_ERR": cycles / 2, "rxe0 provider": cycles / 2}
+	if diff := cmp.Diff(want, errorCounts(w)); diff != "" {
+		t.Errorf("errors by cause (-want +got):\n%s", diff)
+	}
+	rep := w.Evaluate(Query{Rules: []string{RuleQPErrorStorm}})
+	if len(rep.Findings) != 1 {
+		t.Fatalf("qp-error-storm findings %+v, want one for process %d", rep.Findings, storm)
+	}
+	f := rep.Findings[0]
+	if f.TGID != storm || f.Comm != "storm" || f.Device != "rxe0" || f.Count != cycles {
+		t.Errorf("finding %+v: want process %d (storm) on rxe0, count %d", f, storm, cycles)
+	}
+	if want := "6 QPs failed into Error in 5m0s (1.2 a minute) over 6 reconnect cycles: QP_ACCESS_ERR 3, provider 3"; f.Evidence[0].What != want {
+		t.Errorf("evidence %q, want %q", f.Evidence[0].What, want)
+	}
+}
+
+// A device keeps its newest MaxQPErrors failures: a storm whose window
+// reaches back past the oldest kept counts "at least" them, one whose
+// window begins after it counts exactly.
+func TestQPErrorStormBounded(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		window time.Duration
+		want   string
+		count  uint64
+	}{
+		{"the window reaches past the oldest kept", 5 * time.Minute, "at least 1024 QPs failed into Error in 5m0s", MaxQPErrors},
+		{"the window begins after it", 5 * time.Second, "500 QPs failed into Error in 5s", 500},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{t: t0}
+			w := New(Config{Probes: true, ErrorStormWindow: tt.window}, c.now)
+			w.Scan(scan(c.at(0), rxe))
+			for i := range MaxQPErrors + 76 { // 1,100 QPs, one failing every 10 ms
+				at := c.at(time.Duration(i) * 10 * time.Millisecond)
+				w.Event(create(at, rxe, uint32(10+i), false))
+				w.Event(asyncErr(at, rxe, uint32(10+i), "QP_FATAL"))
+			}
+			c.at(11 * time.Second)
+			rep := w.Evaluate(Query{Rules: []string{RuleQPErrorStorm}})
+			if len(rep.Findings) != 1 {
+				t.Fatalf("findings %+v, want one", rep.Findings)
+			}
+			if f := rep.Findings[0]; f.Count != tt.count || !strings.HasPrefix(f.Evidence[0].What, tt.want) {
+				t.Errorf("count %d, evidence %q: want %d, %q", f.Count, f.Evidence[0].What, tt.count, tt.want)
 			}
 		})
 	}

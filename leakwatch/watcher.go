@@ -422,17 +422,18 @@ type deviceState struct {
 	gone          bool   // no longer listed (DeviceGone) or unregistered
 	contexts      uint64
 	samples       []sample
-	// failures are the newest failed QP creates (at most maxFailures),
-	// oldest first, for qp-create-failing; failed counts them all by
-	// errno and site label, failureSites the sites with a label of their
-	// own (CreateFailures).
-	failures     []createFailure
+	// failures are the newest failed QP creates (at most
+	// MaxCreateFailures), oldest first, for qp-create-failing; failed
+	// counts them all by errno and site label, failureSites the sites
+	// with a label of their own (CreateFailures).
+	failures     ring[createFailure]
 	failed       map[failureKey]uint64
 	failureSites []string
-	// qpErrors are the newest entries of its QPs into Error (at most
-	// maxQPErrors), oldest first, for qp-error-storm; errors counts them
-	// all by cause (QPErrors).
-	qpErrors []qpError
+	// qpErrors are the newest failures of its QPs into Error, the
+	// entries of every cause but CauseModify (at most MaxQPErrors),
+	// oldest first, for qp-error-storm; errors counts every entry by
+	// cause, the modifies too (QPErrors).
+	qpErrors ring[qpError]
 	errors   [numCauses]uint64
 	// mrs is what the MR dumps and the QP creates say of its owners,
 	// for mr-leak (nil until either came).

@@ -37,6 +37,7 @@ type Event struct {
 	Cycles       int64   `json:"cycles"`
 	Seconds      float64 `json:"seconds"`
 	CyclesPerSec float64 `json:"cycles_per_sec"`
+	AsyncEvents  int     `json:"async_events"` // --churn's
 	// --reconnect's: reconnect_start, cycle and reconnect.
 	Connection  int    `json:"connection"`
 	ClientQPN   uint32 `json:"client_qpn"`

@@ -471,6 +471,14 @@ func (s *State) QPErrors() []leakwatch.DeviceErrors {
 	return s.w.QPErrors()
 }
 
+// Lists are the lengths of each device's bounded event lists
+// (leakwatch.Watcher.Lists).
+func (s *State) Lists() []leakwatch.DeviceLists {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Lists()
+}
+
 // resolveOwners has the history name owners as /proc sees them now. The
 // caller holds s.mu.
 func (s *State) resolveOwners() {
