@@ -93,8 +93,9 @@
 //
 // # Stack maps
 //
-// Stacks are stored in two BPF stack maps of 1024 stacks each, which take
-// turns (generations): the probes store into the current one, named by a
+// Stacks are stored in two BPF stack maps of 1024 stacks each
+// (Options.StackEntries makes them smaller), which take turns
+// (generations): the probes store into the current one, named by a
 // one-element array map (stack_gen), and each record says which map its
 // stack is in. A stack whose hash bucket holds another is not stored (the
 // record then has no stack) and is counted (Tracer.StackStats.Refused).
