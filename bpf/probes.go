@@ -140,6 +140,9 @@ type StackStats struct {
 	// Capacity is how many stacks the two maps can hold (0 without
 	// Options.Sites).
 	Capacity int
+	// Flips counts the generation flips Events made: after a flip the
+	// current map is the one it emptied.
+	Flips uint32
 }
 
 // Total is the number of events that did not reach the caller. An entry

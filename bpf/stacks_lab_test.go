@@ -129,10 +129,12 @@ func TestLabStacksBounded(t *testing.T) {
 		t.Errorf("stacks held %d, capacity %d; want at most the capacity of 2 maps of %d", st.Held, st.Capacity, entries)
 	}
 
-	// After the storm, a new process's create has its user stack. Within
-	// a period the reader flips to the map emptied a period before, and
-	// nothing stores into it while nothing runs: two periods do it.
-	time.Sleep(2 * period)
+	// After the storm, a new process's create has its user stack. Once
+	// the reader flipped after the storm's last process ended, the current
+	// map is the one it emptied, and nothing stores into it while nothing
+	// runs (without the wait, the create could land in the storm's last
+	// map, where its bucket may hold another stack).
+	awaitFlip(t, tr, st.Flips)
 	after.Store(true)
 	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "1", "--hold", "stdin")
 	ready := w.WaitFor("ready", time.Minute)
@@ -157,7 +159,12 @@ func TestLabStacksBounded(t *testing.T) {
 	t.Logf("qpwork's user stack after the storm: %q", frames)
 
 	// And a kernel QP's create has its kernel stack: the GSI QP of a new
-	// rxe device.
+	// rxe device, in a map emptied after qpwork's stack went in.
+	st, err = tr.StackStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitFlip(t, tr, st.Flips)
 	t.Cleanup(func() {
 		exec.Command("rdma", "link", "delete", "stkrxe").Run()
 		exec.Command("ip", "link", "del", "stk0").Run()
@@ -175,6 +182,26 @@ func TestLabStacksBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("GSI QP's kernel stack: %d frames; stacks refused %d, held %d of %d", len(gsi.Stack), st.Refused, st.Held, st.Capacity)
+}
+
+// awaitFlip waits for the reader to flip the stack maps' generation after
+// it had flipped flips times.
+func awaitFlip(t *testing.T, tr *Tracer, flips uint32) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := tr.StackStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Flips > flips {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no flip of the stack maps a minute after flip %d", flips)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // awaitCreate returns the first create from creates that match takes.

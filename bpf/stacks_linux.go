@@ -58,7 +58,9 @@ type stackGens struct {
 	// the current map since (StackStats, from any goroutine).
 	prevHeld int
 	held     atomic.Int64
-	buf      [stackDepth]uint64
+	// flipped counts the flips for StackStats (any goroutine).
+	flipCount atomic.Uint32
+	buf       [stackDepth]uint64
 }
 
 func newStackGens(log *slog.Logger, maps [2]stackMap, gen stackMap, period time.Duration, monotonic func() uint64, now time.Time) *stackGens {
@@ -127,6 +129,7 @@ func (g *stackGens) flip() error {
 		return fmt.Errorf("bpf: flip stack generation: %w", err)
 	}
 	g.flips++
+	g.flipCount.Store(g.flips)
 	// Records written from here on see the new count: a stack of the
 	// emptied map that one of them names was stored after it.
 	g.emptiedAt[next] = g.monotonic()

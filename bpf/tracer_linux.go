@@ -428,7 +428,7 @@ func (t *Tracer) StackStats() (StackStats, error) {
 	if t.stacks == nil {
 		return StackStats{}, nil
 	}
-	s := StackStats{Held: int(t.stacks.held.Load()), Capacity: 2 * int(t.maps["stacks0"].MaxEntries())}
+	s := StackStats{Held: int(t.stacks.held.Load()), Capacity: 2 * int(t.maps["stacks0"].MaxEntries()), Flips: t.stacks.flipCount.Load()}
 	var perCPU []uint64
 	if err := t.counts.Lookup(uint32(counterStacksRefused), &perCPU); err != nil {
 		return s, fmt.Errorf("bpf: read stacks refused: %w", err)
