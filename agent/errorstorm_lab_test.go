@@ -291,8 +291,12 @@ func TestLabErrorStormBusyNeighbour(t *testing.T) {
 		t.Fatalf("qp-error-storm findings %+v, want one for the retrying client (pid %d; the churn is %d)", storms, stormPID, churnPID)
 	}
 	f := storms[0]
-	if f.TGID != stormPID || f.Comm != "qpwork" || f.Count < cycles || f.Count > 2*cycles || uint64(failures) != f.Count {
-		t.Errorf("qp-error-storm %+v: want qpwork pid %d, count %.0f (%d to %d)", f, stormPID, failures, cycles, 2*cycles)
+	// Every failure is the storm's, unless probe events were lost: a QP
+	// whose create was lost has no owner to count it under (7.x under
+	// TCG on a busy host lost 4,339 with 1 of 12 failures so).
+	whole := uint64(failures) == f.Count || lost > 0 && f.Count < uint64(failures)
+	if f.TGID != stormPID || f.Comm != "qpwork" || f.Count < cycles || f.Count > 2*cycles || !whole {
+		t.Errorf("qp-error-storm %+v: want qpwork pid %d, count %.0f (%d to %d; %.0f probe events lost)", f, stormPID, failures, cycles, 2*cycles, lost)
 	}
 	if what := f.Evidence[0].What; strings.HasPrefix(what, "at least") || !strings.Contains(what, fmt.Sprintf("over %d reconnect cycles", cycles)) {
 		t.Errorf("qp-error-storm evidence %q: want every failure of %d cycles", what, cycles)
