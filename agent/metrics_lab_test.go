@@ -25,15 +25,8 @@ func TestLabMetrics(t *testing.T) {
 	const addr = "127.0.0.1:19095"
 	logs, exited, stop, _ := labAgent(t, "--socket", filepath.Join(t.TempDir(), "agent.sock"), "--interval", "1s", "--metrics-address", addr)
 
-	guid := func(dev string) string {
-		b, err := os.ReadFile("/sys/class/infiniband/" + dev + "/node_guid")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(b))
-	}
-	rxe := map[string]string{"device": "rxe0", "node_guid": guid("rxe0")}
-	siw := map[string]string{"device": "siw0", "node_guid": guid("siw0")}
+	rxe := map[string]string{"device": "rxe0", "node_guid": sysfsGUID(t, "rxe0")}
+	siw := map[string]string{"device": "siw0", "node_guid": sysfsGUID(t, "siw0")}
 	with := func(dev map[string]string, kv ...string) map[string]string {
 		m := map[string]string{"device": dev["device"], "node_guid": dev["node_guid"]}
 		for i := 0; i < len(kv); i += 2 {
