@@ -392,7 +392,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	// A device registered again under its name (a reset, a link deleted
 	// and added) is one series set: the watcher hands the counts of the
-	// gone registration to the new one (leakwatch: Counts continue), and
+	// gone registration to the new one (leakwatch/continue.go), and
 	// what each registration holds is summed by name here; a device no
 	// longer listed leaves the scrape.
 	failures := map[[3]string]uint64{}
