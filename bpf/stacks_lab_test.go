@@ -4,6 +4,8 @@ package bpf
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -12,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/rdmatool/rdmatool/symbolize"
 	"github.com/rdmatool/rdmatool/vmtest"
@@ -134,7 +138,7 @@ func TestLabStacksBounded(t *testing.T) {
 	// map is the one it emptied, and nothing stores into it while nothing
 	// runs (without the wait, the create could land in the storm's last
 	// map, where its bucket may hold another stack).
-	awaitFlip(t, tr, st.Flips)
+	awaitEmptied(t, tr, st.Flips)
 	after.Store(true)
 	w := vmtest.StartWorkload(t, "--dev", "rxe0", "--qps", "1", "--hold", "stdin")
 	ready := w.WaitFor("ready", time.Minute)
@@ -164,7 +168,7 @@ func TestLabStacksBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	awaitFlip(t, tr, st.Flips)
+	awaitEmptied(t, tr, st.Flips)
 	t.Cleanup(func() {
 		exec.Command("rdma", "link", "delete", "stkrxe").Run()
 		exec.Command("ip", "link", "del", "stk0").Run()
@@ -184,9 +188,12 @@ func TestLabStacksBounded(t *testing.T) {
 	t.Logf("GSI QP's kernel stack: %d frames; stacks refused %d, held %d of %d", len(gsi.Stack), st.Refused, st.Held, st.Capacity)
 }
 
-// awaitFlip waits for the reader to flip the stack maps' generation after
-// it had flipped flips times.
-func awaitFlip(t *testing.T, tr *Tracer, flips uint32) {
+// awaitEmptied returns once the programs store into an empty stack map:
+// after a flip past flips, or at once when the current generation's map
+// holds nothing. Events flips only a map that holds a stack, so when the
+// last flip came after the last stack was stored (before the caller read
+// flips), no other follows, and the current map is the empty one.
+func awaitEmptied(t *testing.T, tr *Tracer, flips uint32) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -197,8 +204,13 @@ func awaitFlip(t *testing.T, tr *Tracer, flips uint32) {
 		if st.Flips > flips {
 			return
 		}
+		var key uint32
+		err = tr.maps[fmt.Sprintf("stacks%d", st.Flips&1)].NextKey(nil, &key)
+		if errors.Is(err, ebpf.ErrKeyNotExist) && tr.stacks.flipCount.Load() == st.Flips {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no flip of the stack maps a minute after flip %d", flips)
+			t.Fatalf("the current stack map (generation %d) holds stacks a minute after flip %d, and no flip came", st.Flips&1, flips)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
