@@ -25,13 +25,26 @@ restore() {
 	done
 }
 prev="the guest's start"
+# cpustat prints the guest's CPU time so far, busy and all, in ticks
+# (/proc/stat's cpu line: busy is all but idle and iowait).
+cpustat() {
+	read -r _ user nice system idle iowait irq softirq steal _ </proc/stat
+	echo "$((user + nice + system + irq + softirq + steal)) $((user + nice + system + idle + iowait + irq + softirq + steal))"
+}
 while read -r dir bin; do
 	[ -n "$dir" ] || continue
 	restore
 	start=$(date +%s)
+	set -- $(cpustat)
+	busy0=$1 all0=$2
 	(cd "$dir" && "$bin" -test.paniconexit0 -test.v=true -test.count=1 -test.timeout=30m ${VMTEST_RUN:+-test.run="$VMTEST_RUN"})
 	status=$?
 	secs=$(($(date +%s) - start))
+	set -- $(cpustat)
+	busy=$(( ($1 - busy0) * 100 / ($2 - all0 > 0 ? $2 - all0 : 1) ))
+	# For the lab's time table (vmlab times): the package's time and how
+	# busy it kept the guest's CPUs.
+	printf 'labtime\t%s\t%ds\t%d%% busy\n' "$dir" "$secs" "$busy"
 	if [ $status -eq 0 ]; then
 		printf 'ok  \t%s\t%ds\n' "$dir" "$secs"
 	else

@@ -2,10 +2,20 @@
 // binaries inside them.
 //
 //	vmlab build [-kernel NAME|all] [-system] [-refresh]
-//	vmlab run   [-kernel NAME] [-system] [-timeout D] [-share DIR]... -- COMMAND [ARG...]
+//	vmlab run   [-kernel NAME] [-system] [-timeout D] [-share DIR]... [-one-thread] [-host-cpus N] [-times FILE] -- COMMAND [ARG...]
 //	vmlab exec  [-kernel NAME] [-system] [-timeout D] TESTBINARY [ARG...]   (go test -exec)
 //	vmlab info  [-kernel NAME]
+//	vmlab times [-top N] DIR
 //	vmlab kernels
+//
+// Guests share the machine's host CPUs by a budget (-host-cpus, default
+// all of them): a guest takes one CPU for each host thread that runs its
+// vCPUs (one under single-threaded TCG: -one-thread, or a kernel that
+// needs it) and waits while they are taken. run -times FILE appends what
+// the run cost; times DIR prints the lab's time table from DIR/times and
+// the guests' logs there (DIR/KERNEL.log, vmtest/labtests.sh's output):
+// each guest run's wall, boot and QEMU CPU time, each package's time and
+// guest CPU use per kernel, the slowest tests.
 //
 // -system builds or boots the system guest: a Debian root disk with systemd
 // (docs/lab.md) on the same kernels.
@@ -49,9 +59,10 @@ func main() {
 
 const usage = `usage:
   vmlab build   [-kernel NAME|all] [-system] [-refresh]
-  vmlab run     [-kernel NAME] [-system] [-timeout D] [-share DIR]... -- COMMAND [ARG...]
+  vmlab run     [-kernel NAME] [-system] [-timeout D] [-share DIR]... [-one-thread] [-host-cpus N] [-times FILE] -- COMMAND [ARG...]
   vmlab exec    [-kernel NAME] [-system] [-timeout D] TESTBINARY [ARG...]
   vmlab info    [-kernel NAME]
+  vmlab times   [-top N] DIR
   vmlab kernels`
 
 func run(ctx context.Context, args []string) (int, error) {
@@ -77,6 +88,10 @@ func run(ctx context.Context, args []string) (int, error) {
 	icount := fs.Int("icount", envInt("VMTEST_ICOUNT"), "run: count instructions for guest time (QEMU -icount shift=N, e.g. 2; benchmarks)")
 	keep := fs.Bool("keep", false, "keep the run directory with console.log")
 	system := fs.Bool("system", false, "the system guest (systemd on a Debian root disk) instead of the initramfs guest")
+	oneThread := fs.Bool("one-thread", false, "run: the vCPUs on one host thread (single-threaded TCG), taking one CPU of the lab's budget")
+	cpus := fs.Int("host-cpus", envInt("VMTEST_HOST_CPUS"), "run: the lab's budget of host CPUs, shared by every guest on the machine (default: all)")
+	timesFile := fs.String("times", "", "run: append what the run cost (queued, wall, boot, QEMU CPU time) to this file, a line of tab-separated fields")
+	top := fs.Int("top", 20, "times: how many of the slowest tests to list")
 	var shares multiFlag
 	fs.Var(&shares, "share", "host directory to mount at the same path in the guest (repeatable)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -85,6 +100,18 @@ func run(ctx context.Context, args []string) (int, error) {
 	b.Refresh = *refresh
 
 	switch args[0] {
+	case "times":
+		if fs.NArg() != 1 {
+			return 2, errors.New(usage)
+		}
+		var kernels []string
+		for _, k := range lab.Matrix {
+			kernels = append(kernels, k.Name)
+		}
+		if err := times(os.Stdout, fs.Arg(0), kernels, *top); err != nil {
+			return 1, err
+		}
+		return 0, nil
 	case "kernels":
 		for _, k := range lab.Matrix {
 			fmt.Println(k.Name)
@@ -139,7 +166,7 @@ func run(ctx context.Context, args []string) (int, error) {
 			Image: img, Command: command, Dir: cwd, Stdout: os.Stdout,
 			Shares: append([]string{root}, shares...), Timeout: *timeout,
 			Memory: *memory, RunDir: filepath.Join(cache, "runs"), Keep: *keep, ICount: *icount,
-			Env: passEnv(os.Environ()),
+			Env: passEnv(os.Environ()), OneThread: *oneThread, HostCPUs: *cpus, Stats: &lab.RunStats{},
 		}
 		if *icount > 0 { // the guest's scripts say which clock they measured
 			spec.Env = append(slices.DeleteFunc(spec.Env, func(kv string) bool { return strings.HasPrefix(kv, "VMTEST_ICOUNT=") }),
@@ -161,9 +188,48 @@ func run(ctx context.Context, args []string) (int, error) {
 			spec.Shares = append(spec.Shares, filepath.Dir(bin))
 		}
 		status, err := lab.Run(ctx, spec)
+		if spec.Stats.Boots > 0 {
+			guest := "lab"
+			if *system {
+				guest = "system"
+			}
+			report(*kernel, guest, spec.Stats, status, err, *timesFile)
+		}
 		return status, err
 	}
 	return 2, fmt.Errorf("unknown command %q\n%s", args[0], usage)
+}
+
+// report prints what a run cost to stderr and, with a file, appends it
+// there: kernel, guest, host threads, then queued, wall, boot and CPU in
+// seconds, boots, the command's status ("error" when the guest did not
+// report one).
+func report(kernel, guest string, st *lab.RunStats, status int, err error, file string) {
+	busy := 0.0
+	if st.Wall > 0 && st.Threads > 0 {
+		busy = 100 * st.CPU.Seconds() / (st.Wall.Seconds() * float64(st.Threads))
+	}
+	fmt.Fprintf(os.Stderr, "vmlab: %s %s guest: %s (boot %s, queued %s for %d host CPUs), QEMU CPU %s: %.0f%% of its %d host threads\n",
+		kernel, guest, st.Wall.Round(time.Second), st.Boot.Round(time.Second), st.Queued.Round(time.Second), st.Threads,
+		st.CPU.Round(time.Second), busy, st.Threads)
+	if file == "" {
+		return
+	}
+	result := strconv.Itoa(status)
+	if err != nil {
+		result = "error"
+	}
+	f, ferr := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if ferr == nil {
+		_, ferr = fmt.Fprintf(f, "%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%s\n", kernel, guest, st.Threads,
+			st.Queued.Seconds(), st.Wall.Seconds(), st.Boot.Seconds(), st.CPU.Seconds(), st.Boots, result)
+		if cerr := f.Close(); ferr == nil {
+			ferr = cerr
+		}
+	}
+	if ferr != nil {
+		fmt.Fprintln(os.Stderr, "vmlab: times:", ferr)
+	}
 }
 
 func image(b *lab.Builder, name string) (lab.Image, error) {

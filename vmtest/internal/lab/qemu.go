@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +39,33 @@ type RunSpec struct {
 	// instead of the initramfs guest; the command may reboot it
 	// (system-run.sh).
 	System *System
+	// OneThread runs the vCPUs on one host thread (single-threaded TCG),
+	// so that the guest takes one CPU of the lab's budget and another
+	// guest can run beside it. No effect under KVM.
+	OneThread bool
+	// HostCPUs is how many host CPUs the lab's guests may use at once
+	// (the lab's CPU budget, shared by every vmlab on the machine through
+	// lock files in RunDir); zero means the machine's (runtime.NumCPU).
+	HostCPUs int
+	// Stats, when not nil, receives what the run cost.
+	Stats *RunStats
+}
+
+// RunStats is what one Run cost, for the lab's time table.
+type RunStats struct {
+	// Threads is how many host threads run the guest's vCPUs: 1 under
+	// single-threaded TCG (icount, serialTCG), else the vCPUs. The run
+	// took as many CPUs of the lab's budget.
+	Threads int
+	// Queued is how long the run waited for its CPUs of the budget.
+	Queued time.Duration
+	// Wall is QEMU's time, every boot's; Boot the time from QEMU's start
+	// to the command's start, summed over boots.
+	Wall, Boot time.Duration
+	// CPU is the user and system CPU time QEMU used, every boot's: with
+	// Wall and Threads, how busy the guest kept its host threads.
+	CPU   time.Duration
+	Boots int
 }
 
 // exitMarker ends the guest's output; its number is the command's status.
@@ -67,13 +95,26 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 	if err := os.MkdirAll(spec.RunDir, 0o755); err != nil {
 		return 0, err
 	}
-	// One guest at a time on this machine: TCG guests on two cores slow each
-	// other down enough to break timing-sensitive lab tests.
-	unlock, err := lockFile(ctx, filepath.Join(spec.RunDir, "vm.lock"))
+	// Guests share the machine's CPUs by a budget: each takes as many as
+	// host threads run its vCPUs, and waits until they are free. A guest
+	// never runs on fewer host CPUs than it has vCPU threads: TCG guests
+	// that share CPUs slow each other down enough to break timing-sensitive
+	// lab tests.
+	accel := accelArgs(spec.ICount, spec.Image.Kernel, spec.OneThread)
+	threads := hostThreads(accel, spec.CPUs)
+	budget := spec.HostCPUs
+	if budget <= 0 {
+		budget = runtime.NumCPU()
+	}
+	queued := time.Now()
+	unlock, err := takeCPUs(ctx, spec.RunDir, min(threads, budget), budget)
 	if err != nil {
 		return 0, err
 	}
 	defer unlock()
+	if spec.Stats != nil {
+		*spec.Stats = RunStats{Threads: threads, Queued: time.Since(queued)}
+	}
 	runDir, err := os.MkdirTemp(spec.RunDir, "run-")
 	if err != nil {
 		return 0, err
@@ -134,7 +175,7 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 		"-device", "e1000e,bus=labbr1,addr=1,mac=" + LabNICMAC,
 	}
 	args = append(args, disk...)
-	args = append(args, accelArgs(spec.ICount, spec.Image.Kernel)...)
+	args = append(args, accel...)
 	var mounts strings.Builder
 	shares := append([]string{runDir}, dedupShares(spec.Shares)...)
 	for i, dir := range shares {
@@ -158,6 +199,12 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 	}
 	for attempt := 1; ; attempt++ {
 		res := boot(ctx, spec, args, runDir)
+		if st := spec.Stats; st != nil {
+			st.Boots++
+			st.Wall += res.wall
+			st.Boot += res.boot
+			st.CPU += res.cpu
+		}
 		if res.ok {
 			return res.status, nil
 		}
@@ -223,6 +270,9 @@ type bootResult struct {
 	why     string // for a boot that did not start the command
 	runErr  error
 	qemuErr string
+	// wall is QEMU's run, boot its part before the command started (all
+	// of it when it never did), cpu QEMU's user and system CPU time.
+	wall, boot, cpu time.Duration
 }
 
 // boot runs QEMU once and waits for it to end. It stops QEMU when the
@@ -246,14 +296,20 @@ func boot(ctx context.Context, spec RunSpec, args []string, runDir string) bootR
 			stop()
 		}
 	})
+	began := time.Now()
 	runErr := cmd.Run()
 	timer.Stop()
 	filter.flush()
 
-	res := bootResult{runErr: runErr, qemuErr: strings.TrimSpace(qemuErr.String())}
+	res := bootResult{runErr: runErr, qemuErr: strings.TrimSpace(qemuErr.String()), wall: time.Since(began)}
+	if ps := cmd.ProcessState; ps != nil {
+		res.cpu = ps.UserTime() + ps.SystemTime()
+	}
+	res.boot = res.wall
 	select {
 	case <-filter.started:
 		res.started = true
+		res.boot = filter.startedAt.Sub(began) // written before Run returned (its output copied)
 	default:
 	}
 	res.status, res.ok = readStatus(filepath.Join(runDir, "exit-status"))
@@ -317,8 +373,9 @@ func dedupShares(dirs []string) []string {
 // accelArgs picks KVM only when a stock kernel can run on it (kvm_intel or
 // kvm_amd loaded; kvm_pvm cannot), else TCG. VMTEST_ACCEL overrides. A
 // positive icount asks for TCG in instruction-counting mode (single
-// threaded, as QEMU requires), whatever is available.
-func accelArgs(icount int, kernel string) []string {
+// threaded, as QEMU requires), whatever is available; oneThread asks for
+// single-threaded TCG.
+func accelArgs(icount int, kernel string, oneThread bool) []string {
 	if icount > 0 {
 		// sleep=off: idle guest time is skipped, not waited out.
 		return []string{"-accel", "tcg,thread=single", "-cpu", "max", "-icount", fmt.Sprintf("shift=%d,sleep=off", icount)}
@@ -338,7 +395,7 @@ func accelArgs(icount int, kernel string) []string {
 	if accel == "kvm" {
 		return []string{"-accel", "kvm", "-cpu", "host"}
 	}
-	if why := serialTCG[kernel]; why != "" {
+	if why := serialTCG[kernel]; why != "" || oneThread {
 		return []string{"-accel", "tcg,thread=single", "-cpu", "max"}
 	}
 	return []string{"-accel", "tcg,thread=multi", "-cpu", "max"}
@@ -371,8 +428,9 @@ type markerFilter struct {
 	buf    []byte
 	status int
 	found  bool
-	// started, when not nil, is closed at the start marker.
-	started chan struct{}
+	// started, when not nil, is closed at the start marker, at startedAt.
+	started   chan struct{}
+	startedAt time.Time
 }
 
 func (m *markerFilter) Write(p []byte) (int, error) {
@@ -395,6 +453,7 @@ func (m *markerFilter) line(l []byte) {
 			select {
 			case <-m.started:
 			default:
+				m.startedAt = time.Now()
 				close(m.started)
 			}
 		}
@@ -428,25 +487,59 @@ const LabNICMAC = "02:00:00:00:03:01"
 // ErrNotBuilt is returned when a kernel's image has not been built yet.
 var ErrNotBuilt = errors.New("lab image not built (run: make lab)")
 
-// lockFile takes an exclusive flock on path, waiting until ctx ends.
-func lockFile(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
+// hostThreads is how many host threads run a guest's vCPUs under accel
+// (accelArgs): one under single-threaded TCG, else one a vCPU.
+func hostThreads(accel []string, cpus int) int {
+	if slices.Contains(accel, "tcg,thread=single") {
+		return 1
+	}
+	return cpus
+}
+
+// takeCPUs takes n of the lab's budget of host CPUs: n of the lock files
+// cpu.0 to cpu.(budget-1) in dir, flocked, all at once or none (a guest
+// holding some while it waits for more could wait on another that does
+// the same). It waits, looking every 200 ms, until ctx ends. Locks die
+// with their process, so a killed vmlab frees its CPUs.
+func takeCPUs(ctx context.Context, dir string, n, budget int) (func(), error) {
+	var files []*os.File
+	release := func() {
+		for _, f := range files {
+			_ = f.Close() // closing the file releases its lock
+		}
+		files = nil
 	}
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { _ = f.Close() }, nil // closing the file releases the lock
+		for i := 0; i < budget && len(files) < n; i++ {
+			path := filepath.Join(dir, "cpu."+strconv.Itoa(i))
+			f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+			if err != nil {
+				release()
+				return nil, fmt.Errorf("lab: CPU budget: %w", err)
+			}
+			err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+			if err == nil {
+				files = append(files, f)
+				continue
+			}
+			_ = f.Close() // held by another guest, or the error is returned
+			if !errors.Is(err, syscall.EWOULDBLOCK) {
+				release()
+				return nil, fmt.Errorf("lab: lock %s: %w", path, err)
+			}
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			_ = f.Close() // the lock's error is returned
-			return nil, fmt.Errorf("lab: lock %s: %w", path, err)
+		if len(files) == n {
+			taken := files
+			return func() {
+				for _, f := range taken {
+					_ = f.Close() // closing the file releases its lock
+				}
+			}, nil
 		}
+		release()
 		select {
 		case <-ctx.Done():
-			_ = f.Close() // the wait's error is returned
-			return nil, fmt.Errorf("lab: waiting for another guest to finish: %w", ctx.Err())
+			return nil, fmt.Errorf("lab: waiting for %d of the lab's %d host CPUs: %w", n, budget, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -2,12 +2,14 @@ package lab
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -323,5 +325,76 @@ func TestRunSystemBootsAgainWhenTheCommandAsks(t *testing.T) {
 	}
 	if got, want := out.String(), "boot 1\nboot 2\nboot 3\n"; got != want {
 		t.Errorf("output = %q, want %q", got, want)
+	}
+}
+
+func TestHostThreads(t *testing.T) {
+	t.Setenv("VMTEST_ACCEL", "tcg")
+	for _, tt := range []struct {
+		kernel    string
+		icount    int
+		oneThread bool
+		want      int
+	}{
+		{"6.12", 0, false, 2}, // multi-threaded TCG: a host thread a vCPU
+		{"6.12", 0, true, 1},
+		{"7.x", 0, false, 1}, // serialTCG
+		{"6.1", 2, false, 1}, // icount
+	} {
+		accel := accelArgs(tt.icount, tt.kernel, tt.oneThread)
+		if got := hostThreads(accel, 2); got != tt.want {
+			t.Errorf("%s icount %d oneThread %v: %v, %d host threads; want %d", tt.kernel, tt.icount, tt.oneThread, accel, got, tt.want)
+		}
+	}
+}
+
+// TestTakeCPUs: guests take CPUs of the budget all at once or not at all,
+// wait while they are held, and get them when they are released.
+func TestTakeCPUs(t *testing.T) {
+	dir := t.TempDir()
+	take := func(n int, wait time.Duration) (func(), error) {
+		ctx, cancel := context.WithTimeout(t.Context(), wait)
+		defer cancel()
+		return takeCPUs(ctx, dir, n, 2)
+	}
+	a, err := take(1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := take(1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := take(1, 500*time.Millisecond); err == nil {
+		t.Fatal("a third CPU of a budget of 2 was taken")
+	}
+	a()
+	if _, err := take(2, 500*time.Millisecond); err == nil {
+		t.Fatal("2 CPUs taken while another guest holds 1 of 2")
+	}
+	done := make(chan error, 1)
+	go func() {
+		release, err := take(2, 10*time.Second)
+		if err == nil {
+			release()
+		}
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	b()
+	if err := <-done; err != nil {
+		t.Errorf("2 CPUs once both were released: %v", err)
+	}
+}
+
+func TestRunStats(t *testing.T) {
+	fakeQEMU(t, panicBoot, goodBoot)
+	var st RunStats
+	status, err := Run(t.Context(), RunSpec{Image: Image{Kernel: "6.12"}, Command: []string{"true"}, Dir: "/", RunDir: t.TempDir(), Stats: &st, HostCPUs: 4})
+	if err != nil || status != 0 {
+		t.Fatalf("Run = %d, %v; want 0, nil", status, err)
+	}
+	if st.Boots != 2 || st.Threads != 2 || st.Wall <= 0 || st.Boot <= 0 || st.Boot > st.Wall || st.CPU <= 0 {
+		t.Errorf("stats %+v: want 2 boots on 2 threads, a wall time, a boot time within it, a CPU time", st)
 	}
 }
