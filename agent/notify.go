@@ -3,23 +3,55 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"net"
+	"os"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
 )
 
+// notifyTimeout bounds each write to systemd's notify socket.
+const notifyTimeout = time.Second
+
+// sdNotify sends state to systemd's notify socket (NOTIFY_SOCKET; a
+// leading @ names an abstract socket) and gives up after timeout; without
+// NOTIFY_SOCKET it does nothing and says false. It is go-systemd's
+// daemon.SdNotify with a write deadline: that one writes without any, so
+// a socket whose reader stopped reading (systemd wedged, a container's
+// init that never reads) blocks it once the socket's queue is full, and
+// with it the watchdog and the agent's stop.
+func sdNotify(state string, timeout time.Duration) (bool, error) {
+	name := os.Getenv("NOTIFY_SOCKET")
+	if name == "" {
+		return false, nil
+	}
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: name, Net: "unixgram"})
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close() //nolint:errcheck // a datagram socket: nothing is left to flush
+	if err := conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+		return false, err
+	}
+	if _, err := conn.Write([]byte(state)); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // notifyReady tells systemd (Type=notify) that the agent serves its socket.
 // Outside systemd (no NOTIFY_SOCKET) it does nothing.
 func notifyReady(log *slog.Logger) {
-	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+	if _, err := sdNotify(daemon.SdNotifyReady, notifyTimeout); err != nil {
 		log.Warn("sd_notify READY failed", "err", err)
 	}
 }
 
-// notifyStopping tells systemd the agent is shutting down.
+// notifyStopping tells systemd the agent is shutting down, waiting at
+// most notifyTimeout for the socket.
 func notifyStopping() {
 	// Nothing to do when systemd does not hear it: the agent stops anyway.
-	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	_, _ = sdNotify(daemon.SdNotifyStopping, notifyTimeout)
 }
 
 // minPet is the shortest time between two pets of the watchdog, whatever
@@ -52,7 +84,7 @@ func watchdog(ctx context.Context, st *state, log *slog.Logger) {
 		case <-tick.C:
 		}
 		st.Status() // blocks if the history is stuck behind its lock
-		_, err := daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+		_, err := sdNotify(daemon.SdNotifyWatchdog, notifyTimeout)
 		switch {
 		case err != nil && err.Error() != failed:
 			failed = err.Error()

@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,5 +94,60 @@ func TestWatchdogBrokenNotifySocket(t *testing.T) {
 	stopRun(t, cancel, done)
 	if n := strings.Count(logs.String(), "sd_notify WATCHDOG failed"); n != 1 {
 		t.Errorf("%d warnings of failed pets in 500 ms, want 1", n)
+	}
+}
+
+// A notify socket whose reader has stopped reading (its queue full) makes
+// each write give up at its deadline instead of blocking: the watchdog
+// goes on, and an agent told to stop says STOPPING (in vain) and ends.
+func TestNotifySocketNobodyReads(t *testing.T) {
+	dir := t.TempDir()
+	ns := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: ns, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv("NOTIFY_SOCKET", ns)
+	// Fill the socket's queue (net.unix.max_dgram_qlen datagrams, or its
+	// buffer): then a write blocks until its deadline.
+	var full bool
+	for i := 0; i < 10000 && !full; i++ {
+		start := time.Now()
+		_, err := sdNotify("WATCHDOG=1", 50*time.Millisecond)
+		if err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("write %d: %v, want a deadline exceeded", i, err)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Fatalf("write %d gave up after %s, want its deadline of 50ms", i, took)
+			}
+			full = true
+		}
+	}
+	if !full {
+		t.Fatal("10,000 datagrams went to a socket nobody reads")
+	}
+
+	t.Setenv("WATCHDOG_USEC", "200000")
+	var logs syncBuffer
+	d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: dialer(rdmanltest.NewHost(rxe))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: filepath.Join(dir, "agent.sock"), NoProbes: true, retry: time.Hour})
+	}()
+	waitFor(t, "a failed pet", func() bool { return strings.Contains(logs.String(), "sd_notify WATCHDOG failed") })
+	if !strings.Contains(logs.String(), "i/o timeout") {
+		t.Errorf("the failed pet's warning does not say it timed out:\n%s", logs.String())
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(3 * notifyTimeout):
+		t.Fatalf("Run still running %s after its stop, its notify socket full", 3*notifyTimeout)
 	}
 }
