@@ -137,6 +137,17 @@ func TestParseFilterErrors(t *testing.T) {
 		{name: "negative number", row: qpRow{}, args: []string{"pid", "-1"}, want: []string{`"-1" is not a number`}},
 		{name: "empty list item", row: qpRow{}, args: []string{"lqpn", "1,,2"}, want: []string{`"1,,2" is not a number`}},
 		{name: "too large", row: qpRow{}, args: []string{"lqpn", "0x1ffffffffffffffff"}, want: []string{"lqpn"}},
+		{name: "beyond the field", row: qpRow{}, args: []string{"lqpn", "99999999999"}, want: []string{`filter lqpn: "99999999999" is out of range (at most 4294967295)`}},
+		{name: "range beyond the field", row: qpRow{}, args: []string{"lqpn", "1-4294967296"}, want: []string{`"1-4294967296" is out of range`}},
+		{
+			name: "a word twice, no value in both", row: qpRow{}, args: []string{"state", "ERR", "state", "INIT"},
+			want: []string{`state "ERR" and state "INIT" select nothing together`, "(state A,B)"},
+		},
+		{name: "a number twice, no value in both", row: qpRow{}, args: []string{"lqpn", "29", "lqpn", "30"}, want: []string{`lqpn "29" and lqpn "30" select nothing`}},
+		{
+			name: "the third of a field against the first", row: qpRow{}, args: []string{"lqpn", "1-5", "lqpn", "3-9", "lqpn", "6-7"},
+			want: []string{`lqpn "1-5" and lqpn "6-7" select nothing`},
+		},
 		{name: "odd argument count", row: qpRow{}, args: []string{"lqpn", "17", "state"}, want: []string{`filter "state" has no value`}},
 		{name: "name only", row: qpRow{}, args: []string{"lqpn"}, want: []string{`filter "lqpn" has no value`}},
 		{

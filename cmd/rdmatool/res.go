@@ -26,8 +26,10 @@ rdmatool res [show] srq   [dev DEV] [srqn N] [type T] [pid N] ...
 rdmatool res [show] cm_id [link DEV[/PORT]] [state S] [lqpn N] [pid N] ...
 Numbers take ranges and lists: lqpn 0-6, pid 10,20-30. Words take
 lists of the kernel's names, as the rows print them (state ERR,SQE); a
-name that is none of them is an error that lists them. link or dev
-selects one device, once. --raw asks the kernel for the provider's raw
+name that is none of them is an error that lists them. Filters are
+ANDed: one given again narrows it (lqpn 0-10 lqpn 6-20), and two that
+share no value (state ERR state INIT) are an error. A number beyond the
+field's range is an error. link or dev selects one device, once. --raw asks the kernel for the provider's raw
 QP/CQ/MR/SRQ context (needs CAP_NET_ADMIN). A qp or mr row names the
 kernel ULP it serves (ulp): for a QP rdma_cm made, the module its rdma_cm
 ID or SRQ names; for a kernel MR, the module that allocated its PD

@@ -60,7 +60,8 @@ func Parse(spec Spec, args []string) (Filter, map[string]string, error) {
 	}
 	var flt Filter
 	extras := map[string]string{}
-	selected := "" // the selector given, as typed: "dev rxe0"
+	selected := ""                    // the selector given, as typed: "dev rxe0"
+	given := map[string][]typedTerm{} // the terms of each filter given
 	for i := 0; i < len(args); i += 2 {
 		name := strings.ReplaceAll(args[i], "-", "_")
 		value := args[i+1]
@@ -87,6 +88,10 @@ func Parse(spec Spec, args []string) (Filter, map[string]string, error) {
 		t := term{field: f.Name}
 		switch f.Type.Kind() {
 		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Int, reflect.Int64:
+			most := uint64(1)<<(f.Type.Bits()-1) - 1 // signed
+			if f.Type.Kind() != reflect.Int && f.Type.Kind() != reflect.Int64 {
+				most = most<<1 | 1
+			}
 			for part := range strings.SplitSeq(value, ",") {
 				lo, hi, isRange := strings.Cut(part, "-")
 				a, err := parseNumber(lo)
@@ -98,6 +103,9 @@ func Parse(spec Spec, args []string) (Filter, map[string]string, error) {
 					if b, err = parseNumber(hi); err != nil || b < a {
 						return Filter{}, nil, fmt.Errorf("filter %s: bad range %s", args[i], quote.String(part))
 					}
+				}
+				if a > most || b > most {
+					return Filter{}, nil, fmt.Errorf("filter %s: %s is out of range (at most %d)", args[i], quote.String(part), most)
 				}
 				t.ranges = append(t.ranges, [2]uint64{a, b})
 			}
@@ -113,9 +121,41 @@ func Parse(spec Spec, args []string) (Filter, map[string]string, error) {
 				}
 			}
 		}
+		// Terms are ANDed: a filter given again narrows what it selected
+		// ("lqpn 0-10 lqpn 6-20" is 6 to 10), and one that shares no
+		// value with it ("state ERR state INIT") would list nothing
+		// whatever the kernel holds: refused.
+		this := args[i] + " " + quote.String(value)
+		for _, before := range given[name] {
+			if !flt.terms[before.term].overlaps(t) {
+				return Filter{}, nil, fmt.Errorf("%s and %s select nothing together: filters are ANDed; give one with a list (%s A,B)",
+					before.typed, this, args[i])
+			}
+		}
+		given[name] = append(given[name], typedTerm{typed: this, term: len(flt.terms)})
 		flt.terms = append(flt.terms, t)
 	}
 	return flt, extras, nil
+}
+
+// typedTerm is a term of a Filter being parsed and what was typed for it.
+type typedTerm struct {
+	typed string
+	term  int
+}
+
+// overlaps reports whether some value passes both t and u, terms of one
+// field.
+func (t term) overlaps(u term) bool {
+	if t.ranges != nil {
+		for _, a := range t.ranges {
+			if slices.ContainsFunc(u.ranges, func(b [2]uint64) bool { return a[0] <= b[1] && b[0] <= a[1] }) {
+				return true
+			}
+		}
+		return false
+	}
+	return slices.ContainsFunc(t.words, func(w string) bool { return slices.Contains(u.words, w) })
 }
 
 // boolWords are the values of a boolean field, as the rows print them.
