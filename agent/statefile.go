@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rdmatool/rdmatool/internal/quote"
@@ -193,6 +194,9 @@ func (f *stateFile) save(st *state, now time.Time) (qps int, size int64, err err
 // at all, and returns the QP histories and bytes written. It reads only
 // what does not change after newStateFile, so a save's goroutine runs it.
 func (f *stateFile) writeSnapshot(snap *leakwatch.SaveSnapshot, now time.Time) (qps int, size int64, err error) {
+	if err := mayReplace(f.path); err != nil {
+		return 0, 0, fmt.Errorf("agent: save state %s: %w", f.path, err)
+	}
 	size, err = f.write(f.path, f.maxSize, func(w io.Writer) error {
 		enc := json.NewEncoder(w)
 		h := stateHeader{Magic: stateMagic, Version: leakwatch.SavedVersion, BootID: f.boot, Saved: now.UTC(), Agent: f.version}
@@ -206,6 +210,42 @@ func (f *stateFile) writeSnapshot(snap *leakwatch.SaveSnapshot, now time.Time) (
 		return 0, 0, fmt.Errorf("agent: save state %s: %w", f.path, err)
 	}
 	return qps, size, nil
+}
+
+// errNotState is a save that would have replaced a file that is not a
+// state file.
+var errNotState = errors.New("the file there is not an rdmatool agent state file: not writing over it (point state_file elsewhere, or remove the file)")
+
+// mayReplace says whether a save may replace what is at path: nothing, an
+// empty file, a state file (its first line a header with stateMagic), or
+// what is not a regular file (a link, a pipe: replaced, not followed).
+// Any other file is an operator's (--state-file pointed at agent.yaml by
+// mistake): errNotState, so that the save fails, is logged and counted,
+// and the file stays.
+func mayReplace(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && (!fi.Mode().IsRegular() || fi.Size() == 0) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	file, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer file.Close() //nolint:errcheck // read only
+	line, err := bufio.NewReader(io.LimitReader(file, 4096)).ReadSlice('\n')
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
+		return err
+	}
+	var h struct {
+		Magic string `json:"magic"`
+	}
+	if json.Unmarshal(line, &h) != nil || h.Magic != stateMagic {
+		return errNotState
+	}
+	return nil
 }
 
 // start copies the history, with its lock held for the copy only (timed:

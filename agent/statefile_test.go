@@ -444,3 +444,45 @@ func BenchmarkStateFile(b *testing.B) {
 		b.ReportMetric(alloc, "alloc-B/qp")
 	})
 }
+
+// A save never writes over a file that is not a state file (state_file
+// pointed at agent.yaml by mistake): it fails, and the file stays as it
+// was. An empty file and a state file are replaced.
+func TestStateSaveSparesAnotherFile(t *testing.T) {
+	st := newState(leakwatch.Config{}, func() time.Time { return t0 }, "test")
+	for _, tt := range []struct {
+		name, content string
+		replaced      bool
+	}{
+		{"agent.yaml", "interval: 10s\nmax_qp:\n  rxe0: 40\n", false},
+		{"a line longer than the header may be", strings.Repeat("x", 10000), false},
+		{"another JSON file", `{"magic":"other state"}` + "\n", false},
+		{"empty", "", true},
+		{"a state file", string(savedState(t)), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state.json")
+			if err := os.WriteFile(path, []byte(tt.content), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			f := newStateFile(path, procWithBoot(t, "boot-1"), "test", slog.New(slog.DiscardHandler))
+			_, _, err := f.save(st, t0)
+			b, rerr := os.ReadFile(path)
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if tt.replaced {
+				if err != nil || !bytes.HasPrefix(b, []byte(`{"magic":"rdmatool agent state"`)) {
+					t.Errorf("save: %v; file %.80q; want the history saved over it", err, b)
+				}
+				return
+			}
+			if !errors.Is(err, errNotState) || !strings.Contains(err.Error(), "not writing over it") {
+				t.Errorf("save: %v, want errNotState", err)
+			}
+			if string(b) != tt.content {
+				t.Errorf("the file is now %.80q, want it as it was", b)
+			}
+		})
+	}
+}
