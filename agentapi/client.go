@@ -1,6 +1,7 @@
 package agentapi
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	iquote "github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
 )
 
@@ -116,30 +118,74 @@ func get(ctx context.Context, socket, path string, query url.Values, v any, head
 		return &AskError{socket, err}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return &AskError{socket, fmt.Errorf("read the answer: %w", err)}
-	}
+	body := &answerReader{r: resp.Body, left: maxAnswer}
 	if resp.StatusCode != http.StatusOK {
 		var e apiError
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return &AskError{socket, fmt.Errorf("%s (HTTP %d)", e.Error, resp.StatusCode)}
+		if json.NewDecoder(body).Decode(&e) == nil && e.Error != "" {
+			return &AskError{socket, fmt.Errorf("%s (HTTP %d)", iquote.Line(e.Error), resp.StatusCode)}
 		}
-		return &AskError{socket, fmt.Errorf("HTTP %s", resp.Status)}
+		return &AskError{socket, fmt.Errorf("HTTP %s", iquote.Line(resp.Status))}
 	}
+	// The answer is decoded as it comes, not read whole first: a report
+	// of tens of MB costs what it decodes to.
+	br := bufio.NewReaderSize(body, 64<<10)
 	// An error found once the answer had begun (the device named went
-	// away) is its body. A report starts with another key, so a 40 MB
-	// report is not decoded twice.
-	if bytes.HasPrefix(body, errorPrefix) {
+	// away) is its body. A report starts with another key.
+	if p, _ := br.Peek(len(errorPrefix)); bytes.Equal(p, errorPrefix) {
 		var e apiError
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return &AskError{socket, errors.New(e.Error)}
+		if json.NewDecoder(br).Decode(&e) == nil && e.Error != "" {
+			return &AskError{socket, errors.New(iquote.Line(e.Error))}
+		}
+		return &AskError{socket, fmt.Errorf("decode the answer: an error answer without its error")}
+	}
+	dec := json.NewDecoder(br)
+	err = dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = errors.New("more after the answer's JSON value")
 		}
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return &AskError{socket, fmt.Errorf("decode the answer: %w", err)}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errAnswerTooLarge):
+		return &AskError{socket, err}
+	case body.err != nil && errors.Is(err, body.err):
+		return &AskError{socket, fmt.Errorf("read the answer: %w", err)}
 	}
-	return nil
+	return &AskError{socket, fmt.Errorf("decode the answer: %w", err)}
+}
+
+// maxAnswer bounds what get reads of an answer: a report with every
+// finding (--limit 0) of a big host is tens of MB; more is not an agent's.
+var maxAnswer int64 = 256 << 20
+
+// errAnswerTooLarge is an answer longer than maxAnswer.
+var errAnswerTooLarge = fmt.Errorf("the agent's answer is larger than %d MiB: ask for less (--limit, --dev)", maxAnswer>>20)
+
+// answerReader reads an answer up to left bytes, then fails with
+// errAnswerTooLarge (not EOF, which would read as a JSON value cut
+// short); err is the last read error it passed on.
+type answerReader struct {
+	r    io.Reader
+	left int64
+	err  error
+}
+
+func (a *answerReader) Read(p []byte) (int, error) {
+	if a.left <= 0 {
+		a.err = errAnswerTooLarge
+		return 0, a.err
+	}
+	if int64(len(p)) > a.left {
+		p = p[:a.left]
+	}
+	n, err := a.r.Read(p)
+	a.left -= int64(n)
+	if err != nil && !errors.Is(err, io.EOF) {
+		a.err = err
+	}
+	return n, err
 }
 
 // errorPrefix begins an error answer (apiError as encoding/json writes it).

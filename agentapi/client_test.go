@@ -3,6 +3,7 @@ package agentapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -64,5 +65,42 @@ func TestGetStalled(t *testing.T) {
 				t.Fatalf("get from an agent that stalls %s: still waiting after 30s", tt.name)
 			}
 		})
+	}
+}
+
+// An answer larger than maxAnswer is an error that says so, not a JSON
+// value cut short; one within it decodes, whatever it takes of the cap;
+// an agent's error of a megabyte is cut for the terminal.
+func TestGetAnswerSize(t *testing.T) {
+	big := `{"findings":[` + strings.Repeat(`{"rule":"stale-qp"},`, 250) + `{"rule":"stale-qp"}]}`
+	serveBody := func(code int, body string) string {
+		return serveWith(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			w.Write([]byte(body))
+		})})
+	}
+	defer func(n int64) { maxAnswer = n }(maxAnswer)
+	maxAnswer = int64(len(big))
+	var rep CheckReport
+	if err := get(t.Context(), serveBody(http.StatusOK, big), "/v1/qp-leaks", nil, &rep, 0, time.Second); err != nil || len(rep.Findings) != 251 {
+		t.Errorf("an answer of maxAnswer bytes: %v, %d findings; want 251", err, len(rep.Findings))
+	}
+	maxAnswer = int64(len(big)) - 1
+	err := get(t.Context(), serveBody(http.StatusOK, big), "/v1/qp-leaks", nil, &rep, 0, time.Second)
+	if !errors.Is(err, errAnswerTooLarge) || !strings.Contains(err.Error(), "the agent's answer is larger than 256 MiB: ask for less (--limit, --dev)") {
+		t.Errorf("an answer over maxAnswer: %v, want errAnswerTooLarge", err)
+	}
+	maxAnswer = 256 << 20
+	if err := get(t.Context(), serveBody(http.StatusOK, big+`{}`), "/v1/qp-leaks", nil, &rep, 0, time.Second); err == nil ||
+		!strings.Contains(err.Error(), "decode the answer: more after the answer's JSON value") {
+		t.Errorf("an answer with more after its value: %v", err)
+	}
+	long := strings.Repeat("e", 1<<20)
+	for _, code := range []int{http.StatusOK, http.StatusNotFound} {
+		err := get(t.Context(), serveBody(code, `{"error":"`+long+`\u001b[2J"}`), "/v1/qp-leaks", nil, &rep, 0, time.Second)
+		if err == nil || len(err.Error()) > 1024 || !strings.Contains(err.Error(), "… (1048580 bytes)") || code == http.StatusNotFound && !strings.HasSuffix(err.Error(), "(HTTP 404)") {
+			t.Errorf("HTTP %d, an error of 1 MiB: %.200q (%d bytes), want it cut", code, err, len(fmt.Sprint(err)))
+		}
 	}
 }

@@ -27,6 +27,27 @@ func String(s string) string {
 	return strconv.Quote(s[:n]) + " (" + strconv.Itoa(len(s)) + " bytes)"
 }
 
+// MaxLine is how many bytes of a message Line keeps.
+const MaxLine = 512
+
+// Line is a message from elsewhere (an agent's error, an HTTP reason
+// phrase) for one line of an error: Text(s), and only its first MaxLine
+// bytes, cut at a rune boundary and followed by "… (N bytes)" where it
+// was cut.
+func Line(s string) string {
+	if len(s) > MaxLine {
+		n := MaxLine
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		if n == 0 { // no rune starts in the first MaxLine bytes: invalid UTF-8
+			n = MaxLine
+		}
+		return Text(s[:n]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+	}
+	return Text(s)
+}
+
 // Text is s with what a terminal would act on escaped (see the package
 // comment); s itself when there is nothing to escape.
 func Text(s string) string {

@@ -136,3 +136,17 @@ func FuzzLabel(f *testing.F) {
 		}
 	})
 }
+
+func TestLine(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"device rxe9 is gone", "device rxe9 is gone"},
+		{"a\x1b[2Jb", `a\x1b[2Jb`},
+		{strings.Repeat("é", 300), strings.Repeat("é", 256) + "… (600 bytes)"}, // 512 bytes of 2-byte runes
+		{"a" + strings.Repeat("é", 300), "a" + strings.Repeat("é", 255) + "… (601 bytes)"},
+		{strings.Repeat("x", 1<<20), strings.Repeat("x", MaxLine) + "… (1048576 bytes)"},
+	} {
+		if got := Line(tt.in); got != tt.want {
+			t.Errorf("Line(%.40q) = %.80q, want %.80q", tt.in, got, tt.want)
+		}
+	}
+}
