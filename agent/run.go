@@ -273,14 +273,14 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		return nil
 	})
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := serveLimited(srv, ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("agent: serve %s: %w", o.Socket, err)
 		}
 		return nil
 	})
 	if msrv != nil {
 		g.Go(func() error {
-			if err := msrv.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+			if err := serveLimited(msrv, mln); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("agent: serve metrics on %s: %w", mln.Addr(), err)
 			}
 			return nil

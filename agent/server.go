@@ -14,6 +14,7 @@ import (
 
 	"github.com/rdmatool/rdmatool/agentapi"
 	"github.com/rdmatool/rdmatool/internal/quote"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,9 +31,28 @@ func newServer(h http.Handler, log *slog.Logger, idle time.Duration) *http.Serve
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      agentapi.AnswerWriteTimeout,
 		IdleTimeout:       idle,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+}
+
+// maxHeaderBytes bounds a request's header: the agent's requests are a
+// GET line with a short query (net/http allows 4 KiB more).
+const maxHeaderBytes = 16 << 10
+
+// maxConns is how many connections each of the agent's listeners (its
+// socket, /metrics) serves at once; more wait in the kernel's backlog
+// until one ends. A connection costs the agent at most about 40 KiB (its
+// goroutine's stack, net/http's 4 KiB read and write buffers, a header
+// of up to maxHeaderBytes and 4 KiB), so idle or slow connections of a
+// local user who owes the agent nothing hold at most about 2.5 MiB a
+// listener, for at most ReadHeaderTimeout (a request never sent) or idle
+// (between requests) each.
+const maxConns = 64
+
+// serveLimited serves srv on ln, maxConns connections at once.
+func serveLimited(srv *http.Server, ln net.Listener) error {
+	return srv.Serve(netutil.LimitListener(ln, maxConns))
 }
 
 // listen makes the agent's socket at path: its directory is created 0755

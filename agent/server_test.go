@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,5 +341,65 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(b), "HTTP/1.1 200 OK") {
 		t.Errorf("answer %q", b)
+	}
+}
+
+// Idle connections beyond maxConns (a local user opening thousands on
+// /metrics or the socket) are not served, and so cost the agent nothing,
+// until served ones end: then the next is answered.
+func TestServeLimited(t *testing.T) {
+	var served atomic.Int64 // connections the server took
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				served.Add(1)
+			}
+		},
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		serveLimited(srv, ln)
+	}()
+	defer func() {
+		srv.Close()
+		<-done
+	}()
+	var idle []net.Conn
+	for range maxConns + 100 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	waitFor(t, "the first connections served", func() bool { return served.Load() >= maxConns })
+	time.Sleep(200 * time.Millisecond) // what more would have been taken by now
+	if n := served.Load(); n != maxConns {
+		t.Errorf("%d idle connections served, want %d", n, maxConns)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	for _, c := range idle {
+		c.Close()
+	}
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Errorf("GET once the idle connections closed: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("GET not answered 10s after the idle connections closed")
 	}
 }
