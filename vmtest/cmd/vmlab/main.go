@@ -5,14 +5,19 @@
 //	vmlab run   [-kernel NAME] [-system] [-timeout D] [-share DIR]... [-one-thread] [-host-cpus N] [-times FILE] -- COMMAND [ARG...]
 //	vmlab exec  [-kernel NAME] [-system] [-timeout D] TESTBINARY [ARG...]   (go test -exec)
 //	vmlab info  [-kernel NAME]
+//	vmlab jobs  [run's flags] JOBFILE
 //	vmlab times [-top N] DIR
 //	vmlab kernels
 //
 // Guests share the machine's host CPUs by a budget (-host-cpus, default
 // all of them): a guest takes one CPU for each host thread that runs its
 // vCPUs (one under single-threaded TCG: -one-thread, or a kernel that
-// needs it) and waits while they are taken. run -times FILE appends what
-// the run cost; times DIR prints the lab's time table from DIR/times and
+// needs it) and waits while they are taken. jobs runs the guest runs a
+// file lists, a line each ("LOG KERNEL lab|system [KEY=VALUE]... COMMAND
+// [ARG]..."), in its order and as many at once as the budget holds, each
+// one's output in LOG and its status in LOG.status, their ok/FAIL lines
+// printed as they come. run -times FILE (and jobs) appends what a run
+// cost; times DIR prints the lab's time table from DIR/times and
 // the guests' logs there (DIR/KERNEL.log, vmtest/labtests.sh's output):
 // each guest run's wall, boot and QEMU CPU time, each package's time and
 // guest CPU use per kernel, the slowest tests.
@@ -31,6 +36,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -62,6 +68,7 @@ const usage = `usage:
   vmlab run     [-kernel NAME] [-system] [-timeout D] [-share DIR]... [-one-thread] [-host-cpus N] [-times FILE] -- COMMAND [ARG...]
   vmlab exec    [-kernel NAME] [-system] [-timeout D] TESTBINARY [ARG...]
   vmlab info    [-kernel NAME]
+  vmlab jobs    [-timeout D] [-one-thread] [-host-cpus N] [-times FILE] JOBFILE
   vmlab times   [-top N] DIR
   vmlab kernels`
 
@@ -98,6 +105,33 @@ func run(ctx context.Context, args []string) (int, error) {
 		return 2, err
 	}
 	b.Refresh = *refresh
+
+	// guestSpec is what run, exec and each of jobs boot: command in a
+	// guest of kernel, with this vmlab's flags.
+	guestSpec := func(ctx context.Context, b *lab.Builder, kernel string, system bool, command []string, cwd string) (lab.RunSpec, error) {
+		img, err := image(b, kernel)
+		if err != nil {
+			return lab.RunSpec{}, err
+		}
+		spec := lab.RunSpec{
+			Image: img, Command: command, Dir: cwd,
+			Shares: append([]string{root}, shares...), Timeout: *timeout,
+			Memory: *memory, RunDir: filepath.Join(cache, "runs"), Keep: *keep, ICount: *icount,
+			Env: passEnv(os.Environ()), OneThread: *oneThread, HostCPUs: *cpus,
+		}
+		if *icount > 0 { // the guest's scripts say which clock they measured
+			spec.Env = append(slices.DeleteFunc(spec.Env, func(kv string) bool { return strings.HasPrefix(kv, "VMTEST_ICOUNT=") }),
+				"VMTEST_ICOUNT="+strconv.Itoa(*icount))
+		}
+		if system {
+			sys, err := b.System(ctx, img)
+			if err != nil {
+				return lab.RunSpec{}, err
+			}
+			spec.System = &sys
+		}
+		return spec, nil
+	}
 
 	switch args[0] {
 	case "times":
@@ -149,11 +183,38 @@ func run(ctx context.Context, args []string) (int, error) {
 		out, _ := json.MarshalIndent(img, "", "  ")
 		fmt.Println(string(out))
 		return 0, nil
-	case "run", "exec":
-		img, err := image(b, *kernel)
-		if err != nil {
-			return 1, err
+	case "jobs":
+		if fs.NArg() != 1 {
+			return 2, errors.New(usage)
 		}
+		f, err := os.Open(fs.Arg(0))
+		if err != nil {
+			return 2, err
+		}
+		jobs, err := parseJobs(f)
+		_ = f.Close() // read only
+		if err != nil {
+			return 2, fmt.Errorf("%s: %w", fs.Arg(0), err)
+		}
+		cwd, err := os.Getwd()
+		if err != nil {
+			return 2, err
+		}
+		start := func(j job) (lab.RunSpec, error) {
+			spec, err := guestSpec(ctx, b, j.kernel, j.system, j.command, cwd)
+			spec.Env = append(spec.Env, j.env...)
+			return spec, err
+		}
+		failed := runJobs(ctx, jobs, start, lab.Budget(*cpus), *timesFile, os.Stdout)
+		if len(failed) > 0 {
+			var logs []string
+			for _, j := range failed {
+				logs = append(logs, j.log)
+			}
+			return 1, fmt.Errorf("%d of %d guest runs failed: %s", len(failed), len(jobs), strings.Join(logs, " "))
+		}
+		return 0, nil
+	case "run", "exec":
 		command := fs.Args()
 		if len(command) == 0 {
 			return 2, errors.New(usage)
@@ -162,23 +223,12 @@ func run(ctx context.Context, args []string) (int, error) {
 		if err != nil {
 			return 2, err
 		}
-		spec := lab.RunSpec{
-			Image: img, Command: command, Dir: cwd, Stdout: os.Stdout,
-			Shares: append([]string{root}, shares...), Timeout: *timeout,
-			Memory: *memory, RunDir: filepath.Join(cache, "runs"), Keep: *keep, ICount: *icount,
-			Env: passEnv(os.Environ()), OneThread: *oneThread, HostCPUs: *cpus, Stats: &lab.RunStats{},
+		spec, err := guestSpec(ctx, b, *kernel, *system, command, cwd)
+		if err != nil {
+			return 1, err
 		}
-		if *icount > 0 { // the guest's scripts say which clock they measured
-			spec.Env = append(slices.DeleteFunc(spec.Env, func(kv string) bool { return strings.HasPrefix(kv, "VMTEST_ICOUNT=") }),
-				"VMTEST_ICOUNT="+strconv.Itoa(*icount))
-		}
-		if *system {
-			sys, err := b.System(ctx, img)
-			if err != nil {
-				return 1, err
-			}
-			spec.System = &sys
-		}
+		spec.Stdout = os.Stdout
+		spec.Stats = &lab.RunStats{}
 		if args[0] == "exec" {
 			bin, err := filepath.Abs(command[0])
 			if err != nil {
@@ -193,23 +243,23 @@ func run(ctx context.Context, args []string) (int, error) {
 			if *system {
 				guest = "system"
 			}
-			report(*kernel, guest, spec.Stats, status, err, *timesFile)
+			report(os.Stderr, *kernel, guest, spec.Stats, status, err, *timesFile)
 		}
 		return status, err
 	}
 	return 2, fmt.Errorf("unknown command %q\n%s", args[0], usage)
 }
 
-// report prints what a run cost to stderr and, with a file, appends it
+// report prints what a run cost to w and, with a file, appends it
 // there: kernel, guest, host threads, then queued, wall, boot and CPU in
 // seconds, boots, the command's status ("error" when the guest did not
 // report one).
-func report(kernel, guest string, st *lab.RunStats, status int, err error, file string) {
+func report(w io.Writer, kernel, guest string, st *lab.RunStats, status int, err error, file string) {
 	busy := 0.0
 	if st.Wall > 0 && st.Threads > 0 {
 		busy = 100 * st.CPU.Seconds() / (st.Wall.Seconds() * float64(st.Threads))
 	}
-	fmt.Fprintf(os.Stderr, "vmlab: %s %s guest: %s (boot %s, queued %s for %d host CPUs), QEMU CPU %s: %.0f%% of its %d host threads\n",
+	fmt.Fprintf(w, "vmlab: %s %s guest: %s (boot %s, queued %s for %d host CPUs), QEMU CPU %s: %.0f%% of its %d host threads\n",
 		kernel, guest, st.Wall.Round(time.Second), st.Boot.Round(time.Second), st.Queued.Round(time.Second), st.Threads,
 		st.CPU.Round(time.Second), busy, st.Threads)
 	if file == "" {
@@ -228,7 +278,7 @@ func report(kernel, guest string, st *lab.RunStats, status int, err error, file 
 		}
 	}
 	if ferr != nil {
-		fmt.Fprintln(os.Stderr, "vmlab: times:", ferr)
+		fmt.Fprintln(w, "vmlab: times:", ferr)
 	}
 }
 

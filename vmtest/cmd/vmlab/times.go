@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -113,8 +114,8 @@ func parseLabLog(r io.Reader) (map[string]*pkgTime, error) {
 }
 
 // times prints the lab's time table from dir: the guest runs of its times
-// file, each package's seconds and guest CPU use per kernel (KERNEL.log),
-// and the slowest tests.
+// file, each package's seconds and guest CPU use per kernel (KERNEL.log,
+// or KERNEL-GROUP.log for each guest of a kernel), and the slowest tests.
 func times(w io.Writer, dir string, kernels []string, top int) error {
 	runs, err := readTimes(filepath.Join(dir, "times"))
 	if err != nil {
@@ -123,20 +124,30 @@ func times(w io.Writer, dir string, kernels []string, top int) error {
 	logs := map[string]map[string]*pkgTime{}
 	var have []string
 	for _, k := range kernels {
-		f, err := os.Open(filepath.Join(dir, k+".log"))
-		if os.IsNotExist(err) {
-			continue
-		}
+		// A kernel's guests: KERNEL.log, or KERNEL-GROUP.log each.
+		paths, err := filepath.Glob(filepath.Join(dir, k+"-*.log"))
 		if err != nil {
 			return err
 		}
-		pkgs, err := parseLabLog(f)
-		_ = f.Close() // read only
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.Name(), err)
+		paths = append(paths, filepath.Join(dir, k+".log"))
+		all := map[string]*pkgTime{}
+		for _, path := range paths {
+			f, err := os.Open(path)
+			if os.IsNotExist(err) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			pkgs, err := parseLabLog(f)
+			_ = f.Close() // read only
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			maps.Copy(all, pkgs)
 		}
-		if len(pkgs) > 0 {
-			logs[k] = pkgs
+		if len(all) > 0 {
+			logs[k] = all
 			have = append(have, k)
 		}
 	}

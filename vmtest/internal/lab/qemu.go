@@ -83,15 +83,7 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 	if spec.Memory == "" {
 		spec.Memory = "2G"
 	}
-	switch {
-	case spec.CPUs > 0:
-	case spec.ICount > 0:
-		// One timeline for all vCPUs under icount anyway, and Debian's 6.1
-		// never brings up a second one there (it hangs in SMP boot).
-		spec.CPUs = 1
-	default:
-		spec.CPUs = 2
-	}
+	spec.CPUs = spec.vCPUs()
 	if err := os.MkdirAll(spec.RunDir, 0o755); err != nil {
 		return 0, err
 	}
@@ -102,10 +94,7 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 	// lab tests.
 	accel := accelArgs(spec.ICount, spec.Image.Kernel, spec.OneThread)
 	threads := hostThreads(accel, spec.CPUs)
-	budget := spec.HostCPUs
-	if budget <= 0 {
-		budget = runtime.NumCPU()
-	}
+	budget := Budget(spec.HostCPUs)
 	queued := time.Now()
 	unlock, err := takeCPUs(ctx, spec.RunDir, min(threads, budget), budget)
 	if err != nil {
@@ -486,6 +475,35 @@ const LabNICMAC = "02:00:00:00:03:01"
 
 // ErrNotBuilt is returned when a kernel's image has not been built yet.
 var ErrNotBuilt = errors.New("lab image not built (run: make lab)")
+
+// vCPUs is the guest's QEMU -smp: spec.CPUs, else 2 (1 with ICount).
+func (spec RunSpec) vCPUs() int {
+	switch {
+	case spec.CPUs > 0:
+		return spec.CPUs
+	case spec.ICount > 0:
+		// One timeline for all vCPUs under icount anyway, and Debian's 6.1
+		// never brings up a second one there (it hangs in SMP boot).
+		return 1
+	default:
+		return 2
+	}
+}
+
+// HostThreads is how many host threads run the guest's vCPUs, and so how
+// many CPUs of the lab's budget Run takes for it.
+func (spec RunSpec) HostThreads() int {
+	return hostThreads(accelArgs(spec.ICount, spec.Image.Kernel, spec.OneThread), spec.vCPUs())
+}
+
+// Budget is the lab's budget of host CPUs for a RunSpec.HostCPUs of n:
+// n, or the machine's CPUs when n is not positive.
+func Budget(n int) int {
+	if n > 0 {
+		return n
+	}
+	return runtime.NumCPU()
+}
 
 // hostThreads is how many host threads run a guest's vCPUs under accel
 // (accelArgs): one under single-threaded TCG, else one a vCPU.
