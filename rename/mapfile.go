@@ -1,6 +1,7 @@
 package rename
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -80,12 +81,17 @@ func (e *MapError) Unwrap() []error {
 	return errs
 }
 
-// loadMap reads and checks a map file, through opfile.Read: it must be a
-// regular file (or a symbolic link to one) of at most 1 MiB; a named pipe,
-// a device or a directory is refused without reading from it, so a pipe
-// with no writer does not block.
-func loadMap(path string) (*Map, error) {
-	b, err := opfile.Read(path, maxMapSize)
+// readFile is how loadMap reads: opfile.ReadContext (a test's blocking
+// read otherwise).
+var readFile = opfile.ReadContext
+
+// loadMap reads and checks a map file, through opfile.ReadContext: it must
+// be a regular file (or a symbolic link to one) of at most 1 MiB; a named
+// pipe, a device or a directory is refused without reading from it, so a
+// pipe with no writer does not block, and a read that hangs (NFS, FUSE)
+// is given up when ctx ends (SIGINT, SIGTERM).
+func loadMap(ctx context.Context, path string) (*Map, error) {
+	b, err := readFile(ctx, path, maxMapSize)
 	if err != nil {
 		var oe *opfile.Error
 		if errors.As(err, &oe) {

@@ -17,7 +17,7 @@ import (
 )
 
 func TestLoadMap(t *testing.T) {
-	m, err := loadMap("testdata/names.conf")
+	m, err := loadMap(t.Context(), "testdata/names.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestLoadMap(t *testing.T) {
 }
 
 func TestLoadMapMissing(t *testing.T) {
-	_, err := loadMap(filepath.Join(t.TempDir(), "names.conf"))
+	_, err := loadMap(t.Context(), filepath.Join(t.TempDir(), "names.conf"))
 	if !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "rename: read map: open ") {
 		t.Fatalf("loadMap(missing) = %v, want a rename: read map error matching fs.ErrNotExist", err)
 	}
@@ -73,7 +73,7 @@ func TestLoadMapNotRegular(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
-				_, err := loadMap(tt.path)
+				_, err := loadMap(t.Context(), tt.path)
 				done <- err
 			}()
 			var err error
@@ -101,14 +101,14 @@ func TestLoadMapTooLarge(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Repeat("#\n", maxMapSize/2)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := loadMap(path); err != nil || len(m.Entries) != 0 {
+	if m, err := loadMap(t.Context(), path); err != nil || len(m.Entries) != 0 {
 		t.Errorf("loadMap(1 MiB of comments) = %+v, %v, want an empty map", m, err)
 	}
 	if err := os.WriteFile(path, []byte(strings.Repeat("#\n", maxMapSize/2+1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	want := "rename: read map " + path + ": larger than 1048576 bytes"
-	if _, err := loadMap(path); err == nil || err.Error() != want || !errors.Is(err, opfile.ErrTooLarge) {
+	if _, err := loadMap(t.Context(), path); err == nil || err.Error() != want || !errors.Is(err, opfile.ErrTooLarge) {
 		t.Errorf("loadMap(over 1 MiB) = %v, want %q", err, want)
 	}
 }
@@ -124,7 +124,7 @@ func TestLoadMapSymlink(t *testing.T) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	m, err := loadMap(link)
+	m, err := loadMap(t.Context(), link)
 	if err != nil || len(m.Entries) != 4 {
 		t.Fatalf("loadMap(symlink to names.conf) = %+v, %v, want its 4 entries", m, err)
 	}
@@ -133,7 +133,7 @@ func TestLoadMapSymlink(t *testing.T) {
 // TestLoadMapErrors checks that every bad line is reported with its file
 // and line.
 func TestLoadMapErrors(t *testing.T) {
-	_, err := loadMap("testdata/bad.conf")
+	_, err := loadMap(t.Context(), "testdata/bad.conf")
 	var me *MapError
 	if !errors.As(err, &me) {
 		t.Fatalf("loadMap(bad.conf) = %v, want a *MapError", err)

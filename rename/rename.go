@@ -102,9 +102,10 @@ type Job struct {
 
 // Prepare checks o and reads the map file, without any kernel call, so
 // that a caller can report bad input before it opens netlink. The map file
-// is read once, here; Job.Run uses what was read.
-func Prepare(o Options) (*Job, error) {
-	j, err := prepare(o)
+// is read once, here; Job.Run uses what was read. A read that hangs is
+// given up when ctx ends.
+func Prepare(ctx context.Context, o Options) (*Job, error) {
+	j, err := prepare(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +114,7 @@ func Prepare(o Options) (*Job, error) {
 
 // prepare is Prepare, but also returns the job when o is bad, for its
 // report.
-func prepare(o Options) (*Job, error) {
+func prepare(ctx context.Context, o Options) (*Job, error) {
 	j := &Job{o: o, policies: o.Policies}
 	if len(j.policies) == 0 {
 		j.policies, _ = ParsePolicies(DefaultPolicies)
@@ -141,7 +142,7 @@ func prepare(o Options) (*Job, error) {
 		if j.mapFile == "" {
 			j.mapFile = DefaultMapFile
 		}
-		m, err := loadMap(j.mapFile)
+		m, err := loadMap(ctx, j.mapFile)
 		switch {
 		case err == nil:
 			j.n.m = m
@@ -157,7 +158,7 @@ func prepare(o Options) (*Job, error) {
 // Run is Prepare followed by Job.Run. When Prepare fails, the report has
 // no devices.
 func Run(ctx context.Context, r Renamer, o Options) (Report, error) {
-	j, err := prepare(o)
+	j, err := prepare(ctx, o)
 	if err != nil {
 		return j.report(), err
 	}

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/rdmatool/rdmatool/opfile"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -590,7 +592,7 @@ func TestPrepare(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j, err := Prepare(tt.opts)
+			j, err := Prepare(t.Context(), tt.opts)
 			if tt.wantErr == "" {
 				if err != nil || j == nil {
 					t.Fatalf("Prepare() = %v, %v, want a job", j, err)
@@ -608,7 +610,7 @@ func TestPrepare(t *testing.T) {
 // file as Prepare read it, not as it is when the job runs.
 func TestJobUsesMapOfPrepare(t *testing.T) {
 	path := writeMap(t, labMap)
-	j, err := Prepare(Options{All: true, MapFile: path, Policies: []Policy{PolicyMap}, DryRun: true})
+	j, err := Prepare(t.Context(), Options{All: true, MapFile: path, Policies: []Policy{PolicyMap}, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -622,5 +624,35 @@ func TestJobUsesMapOfPrepare(t *testing.T) {
 	want := []brief{{"mlx5_0", "fab0-hca0", "map", "planned", "map " + path + ":2", ""}}
 	if diff := cmp.Diff(want, briefs(rep.Renames)); diff != "" {
 		t.Errorf("results (-want +got):\n%s", diff)
+	}
+}
+
+// A map file whose read hangs (NFS, a FUSE file system that never
+// answers) does not hold Prepare past its context's end: rename and the
+// udev program stop on SIGINT and SIGTERM (their contexts) while it reads.
+func TestPrepareStopsWhileTheMapHangs(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	defer func(f func(context.Context, string, int64) ([]byte, error)) { readFile = f }(readFile)
+	readFile = func(ctx context.Context, path string, max int64) ([]byte, error) {
+		return opfile.Await(ctx, func() ([]byte, error) {
+			<-release // a read blocked in the kernel
+			return nil, nil
+		})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Prepare(ctx, Options{All: true, MapFile: "/hung/names.conf", Policies: []Policy{PolicyMap}, MapMustExist: true})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Prepare while the map's read hangs: %v, want the context's end", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Prepare still reading the map 10s after its context ended")
 	}
 }

@@ -113,7 +113,7 @@ func audit(log *slog.Logger, rep Report) {
 func persistentName(ctx context.Context, c *rdmanl.Client, o Options, rep *Report) error {
 	ro := o.Rename
 	ro.Devices, ro.All, ro.DryRun, ro.Force, ro.SysRoot = []string{o.Device}, false, true, true, o.SysRoot
-	job, err := rename.Prepare(ro)
+	job, err := rename.Prepare(ctx, ro)
 	if err != nil {
 		return err
 	}
@@ -388,7 +388,7 @@ func awaitBack(ctx context.Context, c *rdmanl.Client, o Options, t target, persi
 	if persistent {
 		ro := o.Rename
 		ro.Devices, ro.All, ro.DryRun, ro.Force, ro.SysRoot = []string{dev.Name}, false, false, true, o.SysRoot
-		job, err := rename.Prepare(ro)
+		job, err := rename.Prepare(ctx, ro)
 		if err != nil {
 			return a, err
 		}

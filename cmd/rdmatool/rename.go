@@ -61,7 +61,7 @@ func newRenameCmdDial(g *globals, dial func() (renameConn, error)) *cobra.Comman
 				return err
 			}
 			o.All, o.Devices, o.DryRun = all, args, dryRun
-			job, err := rename.Prepare(o)
+			job, err := rename.Prepare(cmd.Context(), o)
 			if err != nil {
 				return err
 			}

@@ -56,7 +56,7 @@ func Run(ctx context.Context, o rename.Options, kernelName, devpath string, dial
 		return err
 	}
 	o.Devices, o.All = []string{kernelName}, false
-	job, err := rename.Prepare(o)
+	job, err := rename.Prepare(ctx, o)
 	if err != nil {
 		return err
 	}
