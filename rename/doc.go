@@ -53,7 +53,8 @@
 // the file and line (*MapError lists them all). A UTF-8 byte order mark at
 // the start of the file is skipped. The file is read through package
 // opfile: it must be a regular file (or a symbolic link to one) of at most
-// 1 MiB; a named pipe, device or directory is refused without reading it.
+// 1 MiB; a named pipe, device or directory is refused without reading it,
+// and a read that hangs is given up when Prepare's context ends.
 // A missing default file is no error: the map policy then names nothing.
 //
 // # Renaming
