@@ -116,6 +116,9 @@ type RunOptions struct {
 	// their own.
 	stateStop  time.Duration
 	writeState func(path string, maxSize int64, write func(io.Writer) error) (int64, error)
+	// beforeLoad, when set, is called just before the state file is
+	// read: tests signal the agent then.
+	beforeLoad func()
 }
 
 // Reloadable are the options a running agent takes on SIGHUP; the others
@@ -184,6 +187,16 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	limiter := newRepeatLimiter(d.Log.Handler(), repeatWindow, d.Now)
 	d.Log = slog.New(limiter)
 	log := d.Log.With("source", "agent")
+	var hup chan os.Signal
+	if o.Reload != nil {
+		// Before the agent reads its state file or says it listens: a
+		// SIGHUP from then on reloads (one that comes while the state
+		// file loads, once the agent serves), it no longer kills the
+		// agent.
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	nl, err := d.Dial()
 	if err != nil && !errors.Is(err, syscall.EPROTONOSUPPORT) {
 		return err
@@ -235,6 +248,9 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		// A state file on a hung file system must not keep SIGTERM
 		// from stopping the agent: the load is abandoned, and with it
 		// the history it was filling, and nothing is saved over the file.
+		if o.beforeLoad != nil {
+			o.beforeLoad()
+		}
 		if _, err := opfile.Await(ctx, func() (struct{}, error) { kept.load(st, d.Now()); return struct{}{}, nil }); err != nil {
 			log.Warn("stopping while the state file is read, which is left unfinished", "path", o.StateFile)
 			if nl != nil {
@@ -249,14 +265,6 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		}
 	}
 	srv := newServer(agentapi.Handler(st.State, o.Version), log, idleTimeout)
-	var hup chan os.Signal
-	if o.Reload != nil {
-		// Before the agent says it listens: a SIGHUP from then on
-		// reloads, it no longer kills the agent.
-		hup = make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-	}
 	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds(), "reconcile_seconds", o.Reconcile.Seconds())
 	logPolicy(log, o.Policy)
 	var msrv *http.Server

@@ -183,3 +183,43 @@ func TestRunStopsDuringReload(t *testing.T) {
 		t.Errorf("log:\n%s", logs.String())
 	}
 }
+
+// A SIGHUP while the state file loads (before the agent serves) does not
+// kill the agent: it is a reload, made once the agent serves.
+func TestSIGHUPWhileTheStateLoads(t *testing.T) {
+	reloads := make(chan struct{}, 4)
+	reload := func() (Reloadable, error) {
+		reloads <- struct{}{}
+		return Reloadable{}, nil
+	}
+	var logs syncBuffer
+	d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: dialer(rdmanltest.NewHost(rxe))}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	hupped := make(chan struct{})
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: sock, Interval: 10 * time.Millisecond, NoProbes: true, retry: time.Hour, Reload: reload,
+			StateFile: filepath.Join(dir, "state.json"), beforeLoad: func() {
+				syscall.Kill(os.Getpid(), syscall.SIGHUP)
+				close(hupped)
+			}})
+	}()
+	<-hupped
+	select {
+	case <-reloads:
+	case err := <-done:
+		t.Fatalf("Run ended after a SIGHUP while its state loaded: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the SIGHUP while the state loaded made no reload")
+	}
+	if _, err := askStatus(context.Background(), sock); err != nil {
+		t.Errorf("the agent does not answer after the SIGHUP: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
