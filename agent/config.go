@@ -226,9 +226,14 @@ func parseConfig(path string, b []byte) (Config, error) {
 		}
 		return located(&ConfigError{Err: err})
 	}
+	// A second document is refused whether it parses or not: one that
+	// does not is an error too, never ignored.
 	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
+	switch err := dec.Decode(&extra); {
+	case err == nil:
 		return located(&ConfigError{Line: extra.Line, Err: errors.New("a second YAML document; the file holds one")})
+	case !errors.Is(err, io.EOF):
+		return located(&ConfigError{Err: fmt.Errorf("a second YAML document, which does not parse (the file holds one): %w", err)})
 	}
 	if len(doc.Content) == 0 {
 		return Config{}, nil

@@ -130,6 +130,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"interval: 10s\ninterval: 20s\n", `agent: config a.yaml:2: interval: given twice (first on line 1)`},
 		{"- interval\n", `agent: config a.yaml:1: want a mapping of keys to values`},
 		{"interval: 10s\n---\nreconcile: 1m\n", `agent: config a.yaml:2: a second YAML document`},
+		{"interval: 10s\n---\nreconcile: [\n", `agent: config a.yaml: a second YAML document, which does not parse (the file holds one): yaml: line 3:`},
 		{"interval: [\n", `agent: config a.yaml: `},
 		// The policy: its keys, their types, and contradictions, at the
 		// key at fault (or the mapping when the file leaves it out).
