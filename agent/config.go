@@ -446,6 +446,9 @@ func (p *absPath) UnmarshalYAML(n *yaml.Node) error {
 	if !strings.HasPrefix(n.Value, "/") {
 		return refuse(n, "%s: want an absolute path", quote.String(n.Value))
 	}
+	if err := opfile.CheckPath(n.Value); err != nil {
+		return refuse(n, "%s: %w", quote.String(n.Value), err)
+	}
 	*p = absPath(n.Value)
 	return nil
 }
@@ -488,10 +491,18 @@ func (p *optionalPath) UnmarshalYAML(n *yaml.Node) error {
 	if err := scalar(n, "a string"); err != nil {
 		return err
 	}
-	if n.Value != "" && !strings.HasPrefix(n.Value, "/") {
-		return refuse(n, "%s: want an absolute path, or \"\" for none", quote.String(n.Value))
+	if n.Value == "" {
+		*p = ""
+		return nil
 	}
-	*p = optionalPath(n.Value)
+	var abs absPath
+	if err := abs.UnmarshalYAML(n); err != nil {
+		if !strings.HasPrefix(n.Value, "/") {
+			return refuse(n, "%s: want an absolute path, or \"\" for none", quote.String(n.Value))
+		}
+		return err
+	}
+	*p = optionalPath(abs)
 	return nil
 }
 

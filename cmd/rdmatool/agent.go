@@ -70,11 +70,11 @@ func newAgentCmd(g *globals) *cobra.Command {
 			if err := checkPath("--config", configPath); err != nil {
 				return err
 			}
-			if err := checkPath("--names-map", namesMap); err != nil {
+			if err := checkAbsPath("--names-map", namesMap); err != nil {
 				return err
 			}
 			if o.StateFile != "" { // "" keeps no state
-				if err := checkPath("--state-file", o.StateFile); err != nil {
+				if err := checkAbsPath("--state-file", o.StateFile); err != nil {
 					return err
 				}
 			}

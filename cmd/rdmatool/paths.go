@@ -19,6 +19,19 @@ func checkPath(flag, p string) error {
 	return nil
 }
 
+// checkAbsPath is checkPath for a path the agent keeps (a daemon's working
+// directory is no place to resolve one against), absolute as the
+// configuration's key for it wants.
+func checkAbsPath(flag, p string) error {
+	if err := checkPath(flag, p); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("%s %s: want an absolute path", flag, quote.String(p))
+	}
+	return nil
+}
+
 // checkSocketPath is checkPath for a unix socket, whose path
 // agentapi.CheckSocketPath checks too (its length), as it checks the
 // agent's configuration's socket key; absolute says whether a relative
