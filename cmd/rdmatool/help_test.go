@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,6 +156,23 @@ func TestManPagesFromDocs(t *testing.T) {
 			if !strings.Contains(string(page), s) {
 				t.Errorf("%s does not contain %q", name, s)
 			}
+		}
+	}
+}
+
+// fullWriter fails every write, as /dev/full does.
+type fullWriter struct{}
+
+func (fullWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// Output that cannot be written is an error, also the help, the docs and
+// completion scripts cobra writes without looking at the result.
+func TestOutputNotWritten(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"help", "res"}, {"docs"}, {"completion"}, {"completion", "bash"}, {"version"}} {
+		var stderr strings.Builder
+		code := run(args, fullWriter{}, &stderr)
+		if code != exitError || !strings.Contains(stderr.String(), "no space left on device") {
+			t.Errorf("rdmatool %s to a full disk: exit %d, stderr %q; want %d and the write's error", strings.Join(args, " "), code, stderr.String(), exitError)
 		}
 	}
 }

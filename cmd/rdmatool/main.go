@@ -198,14 +198,34 @@ func runRootContext(ctx context.Context, root *cobra.Command, args []string, std
 		args = []string{} // not cobra's "nil: os.Args"
 	}
 	root.SetArgs(args)
-	root.SetOut(stdout)
+	out := &checkedWriter{w: stdout}
+	root.SetOut(out)
 	root.SetErr(stderr)
 	strictDefaults(root, args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		err = strayArgs(cmd)
 	}
+	if err == nil && out.err != nil { // help, docs, completion: cobra writes them unchecked
+		err = fmt.Errorf("write the output: %w", out.err)
+	}
 	return exitCode(ctx, err, stderr)
+}
+
+// checkedWriter keeps the first error of the writes to w: output that
+// did not all go out (stdout on a full disk, /dev/full) is an error, also
+// where cobra writes it (help, usage, completion) without looking.
+type checkedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (c *checkedWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // exitCode prints err once and maps it to the exit status.
