@@ -22,10 +22,14 @@ func newDocsCmd() *cobra.Command {
 			if err := checkPath("docs man: directory", dir); err != nil {
 				return err
 			}
+			date, err := manDate()
+			if err != nil {
+				return fmt.Errorf("docs man: %w", err)
+			}
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return fmt.Errorf("docs: create %s: %w", dir, err)
 			}
-			h := manHeader{title: "RDMATOOL", section: "8", date: manDate(), source: "rdmatool " + version, manual: "rdmatool manual"}
+			h := manHeader{title: "RDMATOOL", section: "8", date: date, source: "rdmatool " + version, manual: "rdmatool manual"}
 			if err := writeManTree(cmd.Root(), h, dir); err != nil {
 				return fmt.Errorf("docs: write man pages to %s: %w", dir, err)
 			}

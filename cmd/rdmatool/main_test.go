@@ -309,3 +309,30 @@ func TestArgsCheckedFirst(t *testing.T) {
 		})
 	}
 }
+
+// SOURCE_DATE_EPOCH dates the pages; one that is not a time from 1970 to
+// 9999 is an error before anything is written, not today's date or the
+// year -1199.
+func TestRunDocsManSourceDateEpoch(t *testing.T) {
+	for _, tt := range []struct{ epoch, date, err string }{
+		{"1796677042", `"Dec 2026"`, ""},
+		{"0", `"Jan 1970"`, ""},
+		{"-100000000000", "", `rdmatool: docs man: SOURCE_DATE_EPOCH "-100000000000": want the seconds since 1970 (0 to 253402300799)`},
+		{"yesterday", "", `rdmatool: docs man: SOURCE_DATE_EPOCH "yesterday": want the seconds since 1970`},
+		{"253402300800", "", `rdmatool: docs man: SOURCE_DATE_EPOCH "253402300800": want`},
+	} {
+		t.Setenv("SOURCE_DATE_EPOCH", tt.epoch)
+		dir := filepath.Join(t.TempDir(), "man8")
+		code, _, stderr := runCLI(t, "docs", "man", dir)
+		if tt.err != "" {
+			if _, err := os.Stat(dir); code != 2 || !strings.HasPrefix(stderr, tt.err) || err == nil {
+				t.Errorf("SOURCE_DATE_EPOCH=%s: exit %d, stderr %q, directory made: %v; want 2, %q, none", tt.epoch, code, stderr, err == nil, tt.err)
+			}
+			continue
+		}
+		page, err := os.ReadFile(filepath.Join(dir, "rdmatool.8"))
+		if code != 0 || err != nil || !strings.Contains(string(page), `.TH "RDMATOOL" "8" `+tt.date) {
+			t.Errorf("SOURCE_DATE_EPOCH=%s: exit %d (%v), stderr %q; want pages dated %s", tt.epoch, code, err, stderr, tt.date)
+		}
+	}
+}

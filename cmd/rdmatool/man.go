@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/rdmatool/rdmatool/internal/quote"
 )
 
 // Man pages are written here rather than by cobra/doc: its Markdown
@@ -61,16 +63,23 @@ func writeManTree(cmd *cobra.Command, h manHeader, dir string) error {
 }
 
 // manDate is the date pages carry: SOURCE_DATE_EPOCH's when set (a
-// reproducible build), else today's.
-func manDate() string {
+// reproducible build), else today's. A SOURCE_DATE_EPOCH that is not a
+// count of seconds from 1970 to 9999 is an error, not today's date.
+func manDate() (string, error) {
 	t := time.Now()
 	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		if sec, err := strconv.ParseInt(s, 10, 64); err == nil {
-			t = time.Unix(sec, 0)
+		sec, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || sec < 0 || sec > maxEpoch {
+			return "", fmt.Errorf("SOURCE_DATE_EPOCH %s: want the seconds since 1970 (0 to %d)", quote.String(s), maxEpoch)
 		}
+		t = time.Unix(sec, 0)
 	}
-	return t.UTC().Format("Jan 2006")
+	return t.UTC().Format("Jan 2006"), nil
 }
+
+// maxEpoch is the last second of the year 9999, the last a page's date
+// has four digits for.
+const maxEpoch = 253402300799
 
 // manPage renders one command's page.
 func manPage(cmd *cobra.Command, h manHeader) []byte {
