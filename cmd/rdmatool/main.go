@@ -50,17 +50,25 @@ const (
 var errFindings = errors.New("findings reported")
 
 func main() {
-	// RDMATOOL_CPUPROFILE=FILE writes a CPU profile, for benchmarks in the lab.
+	// RDMATOOL_CPUPROFILE=FILE writes a CPU profile, for benchmarks in the
+	// lab; a profile that cannot be made is said on stderr, and the
+	// command runs without it.
 	if path := os.Getenv("RDMATOOL_CPUPROFILE"); path != "" {
-		if f, err := os.Create(path); err == nil {
-			if pprof.StartCPUProfile(f) == nil {
-				code := run(os.Args[1:], os.Stdout, os.Stderr)
-				pprof.StopCPUProfile()
-				if err := f.Close(); err != nil {
-					fmt.Fprintln(os.Stderr, "rdmatool: cpu profile:", err)
-				}
-				os.Exit(code)
+		f, err := createProfile(path)
+		if err == nil {
+			if err = pprof.StartCPUProfile(f); err != nil {
+				_ = f.Close() // the profile's error is reported
 			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rdmatool: cpu profile:", err)
+		} else {
+			code := run(os.Args[1:], os.Stdout, os.Stderr)
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "rdmatool: cpu profile:", err)
+			}
+			os.Exit(code)
 		}
 	}
 	// RDMATOOL_HEAPPROFILE=PREFIX writes heap profiles, for the agent's soak
@@ -80,6 +88,25 @@ func main() {
 		stop()
 	}
 	os.Exit(code)
+}
+
+// createProfile creates (or empties) the regular file at path for a
+// profile. A symbolic link there is refused, not followed (a profile must
+// not empty the file it points to), and so is anything else that is not a
+// regular file (a pipe without a reader fails rather than blocks).
+func createProfile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		_ = f.Close() // refused
+		if err == nil {
+			err = fmt.Errorf("%s: not a regular file", path)
+		}
+		return nil, err
+	}
+	return f, nil
 }
 
 // cpuWindows profiles the CPU from one SIGUSR2 to the next, into
@@ -118,7 +145,7 @@ func cpuWindows(prefix string) (stop func()) {
 				continue
 			}
 			var err error
-			if f, err = os.Create(fmt.Sprintf("%s.%d.part", prefix, n)); err == nil {
+			if f, err = createProfile(fmt.Sprintf("%s.%d.part", prefix, n)); err == nil {
 				if err = pprof.StartCPUProfile(f); err != nil {
 					_ = f.Close()
 					f = nil
@@ -166,7 +193,7 @@ func heapProfiles(prefix string) (stop func()) {
 // measurement aid.
 func writeHeapProfile(path string) {
 	runtime.GC()
-	f, err := os.Create(path + ".part")
+	f, err := createProfile(path + ".part")
 	if err == nil {
 		err = pprof.WriteHeapProfile(f)
 		if cerr := f.Close(); err == nil {
