@@ -242,6 +242,18 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		if o.writeState != nil {
 			kept.write = o.writeState
 		}
+		unlock, err := kept.lock() // before the load removes another's leftovers
+		if err != nil {
+			if nl != nil {
+				nl.Close()
+			}
+			ln.Close()
+			if mln != nil {
+				mln.Close()
+			}
+			return err
+		}
+		defer unlock()
 		st.saves.mu.Lock()
 		st.saves.kept = true
 		st.saves.mu.Unlock()

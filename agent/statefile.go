@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -125,7 +126,8 @@ func (f *stateFile) load(st *state, now time.Time) {
 	case errors.Is(err, fs.ErrNotExist):
 		f.log.Info("no state file: the history starts empty", "path", f.path)
 	case err != nil:
-		f.log.Warn("state file ignored: the history starts empty", "path", f.path, "err", err)
+		// Cut: a record's value of up to maxRecord bytes may be in it.
+		f.log.Warn("state file ignored: the history starts empty", "path", f.path, "err", quote.Line(err.Error()))
 	case h.BootID != f.boot:
 		f.log.Info("state file from another boot: the history starts empty", "path", f.path, "saved", h.Saved, "boot_id", h.BootID)
 	default:
@@ -146,9 +148,8 @@ func (f *stateFile) read(st *state) (stateHeader, int, error) {
 		return failed(err)
 	}
 	defer r.Close() //nolint:errcheck // read only
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&h); err != nil {
+	records := &recordReader{r: bufio.NewReaderSize(r, 64<<10), max: maxRecord}
+	if err := records.decode(&h); err != nil {
 		return failed(fmt.Errorf("not an rdmatool agent state file: %w", err))
 	}
 	if h.Magic != stateMagic {
@@ -160,11 +161,80 @@ func (f *stateFile) read(st *state) (stateHeader, int, error) {
 	if h.BootID != f.boot {
 		return h, 0, nil
 	}
-	n, err := st.Restore(dec.Decode)
+	n, err := st.Restore(records.decode)
 	if err != nil {
 		return failed(err)
 	}
 	return h, n, nil
+}
+
+// ErrStateInUse is a state file another agent keeps: lock's error.
+var ErrStateInUse = errors.New("in use by another agent")
+
+// lock takes the state file's lock, an flock on PATH.lock (made 0600
+// beside it, and left there), until release: a second agent started on
+// the same file fails with ErrStateInUse instead of the two writing over
+// each other's history. The lock dies with its process. Where the lock
+// file cannot be made (the directory missing or read-only, where saves
+// fail too) the agent runs on unlocked, and says so.
+func (f *stateFile) lock() (release func(), err error) {
+	path := f.path + ".lock"
+	file, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		f.log.Warn("state file not locked: a second agent on it would not be refused", "path", path, "err", err)
+		return func() {}, nil
+	}
+	if err := syscall.Flock(int(file.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = file.Close() // the lock's error is returned
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("agent: state file %s: %w (%s is locked)", f.path, ErrStateInUse, path)
+		}
+		return nil, fmt.Errorf("agent: lock state file %s: %w", path, err)
+	}
+	return func() { _ = file.Close() }, nil // closing the file releases the lock
+}
+
+// maxRecord bounds a line of the state file (a record: the header, a
+// device, an owner, a site, a QP): the largest a save writes is some
+// kilobytes, so a loader holds at most a few MiB whatever the file's size.
+const maxRecord = 1 << 20
+
+// recordReader decodes the state file's records, one JSON value a line
+// (as json.Encoder writes them), each line at most max bytes: a value of
+// hundreds of MB on one line is refused as it is read, not decoded.
+type recordReader struct {
+	r    *bufio.Reader
+	max  int
+	line []byte
+}
+
+// decode reads the next line into v, refusing fields v does not have;
+// io.EOF when no line is left.
+func (rr *recordReader) decode(v any) error {
+	rr.line = rr.line[:0]
+	for {
+		chunk, err := rr.r.ReadSlice('\n')
+		if len(rr.line)+len(chunk) > rr.max {
+			return fmt.Errorf("a record longer than %d bytes", rr.max)
+		}
+		rr.line = append(rr.line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil && (!errors.Is(err, io.EOF) || len(rr.line) == 0) {
+			return err
+		}
+		break
+	}
+	dec := json.NewDecoder(bytes.NewReader(rr.line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("more than one value on a record's line")
+	}
+	return nil
 }
 
 // removeLeftovers removes the new files of saves that did not end

@@ -217,6 +217,21 @@ func TestStateFileIgnored(t *testing.T) {
 			}
 			return os.Truncate(p, maxStateSize+1) // sparse
 		}, "WARN", `err="agent: load state PATH: larger than 1073741824 bytes"`},
+		{"a record of 20 MB", func(p string) error {
+			f, err := os.Create(p)
+			if err != nil {
+				return err
+			}
+			line := bytes.IndexByte(good, '\n') + 1
+			f.Write(good[:line]) // the header
+			f.Write([]byte(`{"watcher":{"started":"`))
+			f.Write(bytes.Repeat([]byte("x"), 20<<20))
+			f.Write([]byte("\"}}\n"))
+			return f.Close()
+		}, "WARN", `err="agent: load state PATH: leakwatch: restore: record 1: a record longer than 1048576 bytes"`},
+		{"a key of 900 kB", func(p string) error {
+			return os.WriteFile(p, []byte(`{"`+strings.Repeat("k", 900000)+`":1}`+"\n"), 0o600)
+		}, "WARN", `not an rdmatool agent state file: json: unknown field \"kkkk`},
 		{"named pipe", func(p string) error { return syscall.Mkfifo(p, 0o600) },
 			"WARN", `err="agent: load state PATH: not a regular file (a named pipe)"`},
 		{"link to a good file", func(p string) error {
@@ -240,8 +255,8 @@ func TestStateFileIgnored(t *testing.T) {
 			st := newState(leakwatch.Config{}, func() time.Time { return t0.Add(time.Minute) }, "test")
 			f.load(st, t0)
 			want := strings.ReplaceAll(tt.want, "PATH", path)
-			if lines := strings.Split(strings.TrimSpace(logs.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "level="+tt.level+" ") || !strings.Contains(lines[0], want) {
-				t.Errorf("log %q; want one line at %s with %q", logs.String(), tt.level, want)
+			if lines := strings.Split(strings.TrimSpace(logs.String()), "\n"); len(lines) != 1 || len(lines[0]) > 2048 || !strings.Contains(lines[0], "level="+tt.level+" ") || !strings.Contains(lines[0], want) {
+				t.Errorf("log %.2000q (%d bytes); want one line at %s with %q, at most 2 KiB", logs.String(), logs.Len(), tt.level, want)
 			}
 			if got := st.Restored().QPs; (tt.level == "INFO" && strings.Contains(tt.want, "restored")) != (got == 1) {
 				t.Errorf("%d QPs restored", got)
@@ -485,4 +500,29 @@ func TestStateSaveSparesAnotherFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A second agent on the same state file is refused while the first runs,
+// before it touches the file; once the first stopped, it starts.
+func TestStateFileInUse(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.json")
+	d := watch.Deps{Log: slog.New(slog.DiscardHandler), Dial: dialer(rdmanltest.NewHost(rxe))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	first := filepath.Join(dir, "first.sock")
+	go func() { done <- Run(ctx, d, RunOptions{Socket: first, NoProbes: true, retry: time.Hour, StateFile: state}) }()
+	waitFor(t, "the first agent", func() bool { _, err := askStatus(context.Background(), first); return err == nil })
+	err := Run(context.Background(), d, RunOptions{Socket: filepath.Join(dir, "second.sock"), NoProbes: true, retry: time.Hour, StateFile: state})
+	if !errors.Is(err, ErrStateInUse) || !strings.Contains(err.Error(), "agent: state file "+state+": in use by another agent ("+state+".lock is locked)") {
+		t.Errorf("a second agent on the state file: %v, want ErrStateInUse", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "second.sock")); err == nil {
+		t.Error("the refused agent left its socket")
+	}
+	stopRun(t, cancel, done)
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() { done <- Run(ctx, d, RunOptions{Socket: first, NoProbes: true, retry: time.Hour, StateFile: state}) }()
+	waitFor(t, "the agent started again", func() bool { _, err := askStatus(context.Background(), first); return err == nil })
+	stopRun(t, cancel, done)
 }
