@@ -511,7 +511,9 @@ func TestStateFileInUse(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	first := filepath.Join(dir, "first.sock")
-	go func() { done <- Run(ctx, d, RunOptions{Socket: first, NoProbes: true, retry: time.Hour, StateFile: state}) }()
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: first, NoProbes: true, retry: time.Hour, StateFile: state})
+	}()
 	waitFor(t, "the first agent", func() bool { _, err := askStatus(context.Background(), first); return err == nil })
 	err := Run(context.Background(), d, RunOptions{Socket: filepath.Join(dir, "second.sock"), NoProbes: true, retry: time.Hour, StateFile: state})
 	if !errors.Is(err, ErrStateInUse) || !strings.Contains(err.Error(), "agent: state file "+state+": in use by another agent ("+state+".lock is locked)") {
@@ -522,7 +524,9 @@ func TestStateFileInUse(t *testing.T) {
 	}
 	stopRun(t, cancel, done)
 	ctx, cancel = context.WithCancel(context.Background())
-	go func() { done <- Run(ctx, d, RunOptions{Socket: first, NoProbes: true, retry: time.Hour, StateFile: state}) }()
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: first, NoProbes: true, retry: time.Hour, StateFile: state})
+	}()
 	waitFor(t, "the agent started again", func() bool { _, err := askStatus(context.Background(), first); return err == nil })
 	stopRun(t, cancel, done)
 }
