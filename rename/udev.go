@@ -30,5 +30,5 @@ func CheckUdevDevice(name, devpath string) error {
 	if strings.ContainsRune(event, '\'') && strings.ReplaceAll(event, "'", "") == name {
 		why = "udev drops the quotes of a name with ' in it"
 	}
-	return fmt.Errorf("rename: the udev event is for device %s (DEVPATH=%s), not %s (%s)", quote.String(event), quote.Text(devpath), quote.String(name), why)
+	return fmt.Errorf("rename: the udev event is for device %s (DEVPATH=%s), not %s (%s)", quote.String(event), quote.Line(devpath), quote.String(name), why)
 }

@@ -140,11 +140,13 @@ type leaksView struct {
 // When the report condenses many QPs (a group of several, or findings left
 // out by --limit) the summary's groups come first, one line each. Every
 // string of the report, which comes from the agent, the kernel and the
-// processes' own names, is printed through quote.Text: a command name
-// with ESC, CR or LF in it reaches the terminal escaped. The view says
+// processes' own names, is printed through quote.Line: a command name
+// with ESC, CR or LF in it reaches the terminal escaped, and a string
+// longer than 512 bytes (an agent's answer owes the terminal nothing) is
+// cut. The view says
 // what else it prints (leaksView): the creation sites, the peers.
 func renderLeaks(w io.Writer, rep agentapi.CheckReport, view leaksView) error {
-	t := quote.Text
+	t := quote.Line
 	bw := bufio.NewWriter(w)
 	total := max(rep.FindingsTotal, len(rep.Findings))
 	condensed := rep.FindingsOmitted > 0 || slices.ContainsFunc(rep.Summary, func(g leakwatch.Group) bool { return g.Count > 1 })
@@ -229,7 +231,7 @@ func renderLeaks(w io.Writer, rep agentapi.CheckReport, view leaksView) error {
 // thread that created a kernel QP). With stacks, each says where its QP
 // was created.
 func writeListed(w io.Writer, findings []leakwatch.Finding, stacks bool) {
-	t := quote.Text
+	t := quote.Line
 	type heading struct{ dev, owner string }
 	listed := map[heading][]leakwatch.Finding{}
 	var order []heading
@@ -350,7 +352,7 @@ func (iw *indented) Write(p []byte) (int, error) {
 // writePeerGroups writes every finding counted by peer (the report's
 // peers: the largest groups first), with the devices and rules.
 func writePeerGroups(w io.Writer, rep agentapi.CheckReport) {
-	t := quote.Text
+	t := quote.Line
 	if len(rep.Peers) == 0 {
 		return
 	}
@@ -378,7 +380,7 @@ func writePeerGroups(w io.Writer, rep agentapi.CheckReport) {
 // writeFindingSite writes the lines that say where a finding's QP was
 // created, none when that is not known.
 func writeFindingSite(w io.Writer, f leakwatch.Finding) {
-	t := quote.Text
+	t := quote.Line
 	switch {
 	case f.Site != "":
 		fmt.Fprintf(w, "           created at %s via %s", t(f.Site), t(f.SiteVia))
@@ -405,7 +407,7 @@ func writeFindingSite(w io.Writer, f leakwatch.Finding) {
 // (the report's sites), with the rules they break, or a line saying that
 // no finding's site is known.
 func writeSiteGroups(w io.Writer, rep agentapi.CheckReport) {
-	t := quote.Text
+	t := quote.Line
 	if len(rep.Sites) == 0 {
 		if len(rep.Findings) > 0 {
 			fmt.Fprintln(w, "by creation site: no finding's creation site is known")
@@ -431,15 +433,15 @@ func writeSiteGroups(w io.Writer, rep agentapi.CheckReport) {
 
 // ownerText names who owns a finding's QP: the kernel module (and the ULP
 // that made it through rdma_cm), the process o.PID with its command, or the
-// device itself for qp-exhaustion; the names escaped (quote.Text).
+// device itself for qp-exhaustion; the names escaped and cut (quote.Line).
 func ownerText(rule string, o leakwatch.Owner) string {
 	switch {
 	case o.KernName != "" && o.ULP != "":
-		return "kernel [" + quote.Text(o.KernName) + "] ulp " + quote.Text(o.ULP)
+		return "kernel [" + quote.Line(o.KernName) + "] ulp " + quote.Line(o.ULP)
 	case o.KernName != "":
-		return "kernel [" + quote.Text(o.KernName) + "]"
+		return "kernel [" + quote.Line(o.KernName) + "]"
 	case o.PID != 0 && o.Comm != "":
-		return fmt.Sprintf("pid %d (%s)", o.PID, quote.Text(o.Comm))
+		return fmt.Sprintf("pid %d (%s)", o.PID, quote.Line(o.Comm))
 	case o.PID != 0:
 		return fmt.Sprintf("pid %d (exited)", o.PID)
 	case rule == leakwatch.RuleQPExhaustion:
@@ -454,7 +456,7 @@ func containerText(o leakwatch.Owner) string {
 	if o.ContainerID == "" {
 		return ""
 	}
-	return " container " + quote.Text(o.ContainerID[:min(12, len(o.ContainerID))])
+	return " container " + quote.Line(o.ContainerID[:min(12, len(o.ContainerID))])
 }
 
 // groupOwner names a summary group's owner as the detailed report does.

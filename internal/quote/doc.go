@@ -11,7 +11,10 @@
 // as Go writes them in a quoted string (\x1b, \r, \n, \u202e, \xff); the
 // rest, quotes and backslashes included, is left as it is. A string with
 // nothing to escape comes back as it is, without allocating, so text
-// output can pass every name through Text.
+// output can pass every name through Text. Line is Text cut at MaxLine
+// bytes with the length said: for a message from elsewhere (an agent's
+// error, an HTTP reason, a DEVPATH) and qp-leaks' text, whose strings
+// come from an agent.
 //
 // Label makes a value fit to serve as a Prometheus label (the agent's
 // metrics take every process name, file name and symbol through it):
