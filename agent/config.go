@@ -218,6 +218,12 @@ func parseConfig(path string, b []byte) (Config, error) {
 		err.Path = path
 		return Config{}, err
 	}
+	// yaml.v3 refuses a control character without saying where: the
+	// first one's line is said here.
+	if i := bytes.IndexFunc(b, func(r rune) bool { return r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r == 0x7f }); i >= 0 {
+		return located(&ConfigError{Line: bytes.Count(b[:i], []byte("\n")) + 1,
+			Err: fmt.Errorf("a control character (%s): YAML takes none but tab and newline", quote.String(string(b[i])))})
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&doc); err != nil {
@@ -448,6 +454,9 @@ func (p *absPath) UnmarshalYAML(n *yaml.Node) error {
 	}
 	if err := opfile.CheckPath(n.Value); err != nil {
 		return refuse(n, "%s: %w", quote.String(n.Value), err)
+	}
+	if strings.HasSuffix(n.Value, "/") {
+		return refuse(n, "%s: want a file's path, not a directory's", quote.String(n.Value))
 	}
 	*p = absPath(n.Value)
 	return nil
@@ -683,7 +692,14 @@ func (m *maxQP) UnmarshalYAML(n *yaml.Node) error {
 		refuseEntry := func(at *yaml.Node, err error) error {
 			return &valueError{node: n, entry: k.Value, line: at.Line, err: err}
 		}
-		if k.Kind != yaml.ScalarNode || v.Kind != yaml.ScalarNode || v.Tag != "!!int" {
+		switch {
+		case k.Kind != yaml.ScalarNode || k.Value == "":
+			return refuseEntry(k, errors.New("an empty key: want a device name"))
+		case v.Kind == yaml.SequenceNode:
+			return refuseEntry(v, errors.New("a list: want a positive number"))
+		case v.Kind == yaml.MappingNode:
+			return refuseEntry(v, errors.New("a mapping: want a positive number"))
+		case v.Kind != yaml.ScalarNode || v.Tag != "!!int":
 			return refuseEntry(v, fmt.Errorf("%s: want a positive number", quote.String(v.Value)))
 		}
 		if _, dup := limits[k.Value]; dup {
@@ -830,7 +846,7 @@ func ReloadFrom(path string, optional bool, base, running RunOptions, given func
 	} {
 		if k.old != k.new {
 			return Reloadable{}, &ConfigError{Path: path, Key: k.key,
-				Err: fmt.Errorf("changed from %v to %v, which takes a restart (nothing reloaded)", k.old, k.new)}
+				Err: fmt.Errorf("changed from %s to %s, which takes a restart (nothing reloaded)", shownValue(k.old), shownValue(k.new))}
 		}
 	}
 	if o.Reconcile <= 0 {
@@ -851,4 +867,13 @@ func renameString(o *rename.Options) string {
 		return "off"
 	}
 	return fmt.Sprintf("%v map %s force %v", o.Policies, o.MapFile, o.Force)
+}
+
+// shownValue is a configuration value for a message: a string quoted (an
+// empty one shows as ""), anything else as fmt prints it.
+func shownValue(v any) string {
+	if s, ok := v.(string); ok {
+		return quote.String(s)
+	}
+	return fmt.Sprint(v)
 }

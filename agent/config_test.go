@@ -129,6 +129,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{"state_interval: 0s\n", `agent: config a.yaml:1: state_interval: "0s": want a duration of at least 1s`},
 		{"max_qp: 5\n", `agent: config a.yaml:1: max_qp: want a mapping of device names to QP limits`},
 		{"max_qp:\n  rxe0: lots\n", `agent: config a.yaml:2: max_qp.rxe0: "lots": want a positive number`},
+		{"interval: 10s\nsocket: \"/run/a\x01b\"\n", `agent: config a.yaml:2: a control character ("\x01"): YAML takes none but tab and newline`},
+		{"max_qp:\n  rxe0: [1, 2]\n", `agent: config a.yaml:2: max_qp.rxe0: a list: want a positive number`},
+		{"max_qp:\n  rxe0: {a: 1}\n", `agent: config a.yaml:2: max_qp.rxe0: a mapping: want a positive number`},
+		{"max_qp: {\"\": 5}\n", `agent: config a.yaml:1: max_qp: an empty key: want a device name`},
+		{"state_file: /\n", `agent: config a.yaml:1: state_file: "/": want a file's path, not a directory's`},
+		{"names_map: /etc/rdmatool/\n", `agent: config a.yaml:1: names_map: "/etc/rdmatool/": want a file's path, not a directory's`},
 		{"max_qp:\n  rxe0: 0\n", `agent: config a.yaml:2: max_qp.rxe0: max_qp "rxe0=0"`},
 		{"max_qp:\n  rxe0: 1\n  rxe0: 2\n", `agent: config a.yaml:3: max_qp.rxe0:`},
 		{"interval: 10s\ninterval: 20s\n", `agent: config a.yaml:2: interval: given twice (first on line 1)`},
@@ -356,8 +362,8 @@ func TestApplyAndReload(t *testing.T) {
 	for file, want := range map[string]string{
 		"interval: 1m\n":                           "interval: changed from 30s to 1m0s, which takes a restart (nothing reloaded)",
 		"interval: 30s\nx: 1\n":                    "x: unknown key",
-		"interval: 30s\nsocket: /run/other.sock\n": "socket: changed from  to /run/other.sock",
-		"interval: 30s\nstate_file: \"\"\n":        "state_file: changed from /var/lib/x.json to , which takes a restart",
+		"interval: 30s\nsocket: /run/other.sock\n": "socket: changed from \"\" to \"/run/other.sock\"",
+		"interval: 30s\nstate_file: \"\"\n":        "state_file: changed from \"/var/lib/x.json\" to \"\", which takes a restart",
 		"interval: 30s\nstate_interval: 1m\n":      "state_interval: changed from 5m0s to 1m0s, which takes a restart",
 		"interval: 30s\nmr_leak_window: 1h\n":      "mr_leak_window: changed from 0s to 1h0m0s, which takes a restart",
 	} {

@@ -61,6 +61,9 @@ func newAgentCmd(g *globals) *cobra.Command {
 			if m := o.Policy.Mode; m != agent.PolicyObserve && m != agent.PolicyReset {
 				return fmt.Errorf("--policy %s: want %s or %s", quote.String(m), agent.PolicyObserve, agent.PolicyReset)
 			}
+			if o.Policy.DryRun && o.Policy.Mode == agent.PolicyObserve && cmd.Flags().Changed("policy") {
+				return fmt.Errorf("--policy-dry-run: set with --policy %s, which never resets: a dry run needs --policy %s", agent.PolicyObserve, agent.PolicyReset)
+			}
 			if err := checkSocketPath("--socket", o.Socket, true); err != nil {
 				return err
 			}

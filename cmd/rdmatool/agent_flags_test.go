@@ -68,6 +68,8 @@ func TestAgentFlagsRefused(t *testing.T) {
 		{[]string{"--names-map", ""}, `rdmatool: --names-map "": want a path`},
 		{[]string{"--names-map", "names.conf"}, `rdmatool: --names-map "names.conf": want an absolute path`},
 		{[]string{"--state-file", "rel.json"}, `rdmatool: --state-file "rel.json": want an absolute path`},
+		{[]string{"--policy", "observe", "--policy-dry-run"}, `rdmatool: --policy-dry-run: set with --policy observe, which never resets: a dry run needs --policy reset`},
+		{[]string{"--state-file", "/"}, `rdmatool: --state-file "/": want a file's path, not a directory's`},
 		{[]string{"--state-file", "/var/lib/" + strings.Repeat("n", 256) + "/state.json"}, `rdmatool: --state-file "/var/lib/nnn`},
 		{[]string{"--state-interval", "0s"}, `rdmatool: --state-interval 0s: want a duration at least 1s`},
 		{[]string{"--mr-leak-growth", "0"}, `rdmatool: --mr-leak-growth 0: want 1 or more`},

@@ -110,6 +110,10 @@ func flagError(_ *cobra.Command, err error) error {
 		needs   *pflag.ValueRequiredError
 	)
 	switch {
+	case errors.As(err, &unknown) && isNegative(unknown.GetSpecifiedShortnames()):
+		// "res qp lqpn -5": a value, not a flag; no value rdmatool takes is
+		// negative.
+		return fmt.Errorf("-%s: a negative number; no value rdmatool takes is below 0", unknown.GetSpecifiedShortnames())
 	case errors.As(err, &twice) && errors.As(err, &invalid):
 		name := "--" + invalid.GetFlag().Name
 		return fmt.Errorf("%s %s and %s %s: give one", name, quote.String(twice.first), name, quote.String(twice.second))
@@ -126,6 +130,11 @@ func flagError(_ *cobra.Command, err error) error {
 		return fmt.Errorf("flag needs an argument: %s in %s", quote.String(needs.GetSpecifiedName()), quote.String("-"+needs.GetSpecifiedShortnames()))
 	}
 	return err
+}
+
+// isNegative reports whether "-"+s is a negative number: s is digits.
+func isNegative(s string) bool {
+	return s != "" && len(s) <= quote.Max && strings.Trim(s, "0123456789.") == "" && strings.ContainsAny(s[:1], "0123456789")
 }
 
 // fits reports whether s may appear in an error as it is: short and

@@ -224,6 +224,16 @@ func runRootContext(ctx context.Context, root *cobra.Command, args []string, std
 	if args == nil {
 		args = []string{} // not cobra's "nil: os.Args"
 	}
+	// "--" before the command ends the options and leaves no command
+	// (cobra would suggest the command that follows it, as typed).
+	for _, a := range args {
+		if a == "--" {
+			return exitCode(ctx, errors.New(`"--" before the command: the command comes first (rdmatool COMMAND [ARGS])`), stderr)
+		}
+		if !strings.HasPrefix(a, "-") {
+			break
+		}
+	}
 	root.SetArgs(args)
 	out := &checkedWriter{w: stdout}
 	root.SetOut(out)

@@ -272,6 +272,11 @@ func TestArgsCheckedFirst(t *testing.T) {
 		{[]string{"res", "cm_id", "qp-type", "RCX"}, `rdmatool: filter qp-type: unknown value "RCX" (valid: SMI GSI RC`},
 		{[]string{"res", "cm_id", "ps", "SDP"}, `rdmatool: filter ps: unknown value "SDP" (valid: IPOIB TCP UDP IB)`},
 		{[]string{"res", "qp", "state", "unknown(x)"}, `rdmatool: filter state: unknown value "unknown(x)"`},
+		// Issue 39: misleading messages.
+		{[]string{"res", "qp", "lqpn", "-5"}, `rdmatool: -5: a negative number; no value rdmatool takes is below 0`},
+		{[]string{"--", "dev"}, `rdmatool: "--" before the command: the command comes first (rdmatool COMMAND [ARGS])`},
+		{[]string{"-j", "--", "dev"}, `rdmatool: "--" before the command`},
+		{[]string{"res", "qp", "state", "ERR", "state", "INIT"}, `rdmatool: state "ERR" and state "INIT" select nothing together`},
 		// Selectors: one, once (issue 24: the last one won).
 		{[]string{"res", "qp", "dev", "rxe0", "link", "rxe1"}, `rdmatool: dev "rxe0" and link "rxe1": give one of link and dev, once`},
 		{[]string{"res", "cq", "dev", "a", "dev", "b"}, `rdmatool: dev "a" and dev "b": give one of dev and link, once`},

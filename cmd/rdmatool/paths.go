@@ -29,6 +29,9 @@ func checkAbsPath(flag, p string) error {
 	if !strings.HasPrefix(p, "/") {
 		return fmt.Errorf("%s %s: want an absolute path", flag, quote.String(p))
 	}
+	if strings.HasSuffix(p, "/") {
+		return fmt.Errorf("%s %s: want a file's path, not a directory's", flag, quote.String(p))
+	}
 	return nil
 }
 
