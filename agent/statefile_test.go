@@ -25,7 +25,7 @@ import (
 )
 
 // procWithBoot is a /proc that holds only the boot's id.
-func procWithBoot(t *testing.T, boot string) string {
+func procWithBoot(t testing.TB, boot string) string {
 	t.Helper()
 	proc := t.TempDir()
 	dir := filepath.Join(proc, "sys", "kernel", "random")
@@ -156,7 +156,7 @@ func TestRunStartsOverAPipe(t *testing.T) {
 }
 
 // savedState is a state file with one QP, saved in the boot "boot-1".
-func savedState(t *testing.T) []byte {
+func savedState(t testing.TB) []byte {
 	t.Helper()
 	st := newState(leakwatch.Config{}, func() time.Time { return t0 }, "test")
 	st.SetDevices([]rdmanl.Device{rxe}, nil, t0)
@@ -529,4 +529,30 @@ func TestStateFileInUse(t *testing.T) {
 	}()
 	waitFor(t, "the agent started again", func() bool { _, err := askStatus(context.Background(), first); return err == nil })
 	stopRun(t, cancel, done)
+}
+
+// FuzzStateFile loads any state file: no panic; the history is restored,
+// or starts empty with one log line of at most 2 KiB saying why.
+func FuzzStateFile(f *testing.F) {
+	good := savedState(f)
+	f.Add(good)
+	f.Add(good[:len(good)/2])
+	f.Add(bytes.Replace(good, []byte(`"version":3,`), []byte(`"version":1,`), 1))
+	f.Add([]byte("interval: 10s\n"))
+	f.Add([]byte(`{"magic":"rdmatool agent state","version":3,"boot_id":"boot-1"}` + "\n" + `{"watcher":{}}` + "\n"))
+	proc := procWithBoot(f, "boot-1")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(t.TempDir(), "state.json")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		sf := newStateFile(path, proc, "test", slog.New(slog.NewTextHandler(&logs, nil)))
+		st := newState(leakwatch.Config{}, func() time.Time { return t0.Add(time.Minute) }, "test")
+		sf.load(st, t0)
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		if len(lines) != 1 || len(lines[0]) > 2048 {
+			t.Errorf("load logged %d lines, %d bytes: %.300q; want one of at most 2 KiB", len(lines), logs.Len(), logs.String())
+		}
+	})
 }

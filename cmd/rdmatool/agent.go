@@ -135,6 +135,9 @@ func newAgentCmd(g *globals) *cobra.Command {
 			d := g.deps()
 			d.Log = log
 			tuneAgentMemory(&d)
+			if g.runAgent != nil {
+				return g.runAgent(cmd.Context(), d, o)
+			}
 			return agent.Run(cmd.Context(), d, o)
 		},
 	}

@@ -5,13 +5,16 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/rdmanl/rdmanltest"
+	"github.com/rdmatool/rdmatool/watch"
 	"github.com/spf13/cobra"
 )
 
@@ -32,14 +35,31 @@ var fuzzSeeds = [][]string{
 	{"agent", "--exhaustion-threshold", "NaN"}, {"agent", "--socket", "", "--metrics-address", ""}, {"agent", "--socket", "rel.sock"},
 	{"agent", "--max-qp", "rxe0=1", "--rename", "map,guid", "--names-map", "names.conf", "--log-format", "xml"},
 	{"agent", "--state-file", "", "--state-interval", "0s"}, {"agent", "--state-file", "state.json"},
+	{"agent", "--config", "agent.yaml", "--state-file", "$DIR/state.json", "--socket", "$DIR/a.sock", "--metrics-address", ""},
+	{"agent", "--config", "agent.yaml", "--max-qp", "rxe0=5", "--policy", "reset", "--state-file", ""},
 	{"trace", "--dev", "rxe0", "--qpn", "17", "--pid", "1", "--duration", "1s", "--buffer-mib", "3"},
 	{"rename", "--all", "--dry-run", "--map", "names.conf"}, {"rename", "udev", "--", "rxe0"}, {"rename", "--policy", "map,bogus", "rxe0"},
 	{"reset", "rxe0", "--method", "bogus"}, {"reset", "rxe0", "--dry-run", "--timeout", "0s"}, {"reset-helper"},
 	{"version", "--json=maybe"}, {"-jpdv", "dev"}, {"--", "dev"}, {"dev", "--bogus"}, {"qp-leaks", "--watch"},
 }
 
+// fuzzConfigs are agent configurations, right and wrong, that
+// FuzzCommandLine writes to agent.yaml in its directory.
+var fuzzConfigs = []string{
+	"",
+	"interval: 10s\nmax_qp:\n  rxe0: 40\nstate_file: /var/lib/rdmatool/state.json\n",
+	"policy:\n  mode: reset\n  qp_use: 0.9\n  dry_run: true\n",
+	"max_qp:\n  rxe0: [1, 2]\n",
+	"interval: 10s\n---\nreconcile: [\n",
+	"state_file: /\n",
+	"rename: map,guid\nnames_map: /etc/rdmatool/names.conf\n",
+	"socket: \"/run/a\\x01\"\n",
+}
+
 // FuzzCommandLine runs the whole command tree on any command line (the
-// input's words split at NUL, which no exec'd argument holds) on a kernel
+// input's words split at NUL, which no exec'd argument holds; $DIR stands
+// for the test's directory), with any agent configuration in agent.yaml
+// there (config), on a kernel
 // without RDMA netlink, or, for the listings, on the 6.12 lab kernel's
 // recorded replies, with the working directory and HOME in a temporary
 // directory. Whatever the line: no panic, an exit status of 0, 1 or 2,
@@ -47,36 +67,43 @@ var fuzzSeeds = [][]string{
 // logs), and nothing written where the commands write by default
 // (/run/rdmatool, /etc/rdmatool, /var/lib/rdmatool).
 //
-// What does not run: the daemon (agent), the probes (trace) and a reset
-// (reset, reset-helper) block, or act on the host (the helper writes on,
-// and closes, fd 3: a fuzzing worker's pipe from its coordinator); their
-// RunE is replaced, so their checks (PreRunE) run and nothing else. docs
+// What does not run: the daemon (agent.Run: the agent command reads its
+// configuration, applies it over the flags and checks it, then stops),
+// the probes (trace) and a reset (reset, reset-helper) block, or act on
+// the host (the helper writes on, and closes, fd 3: a fuzzing worker's
+// pipe from its coordinator); their RunE is replaced, so their checks
+// (PreRunE) run and nothing else. docs
 // man runs only on a directory inside the temporary one: its pages are the
 // one thing rdmatool writes where the command line says (completion and
 // help write on stdout, rename and link add on a kernel that has no RDMA
 // netlink here).
 func FuzzCommandLine(f *testing.F) {
-	for _, s := range fuzzSeeds {
-		f.Add(strings.Join(s, "\x00"))
+	for i, s := range fuzzSeeds {
+		f.Add(strings.Join(s, "\x00"), fuzzConfigs[i%len(fuzzConfigs)])
 	}
 	watched := []string{"/run/rdmatool", "/etc/rdmatool", "/var/lib/rdmatool"}
 	recorded, err := filepath.Abs(recordings) // the test changes directory
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Fuzz(func(t *testing.T, line string) {
+	f.Fuzz(func(t *testing.T, line, config string) {
+		dir := t.TempDir()
 		var args []string
 		if line != "" {
-			args = strings.Split(line, "\x00")
+			args = strings.Split(strings.ReplaceAll(line, "$DIR", dir), "\x00")
 		}
-		dir := t.TempDir()
+		if config != "" {
+			if err := os.WriteFile(filepath.Join(dir, "agent.yaml"), []byte(config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
 		t.Chdir(dir)
 		t.Setenv("HOME", dir)
 		t.Setenv("DEVPATH", "") // outside udev
 		t.Setenv("GOGC", "100") // res leaves the collector as it is
 		before := snapshot(t, watched)
 
-		g := &globals{kernel: noRDMA(t)}
+		g := &globals{kernel: noRDMA(t), runAgent: func(context.Context, watch.Deps, agent.RunOptions) error { return nil }}
 		root := newRootCmdWith(g)
 		if cmd, _, err := root.Find(args); err == nil && cmd != nil && listing(cmd) {
 			g.kernel.dial = func() (*rdmanl.Client, error) { return rdmanltest.Replay(t, recorded, "6.12"), nil }
@@ -84,7 +111,7 @@ func FuzzCommandLine(f *testing.F) {
 		outside := false
 		for _, c := range root.Commands() {
 			switch c.Name() {
-			case "agent", "trace", "reset", resetHelperCmd:
+			case "trace", "reset", resetHelperCmd:
 				c.RunE = func(*cobra.Command, []string) error { return nil }
 			case "docs":
 				man, _, _ := c.Find([]string{"man"})

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"time"
 
+	"github.com/rdmatool/rdmatool/agent"
 	"github.com/rdmatool/rdmatool/rdmanl"
 	"github.com/rdmatool/rdmatool/watch"
 
@@ -22,6 +24,9 @@ type globals struct {
 	// kernel, when set, replaces the host's RDMA netlink, /proc, /sys,
 	// probes and clock (tests replay recorded kernels through it).
 	kernel *kernelDeps
+	// runAgent, when set, replaces agent.Run once the agent command has
+	// its options (the fuzz target checks them and starts no daemon).
+	runAgent func(ctx context.Context, d watch.Deps, o agent.RunOptions) error
 }
 
 // kernelDeps is what the commands read of the host, for tests to replace.
