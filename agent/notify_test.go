@@ -15,18 +15,26 @@ import (
 	"github.com/rdmatool/rdmatool/watch"
 )
 
-// Under systemd (NOTIFY_SOCKET, WATCHDOG_USEC) the agent says READY once it
-// serves, pets the watchdog at half its period, and says STOPPING on its
-// way out.
-func TestRunNotifiesSystemd(t *testing.T) {
-	dir := t.TempDir()
+// notifySocket listens as systemd does on a datagram socket in dir, named
+// in NOTIFY_SOCKET until the test ends.
+func notifySocket(t *testing.T, dir string) *net.UnixConn {
+	t.Helper()
 	ns := filepath.Join(dir, "notify")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: ns, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	t.Setenv("NOTIFY_SOCKET", ns)
+	return conn
+}
+
+// Under systemd (NOTIFY_SOCKET, WATCHDOG_USEC) the agent says READY once it
+// serves, pets the watchdog at half its period, and says STOPPING on its
+// way out.
+func TestRunNotifiesSystemd(t *testing.T) {
+	dir := t.TempDir()
+	conn := notifySocket(t, dir)
 	t.Setenv("WATCHDOG_USEC", "1000000")
 	msgs := make(chan string, 100)
 	go func() {
@@ -102,13 +110,7 @@ func TestWatchdogBrokenNotifySocket(t *testing.T) {
 // goes on, and an agent told to stop says STOPPING (in vain) and ends.
 func TestNotifySocketNobodyReads(t *testing.T) {
 	dir := t.TempDir()
-	ns := filepath.Join(dir, "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: ns, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	t.Setenv("NOTIFY_SOCKET", ns)
+	notifySocket(t, dir) // nobody reads it
 	// Fill the socket's queue (net.unix.max_dgram_qlen datagrams, or its
 	// buffer): then a write blocks until its deadline.
 	var full bool
