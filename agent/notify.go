@@ -83,6 +83,11 @@ func watchdog(ctx context.Context, st *state, log *slog.Logger) {
 			return
 		case <-tick.C:
 		}
+		if ctx.Err() != nil {
+			// A tick that waited while a slow pet ran, and the stop
+			// since: select picks either, the stop wins here.
+			return
+		}
 		st.Status() // blocks if the history is stuck behind its lock
 		_, err := sdNotify(daemon.SdNotifyWatchdog, notifyTimeout)
 		switch {

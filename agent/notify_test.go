@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -144,12 +145,14 @@ func TestNotifySocketNobodyReads(t *testing.T) {
 		t.Errorf("the failed pet's warning does not say it timed out:\n%s", logs.String())
 	}
 	cancel()
+	stopped := time.Now()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	case <-time.After(3 * notifyTimeout):
-		t.Fatalf("Run still running %s after its stop, its notify socket full", 3*notifyTimeout)
+		buf := make([]byte, 1<<20)
+		t.Fatalf("Run still running %s after its stop, its notify socket full; log:\n%s\ngoroutines:\n%s", time.Since(stopped), logs.String(), buf[:runtime.Stack(buf, true)])
 	}
 }
