@@ -500,8 +500,10 @@ var errTooLarge = errors.New("too large")
 // into a new file in the same directory (mode 0600, made with O_EXCL, so
 // no link is followed), synced, renamed over path (which replaces a link
 // there rather than follow it), then the directory synced. Writing more
-// than maxSize bytes fails. On any error path is as it was and the new
-// file is removed. It returns the bytes written.
+// than maxSize bytes fails. On an error before the rename, path is as it
+// was and the new file is removed; on one after it (the directory's sync),
+// path holds the new file, which a crash may still undo. It returns the
+// bytes written.
 func writeAtomic(path string, maxSize int64, write func(io.Writer) error) (size int64, err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")

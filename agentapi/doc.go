@@ -15,6 +15,7 @@
 //
 // # Privileges
 //
-// None of its own: the agent's socket is root's (0600), so asking it needs
-// what opening it needs.
+// None of its own: the agent's socket is 0600 and its user's (the unit's
+// DynamicUser, or root for an agent started by hand), so asking it takes
+// that user or root.
 package agentapi

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -173,6 +174,40 @@ func TestOutputNotWritten(t *testing.T) {
 		code := run(args, fullWriter{}, &stderr)
 		if code != exitError || !strings.Contains(stderr.String(), "no space left on device") {
 			t.Errorf("rdmatool %s to a full disk: exit %d, stderr %q; want %d and the write's error", strings.Join(args, " "), code, stderr.String(), exitError)
+		}
+	}
+}
+
+// Every rule docs/rules.md has (a "## rule-id" section) is named in
+// rdmatool --help and in README.md, and they name no other.
+func TestRulesListed(t *testing.T) {
+	heading := regexp.MustCompile(`(?m)^## ([a-z0-9]+(?:-[a-z0-9]+)+)$`)
+	var rules []string
+	for _, m := range heading.FindAllStringSubmatch(docs.Page("rules"), -1) {
+		rules = append(rules, m[1])
+	}
+	if len(rules) < 12 {
+		t.Fatalf("docs/rules.md has %d rule sections: %q", len(rules), rules)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	help := newRootCmd().Long
+	for _, r := range rules {
+		if !strings.Contains(help, r) {
+			t.Errorf("rdmatool --help does not name rule %s", r)
+		}
+		if !strings.Contains(string(readme), "`"+r+"`") {
+			t.Errorf("README.md does not name rule %s", r)
+		}
+	}
+	named := regexp.MustCompile(`(?m)^  ([a-z0-9-]+)(?:, ([a-z0-9-]+))? {2,}`)
+	for _, m := range named.FindAllStringSubmatch(help, -1) {
+		for _, r := range m[1:] {
+			if r != "" && !slices.Contains(rules, r) {
+				t.Errorf("rdmatool --help names %s, which docs/rules.md has not", r)
+			}
 		}
 	}
 }
