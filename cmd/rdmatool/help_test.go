@@ -202,12 +202,20 @@ func TestRulesListed(t *testing.T) {
 			t.Errorf("README.md does not name rule %s", r)
 		}
 	}
-	named := regexp.MustCompile(`(?m)^  ([a-z0-9-]+)(?:, ([a-z0-9-]+))? {2,}`)
+	named := regexp.MustCompile(`(?m)^    ([a-z0-9-]+)(?:, ([a-z0-9-]+))? {2,}`)
+	n := 0
 	for _, m := range named.FindAllStringSubmatch(help, -1) {
 		for _, r := range m[1:] {
-			if r != "" && !slices.Contains(rules, r) {
+			if r == "" {
+				continue
+			}
+			n++
+			if !slices.Contains(rules, r) {
 				t.Errorf("rdmatool --help names %s, which docs/rules.md has not", r)
 			}
 		}
+	}
+	if n != len(rules) {
+		t.Errorf("rdmatool --help's rule list names %d rules, docs/rules.md has %d", n, len(rules))
 	}
 }

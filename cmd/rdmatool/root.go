@@ -105,16 +105,18 @@ func newRootCmdWith(g *globals) *cobra.Command {
 		Long: `rdmatool reads the kernel's RDMA resource tracking (RDMA netlink), traces the
 queue pair lifecycle on ib_core with eBPF, and reports the QPs and MRs that
 leak (qp-leaks; its help says what each rule means):
-  stale-error-qp, never-connected-qp      QPs stuck in Error, or never connected
-  srq-destroy-without-last-wqe            SRQ QPs torn down without IB spec 10.3.1
-  last-wqe-not-emitted                    LAST_WQE_REACHED never sent
-  last-wqe-unhandled                      LAST_WQE_REACHED sent, never acted on
-  srq-drain-stalled                       kernel drains waiting for it
-  xrc-tgt-orphan                          XRC target QPs with no process left
-  qp-exhaustion, qp-create-failing        QPs heading for max_qp; refused creates
-  qp-error-storm                          QPs driven to Error again and again
-  mr-leak                                 MRs that pile up over reconnects
-  zombie-uverbs-context                   processes holding a device gone
+
+    stale-error-qp, never-connected-qp    QPs stuck in Error, never connected
+    srq-destroy-without-last-wqe          SRQ QPs torn down against IB 10.3.1
+    last-wqe-not-emitted                  LAST_WQE_REACHED never sent
+    last-wqe-unhandled                    LAST_WQE_REACHED sent, not acted on
+    srq-drain-stalled                     kernel drains waiting for it
+    xrc-tgt-orphan                        XRC targets with no process left
+    qp-exhaustion, qp-create-failing      QPs nearing max_qp; refused creates
+    qp-error-storm                        QPs sent to Error again and again
+    mr-leak                               MRs piling up over reconnects
+    zombie-uverbs-context                 processes holding a device gone
+
 It renames devices persistently and resets a device in bounded time,
 bringing it back under its name.
 
