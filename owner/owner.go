@@ -154,3 +154,7 @@ func isContainerID(s string) bool {
 	}
 	return true
 }
+
+// ShortContainerID is a container id as docker, podman and crictl print
+// it: its first 12 characters (the whole of a shorter one).
+func ShortContainerID(id string) string { return id[:min(12, len(id))] }

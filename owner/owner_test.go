@@ -176,3 +176,14 @@ func FuzzCgroupPath(f *testing.F) {
 		}
 	})
 }
+
+func TestShortContainerID(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "", "abc": "abc",
+		"4f2b1c0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b": "4f2b1c0a9e8d",
+	} {
+		if got := ShortContainerID(in); got != want {
+			t.Errorf("ShortContainerID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -262,7 +262,7 @@ func renderDevDetails(w io.Writer, rep devDetailsReport, counters bool) error {
 				fmt.Fprintf(bw, " cgroup %s", t(h.Cgroup))
 			}
 			if h.ContainerID != "" {
-				fmt.Fprintf(bw, " container %s", t(h.ContainerID[:min(12, len(h.ContainerID))]))
+				fmt.Fprintf(bw, " container %s", t(owner.ShortContainerID(h.ContainerID)))
 			}
 			for _, f := range h.Files {
 				fmt.Fprintf(bw, " fd %d %s", f.FD, t(f.Path))

@@ -19,6 +19,7 @@ import (
 	"github.com/rdmatool/rdmatool/docs"
 	"github.com/rdmatool/rdmatool/internal/quote"
 	"github.com/rdmatool/rdmatool/leakwatch"
+	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/watch"
 	"github.com/spf13/cobra"
 )
@@ -456,7 +457,7 @@ func containerText(o leakwatch.Owner) string {
 	if o.ContainerID == "" {
 		return ""
 	}
-	return " container " + quote.Line(o.ContainerID[:min(12, len(o.ContainerID))])
+	return " container " + quote.Line(owner.ShortContainerID(o.ContainerID))
 }
 
 // groupOwner names a summary group's owner as the detailed report does.

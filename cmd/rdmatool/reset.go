@@ -15,6 +15,7 @@ import (
 	"github.com/rdmatool/rdmatool/cmd/rdmatool/internal/rowfilter"
 	"github.com/rdmatool/rdmatool/docs"
 	"github.com/rdmatool/rdmatool/internal/quote"
+	"github.com/rdmatool/rdmatool/owner"
 	"github.com/rdmatool/rdmatool/rename"
 	"github.com/rdmatool/rdmatool/reset"
 	"github.com/spf13/cobra"
@@ -194,7 +195,7 @@ func renderReset(w io.Writer, g *globals, rep reset.Report) error {
 			fmt.Fprintf(&b, " holds %s", t(strings.Join(h.Files, ",")))
 		}
 		if h.ContainerID != "" {
-			fmt.Fprintf(&b, " container %s", t(fmt.Sprintf("%.12s", h.ContainerID)))
+			fmt.Fprintf(&b, " container %s", t(owner.ShortContainerID(h.ContainerID)))
 		}
 		b.WriteString("\n")
 	}
