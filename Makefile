@@ -132,28 +132,43 @@ lab-bins:
 	$(MAKE) -s -C vmtest/workloads OUT=$(BIN)
 
 # Lab tests on every kernel: the lab packages' test binaries are built
-# once, then one guest per kernel runs them all (vmtest/labtests.sh; a boot
-# costs about as much as a package's tests under TCG). VMTEST_EXPECT_GUEST
-# makes vmtest.Require fail instead of skip if a test ever ran outside.
-# LAB_RUN=regexp runs only the tests it matches. Each kernel's output is
-# kept in .lab/tests/KERNEL.log; when one failed, vmtest/labfailures.sh
-# ends the run with its failed tests and their last logged lines.
+# once, then guests run them (vmtest/labtests.sh; a boot takes seconds):
+# for each kernel one guest for each package of LAB_OWN and one for the
+# rest, listed longest first in .lab/tests/jobs. vmlab jobs runs them side
+# by side, each on one host thread (LAB_GUEST_ARGS: vmlab -one-thread), as
+# many at once as the lab's budget of host CPUs holds (vmlab -host-cpus,
+# default all): most of a lab run is waiting, not computing.
+# VMTEST_EXPECT_GUEST makes vmtest.Require fail instead of skip if a test
+# ever ran outside. LAB_RUN=regexp runs only the tests it matches. Each
+# guest's output is kept in .lab/tests/KERNEL-GROUP.log, and its packages'
+# ok/FAIL lines are printed as they end; when one failed,
+# vmtest/labfailures.sh ends the run with its failed tests and their last
+# logged lines. Before that, the lab's time table (vmlab times: each
+# guest's wall, boot and CPU time, each package's per kernel, the slowest
+# tests) is printed and kept in .lab/tests/table.txt.
 LAB_TESTS := $(LAB)/tests
+LAB_GUEST_ARGS ?= -one-thread
+LAB_OWN ?= ./agent ./bpf
 test-lab: lab lab-bins
-	@set -e; rm -rf $(LAB_TESTS); mkdir -p $(LAB_TESTS); : >$(LAB_TESTS)/list; \
+	@set -e; rm -rf $(LAB_TESTS); mkdir -p $(LAB_TESTS); \
 	for p in $(LAB_PKGS); do \
-		bin=$(LAB_TESTS)/$$(echo $${p#./} | tr / _).test; \
+		name=$$(echo $${p#./} | tr / _); bin=$(LAB_TESTS)/$$name.test; \
 		CGO_ENABLED=0 $(GO) test -c -o $$bin $$p; \
-		echo "$$p $$bin" >>$(LAB_TESTS)/list; \
-	done
-	@set -o pipefail; failed=; logs=; for k in $(KERNELS); do \
-		echo "== lab tests on kernel $$k"; \
-		VMTEST_EXPECT_GUEST=1 VMTEST_RUN='$(LAB_RUN)' $(BIN)/vmlab run -kernel $$k -timeout 90m -- \
-			sh vmtest/labtests.sh $(LAB_TESTS)/list 2>&1 | tee $(LAB_TESTS)/$$k.log || \
-			{ failed="$$failed $$k"; logs="$$logs $$k $(LAB_TESTS)/$$k.log"; }; \
+		group=rest; for o in $(LAB_OWN); do [ "$$p" != "$$o" ] || group=$$name; done; \
+		echo "$$p $$bin" >>$(LAB_TESTS)/$$group.list; \
 	done; \
-	if [ -n "$$failed" ]; then sh vmtest/labfailures.sh $$logs; \
-		echo "lab tests failed on kernel(s):$$failed"; exit 1; fi
+	: >$(LAB_TESTS)/jobs; \
+	for group in $$(for o in $(LAB_OWN); do echo $${o#./} | tr / _; done) rest; do \
+		[ -s $(LAB_TESTS)/$$group.list ] || continue; \
+		for k in $(KERNELS); do \
+			echo "$(LAB_TESTS)/$$k-$$group.log $$k lab VMTEST_EXPECT_GUEST=1 sh vmtest/labtests.sh $(LAB_TESTS)/$$group.list" >>$(LAB_TESTS)/jobs; \
+		done; \
+	done
+	@echo "== lab tests on kernels $(KERNELS): $$(wc -l <$(LAB_TESTS)/jobs) guests (logs: $(LAB_TESTS)/KERNEL-GROUP.log)"; \
+	status=0; VMTEST_RUN='$(LAB_RUN)' $(BIN)/vmlab jobs $(LAB_GUEST_ARGS) -times $(LAB_TESTS)/times -timeout 90m $(LAB_TESTS)/jobs || status=$$?; \
+	$(BIN)/vmlab times $(LAB_TESTS) | tee $(LAB_TESTS)/table.txt; \
+	if [ $$status != 0 ]; then sh vmtest/labfailures.sh $$(sh vmtest/labfailed.sh $(LAB_TESTS)); \
+		echo "lab tests failed: $$(sh vmtest/labfailed.sh $(LAB_TESTS) | awk '{ printf " %s", $$1 }')"; exit 1; fi
 
 # The .deb of the next commit, for the upgrade test (TestSystemUpgrade):
 # this tree, uncommitted changes and new files included, committed on top
@@ -173,8 +188,10 @@ deb-next:
 # Debian host with systemd, udev and rdma-core, one per kernel of
 # SYSTEM_KERNELS, which installs what make deb, deb-next and image built
 # (vmtest/systemtests.sh runs the tests one at a time, across the reboots
-# they ask for). LAB_RUN=regexp selects tests; SYSTEM_ARGS go to the test
-# binaries (-update on 6.12 rewrites the lab scrape in
+# they ask for). The kernels' guests run side by side as test-lab's do
+# (LAB_GUEST_ARGS), their time table kept in .lab/system-tests/table.txt.
+# LAB_RUN=regexp selects tests; SYSTEM_ARGS go to the test binaries
+# (-update on 6.12 rewrites the lab scrape in
 # packaging/prometheus/testdata; then go test ./packaging -update).
 SYSTEM_KERNELS ?= 6.1 6.12
 SYSTEM_PKGS = $(shell grep -rl --include='*_test.go' 'vmtest\.RequireSystem' --exclude-dir=.lab . | xargs -r -n1 dirname | sort -u)
@@ -187,14 +204,14 @@ test-system: lab lab-bins deb deb-next image
 		CGO_ENABLED=0 $(GO) test -c -o $$bin $$p; \
 		echo "$$p $$bin" >>$(SYSTEM_TESTS)/list; \
 	done
-	@set -o pipefail; failed=; logs=; for k in $(SYSTEM_KERNELS); do \
-		echo "== system guest tests on kernel $$k"; \
-		VMTEST_EXPECT_SYSTEM=1 VMTEST_RUN='$(LAB_RUN)' $(BIN)/vmlab run -system -kernel $$k -timeout 40m -- \
-			sh vmtest/systemtests.sh $(SYSTEM_TESTS)/list $(SYSTEM_ARGS) 2>&1 | tee $(SYSTEM_TESTS)/$$k.log || \
-			{ failed="$$failed $$k"; logs="$$logs $$k $(SYSTEM_TESTS)/$$k.log"; }; \
-	done; \
-	if [ -n "$$failed" ]; then sh vmtest/labfailures.sh $$logs; \
-		echo "system guest tests failed on kernel(s):$$failed"; exit 1; fi
+	@for k in $(SYSTEM_KERNELS); do \
+		echo "$(SYSTEM_TESTS)/$$k.log $$k system VMTEST_EXPECT_SYSTEM=1 sh vmtest/systemtests.sh $(SYSTEM_TESTS)/list $(SYSTEM_ARGS)"; \
+	done >$(SYSTEM_TESTS)/jobs; \
+	echo "== system guest tests on kernels $(SYSTEM_KERNELS), side by side (logs: $(SYSTEM_TESTS)/KERNEL.log)"; \
+	status=0; VMTEST_RUN='$(LAB_RUN)' $(BIN)/vmlab jobs $(LAB_GUEST_ARGS) -times $(SYSTEM_TESTS)/times -timeout 40m $(SYSTEM_TESTS)/jobs || status=$$?; \
+	$(BIN)/vmlab times $(SYSTEM_TESTS) | tee $(SYSTEM_TESTS)/table.txt; \
+	if [ $$status != 0 ]; then sh vmtest/labfailures.sh $$(sh vmtest/labfailed.sh $(SYSTEM_TESTS)); \
+		echo "system guest tests failed: $$(sh vmtest/labfailed.sh $(SYSTEM_TESTS) | awk '{ printf " %s", $$1 }')"; exit 1; fi
 
 # Only the kernel the demo boots is built.
 demo: deps lab-bins
