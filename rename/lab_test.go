@@ -817,8 +817,14 @@ func TestLabUdevRuleNamesLikeFlags(t *testing.T) {
 		if d, _ := byGUID(t, c, n.guid); d.Name != "lab'q" {
 			t.Errorf("the device lab'q is now %q", d.Name)
 		}
+		// udevd logs what its RUN program wrote on stderr as it reads it,
+		// which may be after settle returned (6.1, two guests side by side).
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(u.logSince(mark, "rdmatool"), "the udev event is for device") && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
 		if log := u.logSince(mark, "rdmatool"); !strings.Contains(log, "the udev event is for device") {
-			t.Errorf("rdmatool did not refuse the name udev passed for lab'q:\n%s", log)
+			t.Errorf("rdmatool did not refuse the name udev passed for lab'q (10s after udevadm settle):\n%s", log)
 		}
 	})
 }

@@ -1,9 +1,12 @@
 #!/bin/sh
-# make test-lab: inside one lab guest per kernel, run every lab package's
-# test binary (built on the host by `go test -c`), each in its package
-# directory as `go test` would, and print go test's "ok"/"FAIL" line for
-# it. One boot per kernel instead of one per package: under TCG a boot
-# costs about as much as a package's tests.
+# make test-lab: inside a lab guest, run the test binaries (built on the
+# host by `go test -c`) of the lab packages LIST names, each in its
+# package directory as `go test` would, and print go test's "ok"/"FAIL"
+# line for it (make test-lab boots a few guests a kernel, each with a list
+# of packages: a boot takes seconds, a package minutes). VMTEST_SKIP, when set, is
+# passed as -test.skip; VMTEST_ONLY, when set, runs only the tests it
+# matches (make test-lab runs the tests of LAB_HEAVY so, in a guest of
+# their own, and skips them in the others).
 #
 # Usage: sh vmtest/labtests.sh LIST, LIST holding one "PKGDIR BINARY" line
 # per package. VMTEST_RUN, when set, is passed as -test.run. Between packages
@@ -33,11 +36,20 @@ cpustat() {
 }
 while read -r dir bin; do
 	[ -n "$dir" ] || continue
+	run=${VMTEST_RUN:-}
+	if [ -n "${VMTEST_ONLY:-}" ]; then
+		# Only the tests VMTEST_ONLY names, of those VMTEST_RUN matches;
+		# a package with none is passed over.
+		names=$(cd "$dir" && "$bin" -test.list "$VMTEST_ONLY" | grep '^Test' | grep -E -- "${VMTEST_RUN:-.}" | tr '\n' '|')
+		[ -n "$names" ] || continue
+		run="^(${names%|})\$"
+	fi
 	restore
 	start=$(date +%s)
 	set -- $(cpustat)
 	busy0=$1 all0=$2
-	(cd "$dir" && "$bin" -test.paniconexit0 -test.v=true -test.count=1 -test.timeout=30m ${VMTEST_RUN:+-test.run="$VMTEST_RUN"})
+	(cd "$dir" && "$bin" -test.paniconexit0 -test.v=true -test.count=1 -test.timeout=30m ${run:+-test.run="$run"} \
+		${VMTEST_SKIP:+-test.skip="$VMTEST_SKIP"})
 	status=$?
 	secs=$(($(date +%s) - start))
 	set -- $(cpustat)

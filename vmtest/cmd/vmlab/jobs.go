@@ -22,13 +22,16 @@ import (
 type job struct {
 	log, kernel string
 	system      bool
+	oneThread   bool     // the guest's vCPUs on one host thread (GUEST/1)
 	env         []string // KEY=VALUE words before the command
 	command     []string
 }
 
 // parseJobs reads a jobs file: a line per guest run, "LOG KERNEL GUEST
-// [KEY=VALUE]... COMMAND [ARG]...", GUEST lab or system, fields apart by
-// blanks (no quoting); blank lines and lines starting with # are skipped.
+// [KEY=VALUE]... COMMAND [ARG]...", GUEST lab or system, and lab/1 or
+// system/1 for a guest whose vCPUs run on one host thread (vmlab run
+// -one-thread); fields apart by blanks (no quoting); blank lines and lines
+// starting with # are skipped.
 func parseJobs(r io.Reader) ([]job, error) {
 	var jobs []job
 	sc := bufio.NewScanner(r)
@@ -41,13 +44,14 @@ func parseJobs(r io.Reader) ([]job, error) {
 			return nil, fmt.Errorf("jobs line %d: %d fields, want LOG KERNEL GUEST COMMAND", n, len(f))
 		}
 		j := job{log: f[0], kernel: f[1]}
-		switch f[2] {
-		case "lab":
-		case "system":
+		guest, threads, hasThreads := strings.Cut(f[2], "/")
+		switch {
+		case guest != "lab" && guest != "system" || hasThreads && threads != "1":
+			return nil, fmt.Errorf("jobs line %d: guest %q, want lab or system, or lab/1 or system/1 (one host thread)", n, f[2])
+		case guest == "system":
 			j.system = true
-		default:
-			return nil, fmt.Errorf("jobs line %d: guest %q, want lab or system", n, f[2])
 		}
+		j.oneThread = hasThreads
 		if _, err := lab.LookupKernel(j.kernel); err != nil {
 			return nil, fmt.Errorf("jobs line %d: %w", n, err)
 		}

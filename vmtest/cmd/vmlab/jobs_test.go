@@ -13,7 +13,7 @@ func TestParseJobs(t *testing.T) {
 	jobs, err := parseJobs(strings.NewReader(`# the lab
 /l/6.12-agent.log 6.12 lab VMTEST_EXPECT_GUEST=1 sh vmtest/labtests.sh /l/agent.list
 
-/l/6.1-system.log 6.1 system VMTEST_EXPECT_SYSTEM=1 A=b=c sh vmtest/systemtests.sh /l/system.list -update
+/l/6.1-system.log 6.1 system/1 VMTEST_EXPECT_SYSTEM=1 A=b=c sh vmtest/systemtests.sh /l/system.list -update
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -22,18 +22,19 @@ func TestParseJobs(t *testing.T) {
 		t.Fatalf("%d jobs, want 2: %+v", len(jobs), jobs)
 	}
 	a, s := jobs[0], jobs[1]
-	if a.log != "/l/6.12-agent.log" || a.kernel != "6.12" || a.system || strings.Join(a.env, " ") != "VMTEST_EXPECT_GUEST=1" ||
+	if a.log != "/l/6.12-agent.log" || a.kernel != "6.12" || a.system || a.oneThread || strings.Join(a.env, " ") != "VMTEST_EXPECT_GUEST=1" ||
 		strings.Join(a.command, " ") != "sh vmtest/labtests.sh /l/agent.list" {
 		t.Errorf("first job %+v", a)
 	}
-	if !s.system || strings.Join(s.env, " ") != "VMTEST_EXPECT_SYSTEM=1 A=b=c" || s.command[len(s.command)-1] != "-update" {
+	if !s.system || !s.oneThread || strings.Join(s.env, " ") != "VMTEST_EXPECT_SYSTEM=1 A=b=c" || s.command[len(s.command)-1] != "-update" {
 		t.Errorf("second job %+v", s)
 	}
 	for _, bad := range []string{
-		"log 6.12 lab",                 // no command
-		"log 6.12 lab A=1",             // only a variable
-		"log 6.12 guest sh x",          // not lab or system
-		"log 5.4 lab sh x",             // not a kernel of the matrix
+		"log 6.12 lab",                  // no command
+		"log 6.12 lab A=1",              // only a variable
+		"log 6.12 guest sh x",           // not lab or system
+		"log 6.12 lab/2 sh x",           // one thread is /1; two are the default
+		"log 5.4 lab sh x",              // not a kernel of the matrix
 		"log 6.12 lab sh x\nlog 6.12 x", // a short line after a good one
 	} {
 		if _, err := parseJobs(strings.NewReader(bad)); err == nil {

@@ -13,8 +13,9 @@
 // all of them): a guest takes one CPU for each host thread that runs its
 // vCPUs (one under single-threaded TCG: -one-thread, or a kernel that
 // needs it) and waits while they are taken. jobs runs the guest runs a
-// file lists, a line each ("LOG KERNEL lab|system [KEY=VALUE]... COMMAND
-// [ARG]..."), in its order and as many at once as the budget holds, each
+// file lists, a line each ("LOG KERNEL GUEST [KEY=VALUE]... COMMAND
+// [ARG]...", GUEST lab or system, lab/1 or system/1 on one host thread),
+// in its order and as many at once as the budget holds, each
 // one's output in LOG and its status in LOG.status, their ok/FAIL lines
 // printed as they come. run -times FILE (and jobs) appends what a run
 // cost; times DIR prints the lab's time table from DIR/times and
@@ -203,6 +204,7 @@ func run(ctx context.Context, args []string) (int, error) {
 		start := func(j job) (lab.RunSpec, error) {
 			spec, err := guestSpec(ctx, b, j.kernel, j.system, j.command, cwd)
 			spec.Env = append(spec.Env, j.env...)
+			spec.OneThread = spec.OneThread || j.oneThread
 			return spec, err
 		}
 		failed := runJobs(ctx, jobs, start, lab.Budget(*cpus), *timesFile, os.Stdout)
