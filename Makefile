@@ -140,7 +140,8 @@ lab-bins:
 # Each guest runs on one host thread (lab/1: vmlab -one-thread), but for
 # the tests of LAB_HEAVY, which drive thousands of probe events a second
 # (on one thread the probes drop them: 38,274 lost on 6.12 in the
-# busy-neighbour test): a guest a kernel, first, runs them (VMTEST_ONLY)
+# busy-neighbour test), or race the agent's interval with a workload's
+# pace (TestLabMRLeak): a guest a kernel, first, runs them (VMTEST_ONLY)
 # with a host thread a vCPU, and the others skip them (VMTEST_SKIP).
 # VMTEST_EXPECT_GUEST makes vmtest.Require fail instead of skip if a test
 # ever ran outside. LAB_RUN=regexp runs only the tests it matches. Each
@@ -152,7 +153,7 @@ lab-bins:
 # tests) is printed and kept in .lab/tests/table.txt.
 LAB_TESTS := $(LAB)/tests
 LAB_OWN ?= ./agent ./bpf
-LAB_HEAVY ?= TestLabErrorStormBusyNeighbour TestLabChurn
+LAB_HEAVY ?= TestLabErrorStormBusyNeighbour TestLabChurn TestLabMRLeak
 test-lab: lab lab-bins
 	@set -e; rm -rf $(LAB_TESTS); mkdir -p $(LAB_TESTS); \
 	for p in $(LAB_PKGS); do \
