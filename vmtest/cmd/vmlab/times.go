@@ -29,6 +29,23 @@ type pkgTime struct {
 	tests      map[string]float64
 }
 
+// merge adds q, the same package's run in another guest of the kernel
+// (the heavy tests' guest and the package's own), to p: their seconds
+// and tests summed, busy weighted by their seconds.
+func (p *pkgTime) merge(q *pkgTime) *pkgTime {
+	if p == nil {
+		return q
+	}
+	m := &pkgTime{secs: p.secs + q.secs, busy: -1, tests: maps.Clone(p.tests)}
+	if p.busy >= 0 && q.busy >= 0 && m.secs > 0 {
+		m.busy = (p.busy*p.secs + q.busy*q.secs) / m.secs
+	}
+	for name, s := range q.tests {
+		m.tests[name] += s
+	}
+	return m
+}
+
 // readTimes reads a times file of report lines; a missing file is none.
 func readTimes(path string) ([]guestRun, error) {
 	b, err := os.ReadFile(path)
@@ -144,7 +161,9 @@ func times(w io.Writer, dir string, kernels []string, top int) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
-			maps.Copy(all, pkgs)
+			for name, p := range pkgs {
+				all[name] = all[name].merge(p)
+			}
 		}
 		if len(all) > 0 {
 			logs[k] = all

@@ -54,6 +54,8 @@ func TestTimesTable(t *testing.T) {
 	write("7.x-agent.log", sampleLog[:i])
 	write("7.x-rest.log", strings.ReplaceAll(sampleLog[i:], "146s", "200s"))
 	write("6.1-x.log", "labtime\t./other\t1s\t1% busy\n") // not 6.12's
+	// 6.12's heavy tests in a guest of their own: ./agent in two guests.
+	write("6.12-heavy.log", "--- PASS: TestLabChurn (20.00s)\nlabtime\t./agent\t15s\t77% busy\n")
 	write("times", "6.12\tlab\t2\t0\t900\t30\t900\t1\t1\n7.x\tlab\t1\t12\t800\t40\t400\t1\t1\n")
 	var out strings.Builder
 	if err := times(&out, dir, []string{"6.12", "7.x"}, 2); err != nil {
@@ -63,8 +65,9 @@ func TestTimesTable(t *testing.T) {
 	for _, want := range []string{
 		"6.12 lab  2        0         900     30      900         50%", // 900 s of CPU over 900 s on 2 threads
 		"7.x lab   1        12        800     40      400         50%",
+		"./agent  60s, 47% busy   45s, 37% busy",
 		"./bpf    146s, 81% busy  200s, 81% busy",
-		"all      191s            245s",
+		"all      206s            245s",
 		"./bpf TestLabStacksBounded  145s  145s  290s",
 		"The 2 slowest tests",
 	} {
