@@ -16,6 +16,19 @@ import (
 	"github.com/rdmatool/rdmatool/watch"
 )
 
+// runLogged runs the agent without probes, its socket in dir, its log in
+// logs, until cancel; done gives Run's result.
+func runLogged(dir string) (logs *syncBuffer, cancel context.CancelFunc, done chan error) {
+	logs = &syncBuffer{}
+	d := watch.Deps{Log: slog.New(slog.NewTextHandler(logs, nil)), Dial: dialer(rdmanltest.NewHost(rxe))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan error, 1)
+	go func() {
+		done <- Run(ctx, d, RunOptions{Socket: filepath.Join(dir, "agent.sock"), NoProbes: true, retry: time.Hour})
+	}()
+	return logs, cancel, done
+}
+
 // notifySocket listens as systemd does on a datagram socket in dir, named
 // in NOTIFY_SOCKET until the test ends.
 func notifySocket(t *testing.T, dir string) *net.UnixConn {
@@ -90,13 +103,7 @@ func TestWatchdogBrokenNotifySocket(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("NOTIFY_SOCKET", filepath.Join(dir, "nobody"))
 	t.Setenv("WATCHDOG_USEC", "1")
-	var logs syncBuffer
-	d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: dialer(rdmanltest.NewHost(rxe))}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: filepath.Join(dir, "agent.sock"), NoProbes: true, retry: time.Hour})
-	}()
+	logs, cancel, done := runLogged(dir)
 	waitFor(t, "the first failed pet", func() bool { return strings.Contains(logs.String(), "sd_notify WATCHDOG failed") })
 	// Pets go on failing: five more at most, or 50,000 before.
 	time.Sleep(500 * time.Millisecond)
@@ -133,13 +140,7 @@ func TestNotifySocketNobodyReads(t *testing.T) {
 	}
 
 	t.Setenv("WATCHDOG_USEC", "200000")
-	var logs syncBuffer
-	d := watch.Deps{Log: slog.New(slog.NewTextHandler(&logs, nil)), Dial: dialer(rdmanltest.NewHost(rxe))}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, d, RunOptions{Socket: filepath.Join(dir, "agent.sock"), NoProbes: true, retry: time.Hour})
-	}()
+	logs, cancel, done := runLogged(dir)
 	waitFor(t, "a failed pet", func() bool { return strings.Contains(logs.String(), "sd_notify WATCHDOG failed") })
 	if !strings.Contains(logs.String(), "i/o timeout") {
 		t.Errorf("the failed pet's warning does not say it timed out:\n%s", logs.String())
