@@ -634,7 +634,7 @@ func TestPrepareStopsWhileTheMapHangs(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	defer func(f func(context.Context, string, int64) ([]byte, error)) { readFile = f }(readFile)
-	readFile = func(ctx context.Context, path string, max int64) ([]byte, error) {
+	readFile = func(ctx context.Context, path string, maxSize int64) ([]byte, error) {
 		return opfile.Await(ctx, func() ([]byte, error) {
 			<-release // a read blocked in the kernel
 			return nil, nil
