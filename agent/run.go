@@ -219,20 +219,26 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 	st.SetProcRoot(d.ProcRoot)
 	st.setPolicy(o.Policy)
 
-	ln, err := listen(o.Socket)
-	if err != nil {
+	var ln, mln net.Listener
+	// closeAll closes what the start opened, when it ends before serving.
+	closeAll := func() {
 		if nl != nil {
 			nl.Close()
 		}
+		if ln != nil {
+			ln.Close()
+		}
+		if mln != nil {
+			mln.Close()
+		}
+	}
+	if ln, err = listen(o.Socket); err != nil {
+		closeAll()
 		return err
 	}
-	var mln net.Listener
 	if o.MetricsAddress != "" {
 		if mln, err = listenMetrics(o.MetricsAddress); err != nil {
-			if nl != nil {
-				nl.Close()
-			}
-			ln.Close()
+			closeAll()
 			return err
 		}
 	}
@@ -244,13 +250,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		}
 		unlock, err := kept.lock() // before the load removes another's leftovers
 		if err != nil {
-			if nl != nil {
-				nl.Close()
-			}
-			ln.Close()
-			if mln != nil {
-				mln.Close()
-			}
+			closeAll()
 			return err
 		}
 		defer unlock()
@@ -265,13 +265,7 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 		}
 		if _, err := opfile.Await(ctx, func() (struct{}, error) { kept.load(st, d.Now()); return struct{}{}, nil }); err != nil {
 			log.Warn("stopping while the state file is read, which is left unfinished", "path", o.StateFile)
-			if nl != nil {
-				nl.Close()
-			}
-			ln.Close()
-			if mln != nil {
-				mln.Close()
-			}
+			closeAll()
 			log.Info("stopped")
 			return nil
 		}
