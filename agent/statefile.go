@@ -148,7 +148,7 @@ func (f *stateFile) read(st *state) (stateHeader, int, error) {
 		return failed(err)
 	}
 	defer r.Close() //nolint:errcheck // read only
-	records := &recordReader{r: bufio.NewReaderSize(r, 64<<10), max: maxRecord}
+	records := newRecordReader(r)
 	if err := records.decode(&h); err != nil {
 		return failed(fmt.Errorf("not an rdmatool agent state file: %w", err))
 	}
@@ -200,33 +200,30 @@ func (f *stateFile) lock() (release func(), err error) {
 const maxRecord = 1 << 20
 
 // recordReader decodes the state file's records, one JSON value a line
-// (as json.Encoder writes them), each line at most max bytes: a value of
-// hundreds of MB on one line is refused as it is read, not decoded.
-type recordReader struct {
-	r    *bufio.Reader
-	max  int
-	line []byte
+// (as json.Encoder writes them), each line at most maxRecord bytes (a
+// bufio.Scanner's token limit): a value of hundreds of MB on one line is
+// refused as it is read, not decoded.
+type recordReader struct{ sc *bufio.Scanner }
+
+func newRecordReader(r io.Reader) *recordReader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxRecord)
+	return &recordReader{sc}
 }
 
 // decode reads the next line into v, refusing fields v does not have;
 // io.EOF when no line is left.
 func (rr *recordReader) decode(v any) error {
-	rr.line = rr.line[:0]
-	for {
-		chunk, err := rr.r.ReadSlice('\n')
-		if len(rr.line)+len(chunk) > rr.max {
-			return fmt.Errorf("a record longer than %d bytes", rr.max)
-		}
-		rr.line = append(rr.line, chunk...)
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil && (!errors.Is(err, io.EOF) || len(rr.line) == 0) {
+	if !rr.sc.Scan() {
+		switch err := rr.sc.Err(); {
+		case errors.Is(err, bufio.ErrTooLong):
+			return fmt.Errorf("a record longer than %d bytes", maxRecord)
+		case err != nil:
 			return err
 		}
-		break
+		return io.EOF
 	}
-	dec := json.NewDecoder(bytes.NewReader(rr.line))
+	dec := json.NewDecoder(bytes.NewReader(rr.sc.Bytes()))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err
