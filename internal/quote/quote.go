@@ -17,14 +17,21 @@ func String(s string) string {
 	if len(s) <= Max {
 		return strconv.Quote(s)
 	}
-	n := Max
+	return strconv.Quote(s[:cut(s, Max)]) + " (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// cut is where s, longer than limit bytes, is cut: at the last rune
+// boundary within limit, or at limit when no rune starts there (invalid
+// UTF-8).
+func cut(s string, limit int) int {
+	n := limit
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
-	if n == 0 { // no rune starts in the first Max bytes: invalid UTF-8
-		n = Max
+	if n == 0 {
+		return limit
 	}
-	return strconv.Quote(s[:n]) + " (" + strconv.Itoa(len(s)) + " bytes)"
+	return n
 }
 
 // MaxLine is how many bytes of a message Line keeps.
@@ -36,14 +43,7 @@ const MaxLine = 512
 // was cut.
 func Line(s string) string {
 	if len(s) > MaxLine {
-		n := MaxLine
-		for n > 0 && !utf8.RuneStart(s[n]) {
-			n--
-		}
-		if n == 0 { // no rune starts in the first MaxLine bytes: invalid UTF-8
-			n = MaxLine
-		}
-		return Text(s[:n]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
+		return Text(s[:cut(s, MaxLine)]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
 	}
 	return Text(s)
 }
