@@ -118,7 +118,7 @@ func get(ctx context.Context, socket, path string, query url.Values, v any, head
 		return &AskError{socket, err}
 	}
 	defer resp.Body.Close()
-	body := &answerReader{r: resp.Body, left: maxAnswer}
+	body := &readErr{r: http.MaxBytesReader(nil, resp.Body, maxAnswer)}
 	if resp.StatusCode != http.StatusOK {
 		var e apiError
 		if json.NewDecoder(body).Decode(&e) == nil && e.Error != "" {
@@ -145,45 +145,38 @@ func get(ctx context.Context, socket, path string, query url.Values, v any, head
 			err = errors.New("more after the answer's JSON value")
 		}
 	}
+	var tooLarge *http.MaxBytesError
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, errAnswerTooLarge):
-		return &AskError{socket, err}
+	case errors.As(err, &tooLarge):
+		return &AskError{socket, errAnswerTooLarge}
 	case body.err != nil && errors.Is(err, body.err):
 		return &AskError{socket, fmt.Errorf("read the answer: %w", err)}
 	}
 	return &AskError{socket, fmt.Errorf("decode the answer: %w", err)}
 }
 
-// maxAnswer bounds what get reads of an answer: a report with every
-// finding (--limit 0) of a big host is tens of MB; more is not an agent's.
+// maxAnswer bounds what get reads of an answer (http.MaxBytesReader): a
+// report with every finding (--limit 0) of a big host is tens of MB; more
+// is not an agent's.
 var maxAnswer int64 = 256 << 20
 
 // errAnswerTooLarge is an answer longer than maxAnswer.
 var errAnswerTooLarge = fmt.Errorf("the agent's answer is larger than %d MiB: ask for less (--limit, --dev)", maxAnswer>>20)
 
-// answerReader reads an answer up to left bytes, then fails with
-// errAnswerTooLarge (not EOF, which would read as a JSON value cut
-// short); err is the last read error it passed on.
-type answerReader struct {
-	r    io.Reader
-	left int64
-	err  error
+// readErr passes r's reads on and keeps the last error other than EOF,
+// so that a decoder's error can be told a read's (the agent stalled, the
+// answer's cap) from the answer's own.
+type readErr struct {
+	r   io.Reader
+	err error
 }
 
-func (a *answerReader) Read(p []byte) (int, error) {
-	if a.left <= 0 {
-		a.err = errAnswerTooLarge
-		return 0, a.err
-	}
-	if int64(len(p)) > a.left {
-		p = p[:a.left]
-	}
-	n, err := a.r.Read(p)
-	a.left -= int64(n)
+func (e *readErr) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
 	if err != nil && !errors.Is(err, io.EOF) {
-		a.err = err
+		e.err = err
 	}
 	return n, err
 }
