@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 
@@ -124,6 +125,7 @@ func runJobs(ctx context.Context, jobs []job, start func(job) (lab.RunSpec, erro
 		mu.Unlock()
 	}
 	name := func(j job) string { return strings.TrimSuffix(filepath.Base(j.log), ".log") }
+	began := time.Now()
 	for _, j := range jobs {
 		spec, err := start(j)
 		if err != nil {
@@ -136,6 +138,7 @@ func runJobs(ctx context.Context, jobs []job, start func(job) (lab.RunSpec, erro
 			fail(j, "error")
 			continue
 		}
+		queued := time.Since(began) // behind the jobs before it
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -148,7 +151,7 @@ func runJobs(ctx context.Context, jobs []job, start func(job) (lab.RunSpec, erro
 			}
 			out := &jobOutput{log: f, name: name(j), term: term, mu: &termMu}
 			spec.Stdout = out
-			spec.Stats = &lab.RunStats{}
+			spec.Stats = &lab.RunStats{Queued: queued}
 			status, err := lab.Run(ctx, spec)
 			guest := "lab"
 			if j.system {

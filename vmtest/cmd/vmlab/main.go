@@ -19,8 +19,9 @@
 // one's output in LOG and its status in LOG.status, their ok/FAIL lines
 // printed as they come. run -times FILE (and jobs) appends what a run
 // cost; times DIR prints the lab's time table from DIR/times and
-// the guests' logs there (DIR/KERNEL.log, vmtest/labtests.sh's output):
-// each guest run's wall, boot and QEMU CPU time, each package's time and
+// the guests' logs there (DIR/KERNEL.log or DIR/KERNEL-GROUP.log,
+// vmtest/labtests.sh's or vmtest/systemtests.sh's output): each guest
+// run's queue, wall, boot and QEMU CPU time, each package's time and
 // guest CPU use per kernel, the slowest tests.
 //
 // -system builds or boots the system guest: a Debian root disk with systemd

@@ -197,13 +197,7 @@ func times(w io.Writer, dir string, kernels []string, top int) error {
 			pkgSet[p] = true
 		}
 	}
-	pkgNames := slices.Sorted(func(yield func(string) bool) {
-		for p := range pkgSet {
-			if !yield(p) {
-				return
-			}
-		}
-	})
+	pkgNames := slices.Sorted(maps.Keys(pkgSet))
 	tw = &table{}
 	tw.row(append([]string{"package"}, have...)...)
 	total := make([]int, len(have))

@@ -57,7 +57,9 @@ type RunStats struct {
 	// single-threaded TCG (icount, serialTCG), else the vCPUs. The run
 	// took as many CPUs of the lab's budget.
 	Threads int
-	// Queued is how long the run waited for its CPUs of the budget.
+	// Queued is how long the run waited for its CPUs of the budget: Run
+	// adds its own wait to what the caller set (vmlab jobs: the wait for
+	// the jobs before it).
 	Queued time.Duration
 	// Wall is QEMU's time, every boot's; Boot the time from QEMU's start
 	// to the command's start, summed over boots.
@@ -102,7 +104,7 @@ func Run(ctx context.Context, spec RunSpec) (int, error) {
 	}
 	defer unlock()
 	if spec.Stats != nil {
-		*spec.Stats = RunStats{Threads: threads, Queued: time.Since(queued)}
+		*spec.Stats = RunStats{Threads: threads, Queued: spec.Stats.Queued + time.Since(queued)}
 	}
 	runDir, err := os.MkdirTemp(spec.RunDir, "run-")
 	if err != nil {
