@@ -73,7 +73,12 @@
 // (kernel 5.15+); the matching uretprobes end it. ib_create_qp_user runs in
 // that thread inside the call and copies them into its record:
 // Event.Via and Event.ViaReturn, which symbolize.User.CallSite turns into
-// the application's call site, also in binaries without frame pointers. A
+// the application's call site, also in binaries without frame pointers.
+// The entry also reads, with bpf_find_vma, the mapping that holds the
+// return address (Event.ViaMapping: start, file offset, device, inode, as
+// /proc/PID/maps shows them), so that the reader need not look in /proc
+// for each create; it has none when another thread of the process holds
+// its mmap lock at that moment. A
 // call through rdma_create_qp keeps rdma_create_qp's caller, not
 // librdmacm's own call of ibv_create_qp. ibv_create_qp_ex is a static
 // inline function of verbs.h: it calls ibv_create_qp when it asks for

@@ -49,6 +49,14 @@ func (k Kind) HasQP() bool {
 	return false
 }
 
+// Mapping is a process's mapping of a file as /proc/PID/maps shows it: its
+// start address, the file offset mapped there (bytes), and the file's
+// inode and device (the kernel's dev_t, major<<20 | minor).
+type Mapping struct {
+	Start, Offset, Ino uint64
+	Dev                uint32
+}
+
 // IBEvent is an async event type (enum ib_event_type).
 type IBEvent uint32
 
@@ -137,6 +145,10 @@ type Event struct {
 	// the package documentation for when).
 	Via       string
 	ViaReturn uint64
+	// ViaMapping is the mapping that held ViaReturn when the call began,
+	// as the uprobe read it (zero when it could not: another thread held
+	// the process's mmap lock, or the kernel lacks bpf_find_vma).
+	ViaMapping Mapping
 	// Stack is the kernel stack of a kernel QP create (qp_create by
 	// ib_create_qp_kernel, with Options.Sites): return addresses,
 	// innermost first, at most 32, the first ones in the probe's own BPF

@@ -13,6 +13,7 @@ import (
 func TestRecordLayout(t *testing.T) {
 	t.Parallel()
 	var r qpQpEvent
+	var vma = qpUserCall{}.Vma // struct user_vma, in qp_event's union with str
 	if got := unsafe.Sizeof(r); got != recordSize {
 		t.Errorf("sizeof(struct qp_event) = %d, decoder expects %d", got, recordSize)
 	}
@@ -43,6 +44,13 @@ func TestRecordLayout(t *testing.T) {
 		{"comm", unsafe.Offsetof(r.Comm), offComm},
 		{"dev_name", unsafe.Offsetof(r.DevName), offDevName},
 		{"str", unsafe.Offsetof(r.Str), offStr},
+		{"vma.start (union with str)", unsafe.Offsetof(r.Str) + unsafe.Offsetof(vma.Start), offVMAStart},
+		{"vma.pgoff", unsafe.Offsetof(r.Str) + unsafe.Offsetof(vma.Pgoff), offVMAPgoff},
+		{"vma.ino", unsafe.Offsetof(r.Str) + unsafe.Offsetof(vma.Ino), offVMAIno},
+		{"vma.dev", unsafe.Offsetof(r.Str) + unsafe.Offsetof(vma.Dev), offVMADev},
+	}
+	if size := unsafe.Sizeof(vma); size > unsafe.Sizeof(r.Str) {
+		t.Errorf("sizeof(struct user_vma) = %d, more than str's %d it shares", size, unsafe.Sizeof(r.Str))
 	}
 	for _, tt := range tests {
 		if int(tt.got) != tt.want {

@@ -64,6 +64,7 @@ enum probe {
 #define FLAG_USTACK (1 << 4)    /* kstack_id is the user stack of the library call */
 #define FLAG_CUR_STATE (1 << 5) /* modify: cur_state is the provider's state when it began */
 #define FLAG_STACK_GEN1 (1 << 6) /* kstack_id is in "stacks1" (else in "stacks0") */
+#define FLAG_USER_VMA (1 << 7)   /* QP create, FLAG_USER_SITE: vma is user_ret's mapping */
 
 /* bpf_get_stackid's flag for the user stack (include/uapi/linux/bpf.h). */
 #define BPF_F_USER_STACK (1ULL << 8)
@@ -82,6 +83,19 @@ enum lib_fn {
 #define COUNTER_RESTRACK 2  /* rdma_restrack_add, _del, _begin_del, _abort_del returned */
 #define COUNTER_STACKS_REFUSED 3 /* bpf_get_stackid failed: the stack is not stored */
 #define COUNTER_SLOTS 4
+
+/*
+ * The mapping that held a library call's return address when the call
+ * began, as /proc/PID/maps shows it: the reader trusts a mapping of the
+ * process it found before when these match, without a look in /proc.
+ */
+struct user_vma {
+	__u64 start;
+	__u64 pgoff; /* in pages */
+	__u64 ino;
+	__u32 dev;   /* the kernel's dev_t: major << 20 | minor */
+	__u32 pad;
+};
 
 struct qp_event {
 	__u64 ts_ns; /*   0: bpf_ktime_get_ns (CLOCK_MONOTONIC) */
@@ -110,7 +124,10 @@ struct qp_event {
 	__u8 pad;          /*  55 */
 	char comm[16];     /*  56 */
 	char dev_name[64]; /*  72 */
-	char str[64];      /* 136: kernel owner (create) or new name (rename) */
+	union {
+		char str[64];      /* 136: kernel owner (create) or new name (rename) */
+		struct user_vma vma; /* 136: user QP create, FLAG_USER_VMA */
+	};
 };                         /* 200 */
 
 /*
@@ -217,6 +234,9 @@ struct user_call {
 	__u32 fn;
 	__s32 ustack;
 	__u32 ustack_flips;
+	__u32 has_vma;
+	__u32 pad;
+	struct user_vma vma; /* ret's mapping, when has_vma */
 };
 
 struct {
@@ -466,6 +486,10 @@ static __always_inline void fill_user_site(struct qp_event *e)
 	e->user_ret = c->ret;
 	e->user_fn = c->fn;
 	e->flags |= FLAG_USER_SITE;
+	if (c->has_vma && !e->str[0]) {
+		e->vma = c->vma;
+		e->flags |= FLAG_USER_VMA;
+	}
 	if (c->ustack >= 0 && stack_flips() - c->ustack_flips < 2) {
 		e->kstack_id = c->ustack;
 		e->flags |= FLAG_USTACK;
@@ -1229,6 +1253,21 @@ static __always_inline __u64 entry_return_address(struct kprobe_regs *ctx)
 #endif
 }
 
+/* bpf_find_vma's callback: the file mapping that holds the address. */
+static long note_vma(struct task_struct *task, struct vm_area_struct *vma, struct user_call *c)
+{
+	struct inode *inode = BPF_CORE_READ(vma, vm_file, f_inode);
+
+	if (!inode)
+		return 0;
+	c->vma.start = BPF_CORE_READ(vma, vm_start);
+	c->vma.pgoff = BPF_CORE_READ(vma, vm_pgoff);
+	c->vma.ino = BPF_CORE_READ(inode, i_ino);
+	c->vma.dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	c->has_vma = 1;
+	return 0;
+}
+
 SEC("uprobe")
 int uprobe_lib_entry(struct kprobe_regs *ctx)
 {
@@ -1250,6 +1289,13 @@ int uprobe_lib_entry(struct kprobe_regs *ctx)
 		return 0;
 	}
 	n.fn = (__u32)bpf_get_attach_cookie(ctx);
+	/*
+	 * The mapping of the return address, so that the reader need not
+	 * look it up in /proc for each create (it fails, and the reader
+	 * looks, when another thread holds the process's mmap lock).
+	 */
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_find_vma))
+		bpf_find_vma(bpf_get_current_task_btf(), ret, note_vma, &n, 0);
 	if (kernel_stacks) {
 		long sid = store_stack(ctx, BPF_F_USER_STACK, &n.ustack_flips);
 

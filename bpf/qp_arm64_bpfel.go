@@ -71,6 +71,16 @@ type qpUserCall struct {
 	Fn          uint32
 	Ustack      int32
 	UstackFlips uint32
+	HasVma      uint32
+	Pad         uint32
+	Vma         struct {
+		_     structs.HostLayout
+		Start uint64
+		Pgoff uint64
+		Ino   uint64
+		Dev   uint32
+		Pad   uint32
+	}
 }
 
 // Names of all BPF objects in the ELF.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/rdmatool/rdmatool/rdmanl"
@@ -38,6 +39,10 @@ const (
 	offComm      = 56  // char[16]
 	offDevName   = 72  // char[64]
 	offStr       = 136 // char[64]: kernel owner, or the new name of a rename
+	offVMAStart  = 136 // u64, instead of the string when flagUserVMA
+	offVMAPgoff  = 144 // u64, in pages
+	offVMAIno    = 152 // u64
+	offVMADev    = 160 // u32, the kernel's dev_t
 	commLen      = 16
 	nameLen      = 64
 	stackDepth   = 32 // STACK_DEPTH: frames in a kernel stack
@@ -50,7 +55,13 @@ const (
 	// flagStackGen1: the stack id is in stacks1, the second generation's
 	// map (else in stacks0).
 	flagStackGen1 = 1 << 6
+	// flagUserVMA: with flagUserSite, the string's bytes hold the mapping
+	// of the call's return address (struct user_vma).
+	flagUserVMA = 1 << 7
 )
+
+// pageSize turns the probe's vm_pgoff into bytes.
+var pageSize = uint64(os.Getpagesize())
 
 // decoder turns records into Events.
 type decoder struct {
@@ -118,6 +129,15 @@ func (d *decoder) decode(rec []byte, ev *Event) error {
 		if flags&flagStackGen1 != 0 {
 			d.stackGen = 1
 		}
+	}
+	if flags&(flagUserSite|flagUserVMA) == flagUserSite|flagUserVMA {
+		ev.ViaMapping = Mapping{
+			Start:  le.Uint64(rec[offVMAStart:]),
+			Offset: le.Uint64(rec[offVMAPgoff:]) * pageSize,
+			Ino:    le.Uint64(rec[offVMAIno:]),
+			Dev:    le.Uint32(rec[offVMADev:]),
+		}
+		return nil
 	}
 	str := cString(rec[offStr:offStr+nameLen], &d.lastStr)
 	if ev.Kind == KindDeviceRename {

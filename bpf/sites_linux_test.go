@@ -4,6 +4,7 @@ package bpf
 
 import (
 	"bufio"
+	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -263,6 +264,29 @@ func (f *fakeVerbs) next() string {
 	return strings.TrimSpace(line)
 }
 
+// mappingOf returns the mapping of pid that holds addr as /proc/PID/maps
+// prints it, the device as the kernel's dev_t.
+func mappingOf(t *testing.T, pid uint32, addr uint64) Mapping {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		var start, end, off, ino uint64
+		var major, minor uint32
+		var perms string
+		if _, err := fmt.Sscanf(line, "%x-%x %s %x %x:%x %d", &start, &end, &perms, &off, &major, &minor, &ino); err != nil {
+			t.Fatalf("maps line %q: %v", line, err)
+		}
+		if start <= addr && addr < end {
+			return Mapping{Start: start, Offset: off, Ino: ino, Dev: major<<20 | minor}
+		}
+	}
+	t.Fatalf("no mapping of pid %d holds %#x", pid, addr)
+	return Mapping{}
+}
+
 // call waits until fakeverbs is inside its next create and returns the
 // thread's key in user_calls.
 func (f *fakeVerbs) call() (pid uint32, key uint64) {
@@ -325,7 +349,13 @@ func TestSitesUprobes(t *testing.T) {
 		if c.Fn != 1 || c.Depth != wantDepth || c.Ustack < 0 {
 			t.Errorf("recorded function %d, depth %d, user stack %d; want 1 (ibv_create_qp), %d, a stack", c.Fn, c.Depth, c.Ustack, wantDepth)
 		}
-		site, err := sym.CallSite(pid, c.Ret)
+		// bpf_find_vma's view of the return address's mapping is the
+		// line of maps that holds it.
+		vma := Mapping{Start: c.Vma.Start, Offset: c.Vma.Pgoff * pageSize, Ino: c.Vma.Ino, Dev: c.Vma.Dev}
+		if want := mappingOf(t, pid, c.Ret); c.HasVma != 1 || vma != want {
+			t.Errorf("recorded mapping of %#x: %+v (has_vma %d), want maps' %+v", c.Ret, vma, c.HasVma, want)
+		}
+		site, err := sym.CallSite(pid, c.Ret, symbolize.Mapping(vma))
 		if err != nil || site.Symbol != "create_qp_plain" || site.Path != f.bin {
 			t.Errorf("recorded return %#x: the call at %+v (%v), want one in %s's create_qp_plain", c.Ret, site, err, f.bin)
 		}
@@ -389,6 +419,41 @@ func TestSitesUprobes(t *testing.T) {
 	})
 }
 
+// ownTypes returns the named types of the object that the kernel's BTF
+// lacks (the ib_core ones), as a spec of their own: the kernel's types
+// the object declares too (the mapping bpf_find_vma reads) would match
+// twice.
+func ownTypes(t *testing.T, types *btf.Spec) *btf.Spec {
+	t.Helper()
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own []btf.Type
+	for typ := range types.All() {
+		name := typ.TypeName()
+		if _, isFunc := typ.(*btf.Func); name == "" || isFunc {
+			continue
+		}
+		if _, err := kernel.AnyTypeByName(name); errors.Is(err, btf.ErrNotFound) {
+			own = append(own, typ)
+		}
+	}
+	b, err := btf.NewBuilder(own, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := b.Marshal(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := btf.LoadSpecFromReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
 // TestKprobeProgramsVerify loads every kprobe, kretprobe and uprobe program
 // on this host, kernel stacks on, so that its verifier checks them where
 // ib_core is missing: their CO-RE relocations resolve against the object's
@@ -431,7 +496,7 @@ func TestKprobeProgramsVerify(t *testing.T) {
 		t.Cleanup(func() { m.Close() })
 		maps[name] = m
 	}
-	l := &loader{spec: spec, maps: maps, cache: btf.NewCache(), opts: ebpf.ProgramOptions{ExtraRelocationTargets: []*btf.Spec{spec.Types}}}
+	l := &loader{spec: spec, maps: maps, cache: btf.NewCache(), opts: ebpf.ProgramOptions{ExtraRelocationTargets: []*btf.Spec{ownTypes(t, spec.Types)}}}
 	var names []string
 	for name, p := range spec.Programs {
 		if p.Type == ebpf.Kprobe {

@@ -146,13 +146,17 @@ func TestLabStacksBounded(t *testing.T) {
 	sym := symbolize.NewUser("/proc")
 	var frames []string
 	for _, addr := range user.UserStack {
-		s, err := sym.CallSite(user.PID, addr)
+		s, err := sym.CallSite(user.PID, addr, symbolize.Mapping{})
 		if err != nil || s.Path == "" {
 			break
 		}
 		frames = append(frames, s.Symbol+" in "+s.Path)
 	}
-	site, err := sym.CallSite(user.PID, user.ViaReturn)
+	// The uprobe read the mapping of the call's return, as maps shows it.
+	if want := mappingOf(t, user.PID, user.ViaReturn); user.ViaMapping != want {
+		t.Errorf("qpwork's create: the mapping of %#x %+v, want maps' %+v", user.ViaReturn, user.ViaMapping, want)
+	}
+	site, err := sym.CallSite(user.PID, user.ViaReturn, symbolize.Mapping(user.ViaMapping))
 	w.Release(time.Minute)
 	if err != nil || site.Symbol != "create_qps_verbs" {
 		t.Errorf("qpwork's create: site %+v (%v), want create_qps_verbs", site, err)

@@ -26,11 +26,11 @@ func BenchmarkUserCallSite(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			u := NewUser("/proc")
 			u.mapFiles = mapFiles
-			if _, err := u.CallSite(q.pid, q.ret); err != nil {
+			if _, err := u.CallSite(q.pid, q.ret, Mapping{}); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				if _, err := u.CallSite(q.pid, q.ret); err != nil {
+				if _, err := u.CallSite(q.pid, q.ret, Mapping{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -42,7 +42,7 @@ func BenchmarkUserCallSite(b *testing.B) {
 	}{{"uncached qpwork", q.ret}, {"uncached libc", libc}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				if _, err := NewUser("/proc").CallSite(q.pid, c.addr); err != nil {
+				if _, err := NewUser("/proc").CallSite(q.pid, c.addr, Mapping{}); err != nil {
 					b.Fatal(err)
 				}
 			}

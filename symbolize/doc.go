@@ -32,7 +32,9 @@
 // mapping whose file was found through map_files is remembered per process
 // and used again while its map_files entry names the same file, so a site
 // served from the cache costs a stat and no read of maps (which grows with
-// the process's mappings).
+// the process's mappings). CallSite takes what the probe saw of the
+// mapping (bpf_find_vma at the call): when it is the remembered one, the
+// site costs no system call at all.
 //
 // # Kernel addresses
 //

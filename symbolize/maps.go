@@ -14,6 +14,7 @@ type mapping struct {
 	pgoff      uint64 // the file offset mapped at start
 	exec       bool   // the x permission
 	inode      uint64 // 0 for memory with no file
+	dev        uint32 // the file's device, as the kernel's dev_t (major<<20 | minor)
 	path       string // "" for plain anonymous memory
 }
 
@@ -89,9 +90,16 @@ func parseMapping(line []byte) (mapping, bool) {
 	off, rest, _ := bytes.Cut(rest, []byte{' '})
 	dev, rest, _ := bytes.Cut(rest, []byte{' '})
 	ino, rest, _ := bytes.Cut(rest, []byte{' '})
-	if len(perms) != 4 || bytes.IndexByte(dev, ':') < 0 {
+	major, minor, found := bytes.Cut(dev, []byte{':'})
+	if len(perms) != 4 || !found {
 		return mapping{}, false
 	}
+	maj, ok1 := parseHex(major)
+	mnr, ok2 := parseHex(minor)
+	if !ok1 || !ok2 || maj >= 1<<12 || mnr >= 1<<20 {
+		return mapping{}, false
+	}
+	m.dev = uint32(maj<<20 | mnr)
 	m.exec = perms[2] == 'x'
 	if m.pgoff, ok = parseHex(off); !ok {
 		return mapping{}, false

@@ -15,14 +15,14 @@ func TestFindMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	libcText := mapping{start: 0x7f05646f4000, end: 0x7f056484a000, pgoff: 0x26000, exec: true, inode: 326269, path: "/usr/lib/x86_64-linux-gnu/libc.so.6"}
+	libcText := mapping{start: 0x7f05646f4000, end: 0x7f056484a000, pgoff: 0x26000, exec: true, inode: 326269, dev: 0xfe << 20, path: "/usr/lib/x86_64-linux-gnu/libc.so.6"}
 	tests := []struct {
 		name  string
 		addr  uint64
 		want  mapping
 		found bool
 	}{
-		{"executable's text", 0x5637e0c2b123, mapping{start: 0x5637e0c2b000, end: 0x5637e0c2c000, pgoff: 0x1000, exec: true, inode: 9986068, path: "/usr/local/bin/qpwork"}, true},
+		{"executable's text", 0x5637e0c2b123, mapping{start: 0x5637e0c2b000, end: 0x5637e0c2c000, pgoff: 0x1000, exec: true, inode: 9986068, dev: 0xfe << 20, path: "/usr/local/bin/qpwork"}, true},
 		{"libc's text", 0x7f05646f5000, libcText, true},
 		{"libc's text's last byte", 0x7f056484a000 - 1, libcText, true},
 		{"heap", 0x5638184dd000, mapping{start: 0x5638184dd000, end: 0x5638184fe000, path: "[heap]"}, true},
@@ -52,9 +52,14 @@ func TestParseMapping(t *testing.T) {
 		ok   bool
 	}{
 		{"path with spaces, deleted", "7f0000000000-7f0000001000 r-xp 00001000 08:01 42   /opt/my app/lib.so (deleted)",
-			mapping{start: 0x7f0000000000, end: 0x7f0000001000, pgoff: 0x1000, exec: true, inode: 42, path: "/opt/my app/lib.so (deleted)"}, true},
+			mapping{start: 0x7f0000000000, end: 0x7f0000001000, pgoff: 0x1000, exec: true, inode: 42, dev: 8<<20 | 1, path: "/opt/my app/lib.so (deleted)"}, true},
+		{"a device of major 259, minor 0x10003", "7f0000000000-7f0000001000 r-xp 00000000 103:10003 42 /usr/lib/x.so",
+			mapping{start: 0x7f0000000000, end: 0x7f0000001000, exec: true, inode: 42, dev: 259<<20 | 0x10003, path: "/usr/lib/x.so"}, true},
+		{"major past 12 bits", "7f0000000000-7f0000001000 r-xp 00000000 1000:01 42 /x", mapping{}, false},
+		{"minor past 20 bits", "7f0000000000-7f0000001000 r-xp 00000000 08:100000 42 /x", mapping{}, false},
+		{"bad device", "7f0000000000-7f0000001000 r-xp 00000000 08:0g 42 /x", mapping{}, false},
 		{"memfd", "7f0000000000-7f0000001000 r-xp 00000000 00:01 7 /memfd:jit (deleted)",
-			mapping{start: 0x7f0000000000, end: 0x7f0000001000, exec: true, inode: 7, path: "/memfd:jit (deleted)"}, true},
+			mapping{start: 0x7f0000000000, end: 0x7f0000001000, exec: true, inode: 7, dev: 1, path: "/memfd:jit (deleted)"}, true},
 		{"named anonymous", "7f0000000000-7f0000001000 rw-p 00000000 00:00 0 [anon:qp buffers]",
 			mapping{start: 0x7f0000000000, end: 0x7f0000001000, path: "[anon:qp buffers]"}, true},
 		{"no path, no padding", "00400000-00401000 r--p 00000000 00:00 0",

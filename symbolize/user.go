@@ -51,8 +51,9 @@ const (
 // mapping in /proc/PID/maps, opens the mapped file as the process sees it
 // and reads the file's build ID, segments and function symbols. Each file
 // is parsed once (see maxFiles) and each site resolved once per file. A
-// call on a cached site stats the mapped file through map_files, and reads
-// maps only for a mapping not seen before (or through /proc/PID/root).
+// call on a cached site stats the mapped file through map_files (nothing,
+// when CallSite is given the mapping it found before), and reads maps only
+// for a mapping not seen before (or through /proc/PID/root).
 //
 // A User is safe for concurrent use.
 type User struct {
@@ -106,7 +107,16 @@ func NewUser(procRoot string) *User {
 // that is not ELF is an error; an ELF file without symbols is not (the Site
 // has no Symbol).
 func (u *User) Site(pid uint32, addr uint64) (Site, error) {
-	return u.site(pid, addr, false)
+	return u.site(pid, addr, false, Mapping{})
+}
+
+// Mapping is what a probe read of the mapping that held an address, the
+// numbers /proc/PID/maps shows for it: bpf_find_vma in the uprobe on a
+// library call gives it with each QP create. Dev is the kernel's dev_t
+// (major<<20 | minor). The zero Mapping says nothing.
+type Mapping struct {
+	Start, Offset, Ino uint64 // Offset: the file offset mapped at Start, in bytes
+	Dev                uint32
 }
 
 // CallSite returns the site of the call instruction that precedes the
@@ -117,14 +127,18 @@ func (u *User) Site(pid uint32, addr uint64) (Site, error) {
 // a call (see callLen). Where no call is recognised the Site is that of
 // ret-1, which still lies in the calling function.
 //
+// seen, when not zero, is the mapping that held ret when the call began:
+// where it is one of pid's that an earlier call found (the same start,
+// offset, device and inode), /proc is not read at all.
+//
 // Errors are Site's.
-func (u *User) CallSite(pid uint32, ret uint64) (Site, error) {
-	return u.site(pid, ret, true)
+func (u *User) CallSite(pid uint32, ret uint64, seen Mapping) (Site, error) {
+	return u.site(pid, ret, true, seen)
 }
 
-func (u *User) site(pid uint32, addr uint64, call bool) (Site, error) {
+func (u *User) site(pid uint32, addr uint64, call bool, seen Mapping) (Site, error) {
 	dir := filepath.Join(u.procRoot, strconv.FormatUint(uint64(pid), 10))
-	m, name, id, partial, err := u.locate(dir, pid, addr)
+	m, name, id, partial, err := u.locate(dir, pid, addr, seen)
 	if err != nil {
 		return partial, err
 	}
@@ -173,8 +187,8 @@ func (u *User) site(pid uint32, addr uint64, call bool) (Site, error) {
 
 // locate finds the mapping that holds addr, and the file it maps: the name
 // to open it by and its identity. On an error, partial is what is known.
-func (u *User) locate(dir string, pid uint32, addr uint64) (m mapping, name string, id fileIdent, partial Site, err error) {
-	if m, name, id, ok := u.recentMapping(dir, pid, addr); ok {
+func (u *User) locate(dir string, pid uint32, addr uint64, seen Mapping) (m mapping, name string, id fileIdent, partial Site, err error) {
+	if m, name, id, ok := u.recentMapping(dir, pid, addr, seen); ok {
 		return m, name, id, Site{Path: m.path, Offset: addr - m.start + m.pgoff}, nil
 	}
 	if m, err = u.mapping(dir, pid, addr); err != nil {
@@ -260,8 +274,9 @@ func mapFilesName(dir string, m mapping) string {
 // has no such entry, or one with another file. Once the process has exited
 // the mapping is returned without a name to open: the sites resolved in
 // its file before still resolve (the last creates of a process that exits
-// right after them).
-func (u *User) recentMapping(dir string, pid uint32, addr uint64) (mapping, string, fileIdent, bool) {
+// right after them). A mapping the probe saw (seen) that is the one found
+// before is taken without the stat: the probe read it when the call began.
+func (u *User) recentMapping(dir string, pid uint32, addr uint64, seen Mapping) (mapping, string, fileIdent, bool) {
 	if !u.mapFiles {
 		return mapping{}, "", fileIdent{}, false
 	}
@@ -276,6 +291,9 @@ func (u *User) recentMapping(dir string, pid uint32, addr uint64) (mapping, stri
 		return mapping{}, "", fileIdent{}, false
 	}
 	name := mapFilesName(dir, r.m)
+	if seen != (Mapping{}) && seen == (Mapping{Start: r.m.start, Offset: r.m.pgoff, Ino: r.m.inode, Dev: r.m.dev}) {
+		return r.m, name, r.id, true
+	}
 	if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() && identOf(fi) == r.id {
 		return r.m, name, r.id, true
 	}

@@ -70,8 +70,8 @@ func TestUserSitesAgainstObjdump(t *testing.T) {
 					fn       string
 					wantAddr uint64
 				}{
-					{"CallSite create_qp()", func() (Site, error) { return u.CallSite(q.pid, q.ret) }, "leak_qps", direct.addr},
-					{"CallSite create_qp_ex()", func() (Site, error) { return u.CallSite(q.pid, q.retEx) }, "leak_qps_ex", indirect.addr},
+					{"CallSite create_qp()", func() (Site, error) { return u.CallSite(q.pid, q.ret, Mapping{}) }, "leak_qps", direct.addr},
+					{"CallSite create_qp_ex()", func() (Site, error) { return u.CallSite(q.pid, q.retEx, Mapping{}) }, "leak_qps_ex", indirect.addr},
 					{"Site leak_qps", func() (Site, error) { return u.Site(q.pid, q.leakQP) }, "leak_qps", funcs["leak_qps"].addr},
 					{"Site return address", func() (Site, error) { return u.Site(q.pid, q.ret) }, "leak_qps", q.ret - bias},
 				}
@@ -198,7 +198,7 @@ func TestUserMountNamespace(t *testing.T) {
 	for _, mapFiles := range []bool{true, false} {
 		u := NewUser("/proc")
 		u.mapFiles = mapFiles
-		got, err := u.CallSite(q.pid, q.ret)
+		got, err := u.CallSite(q.pid, q.ret, Mapping{})
 		if err != nil {
 			t.Fatalf("map_files %v: %v", mapFiles, err)
 		}
@@ -260,7 +260,7 @@ func TestUserPartialSites(t *testing.T) {
 			for _, call := range []bool{false, true} {
 				lookup := u.Site
 				if call {
-					lookup = u.CallSite
+					lookup = func(pid uint32, ret uint64) (Site, error) { return u.CallSite(pid, ret, Mapping{}) }
 				}
 				got, err := lookup(tt.pid, tt.addr)
 				if err == nil {
@@ -299,7 +299,7 @@ func TestUserConcurrent(t *testing.T) {
 				if i%2 == 1 {
 					ret = q.retEx
 				}
-				s, err := u.CallSite(q.pid, ret)
+				s, err := u.CallSite(q.pid, ret, Mapping{})
 				if err != nil {
 					t.Error(err)
 					return
@@ -364,7 +364,7 @@ func TestUserRecentMapping(t *testing.T) {
 	want := Site{Path: "/usr/bin/tiny", BuildID: tinyBuildID, Offset: 0x149, Symbol: "caller", SymbolOffset: 1}
 	check := func(when string) {
 		t.Helper()
-		got, err := u.CallSite(20, 0x40014e)
+		got, err := u.CallSite(20, 0x40014e, Mapping{})
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
@@ -384,7 +384,7 @@ func TestUserRecentMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("with the process gone")
-	if got, err := u.CallSite(20, 0x400150); !errors.Is(err, ErrNoProcess) {
+	if got, err := u.CallSite(20, 0x400150, Mapping{}); !errors.Is(err, ErrNoProcess) {
 		t.Errorf("a new site with the process gone: (%+v, %v), want ErrNoProcess", got, err)
 	}
 	if err := os.Rename(gone, filepath.Join(root, "20")); err != nil {
@@ -412,10 +412,53 @@ func TestUserRecentMapping(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, entry), append(tiny, 0), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := u.CallSite(20, 0x40014e); !errors.Is(err, ErrNoProcess) {
+	if got, err := u.CallSite(20, 0x40014e, Mapping{}); !errors.Is(err, ErrNoProcess) {
 		t.Fatalf("after the file changed: (%+v, %v), want ErrNoProcess", got, err)
 	}
 	if n := len(u.recent[20]); n != 0 {
 		t.Errorf("%d mappings remembered for pid 20, want 0", n)
+	}
+}
+
+// TestUserSeenMapping: a mapping the probe saw (CallSite's seen) that is
+// the one a call found before through map_files is taken as it is, with
+// no look in /proc: here the fixture's map_files entry is replaced by
+// another file and maps removed, which a call without it notices.
+func TestUserSeenMapping(t *testing.T) {
+	tiny, err := os.ReadFile("testdata/tiny.elf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const entry = "20/map_files/400000-401000"
+	root := fixtureProc(t, map[string]string{
+		"20/maps": "00400000-00401000 r-xp 00000000 fd:01 42 /usr/bin/tiny\n",
+		entry:     string(tiny),
+	})
+	seen := Mapping{Start: 0x400000, Offset: 0, Ino: 42, Dev: 0xfd<<20 | 1}
+	want := Site{Path: "/usr/bin/tiny", BuildID: tinyBuildID, Offset: 0x149, Symbol: "caller", SymbolOffset: 1}
+	u := NewUser(root)
+	if got, err := u.CallSite(20, 0x40014e, seen); err != nil || got != want {
+		t.Fatalf("first call: (%+v, %v), want %+v", got, err, want)
+	}
+	if err := os.Remove(filepath.Join(root, "20/maps")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, entry), append(tiny, 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := u.CallSite(20, 0x40014e, seen); err != nil || got != want {
+		t.Errorf("the mapping seen again: (%+v, %v), want %+v from the mapping found before", got, err, want)
+	}
+	for _, other := range []Mapping{
+		{Start: 0x400000, Offset: 0, Ino: 43, Dev: seen.Dev},
+		{Start: 0x400000, Offset: 0, Ino: 42, Dev: 0xfd<<20 | 2},
+		{Start: 0x400000, Offset: 0x1000, Ino: 42, Dev: seen.Dev},
+		{Start: 0x3ff000, Offset: 0, Ino: 42, Dev: seen.Dev},
+	} {
+		u := NewUser(root)
+		u.noteMapping(20, mapping{start: 0x400000, end: 0x401000, exec: true, inode: 42, dev: 0xfd<<20 | 1, path: "/usr/bin/tiny"}, fileIdent{})
+		if got, err := u.CallSite(20, 0x40014e, other); !errors.Is(err, ErrNoProcess) {
+			t.Errorf("another mapping seen (%+v): (%+v, %v), want the look in /proc, which finds no maps", other, got, err)
+		}
 	}
 }

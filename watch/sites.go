@@ -54,7 +54,7 @@ func (c *Sites) Site(ev *bpf.Event) leakwatch.Site {
 	case ev.Kind != bpf.KindQPCreate:
 		return leakwatch.Site{}
 	case ev.Via != "":
-		s, err := c.user.CallSite(ev.PID, ev.ViaReturn)
+		s, err := c.user.CallSite(ev.PID, ev.ViaReturn, symbolize.Mapping(ev.ViaMapping))
 		if err != nil {
 			c.log.Debug("creation site not symbolized", "pid", ev.PID, "err", err)
 		}
@@ -104,7 +104,7 @@ func (c *Sites) userFrames(pid uint32, stack []uint64) []string {
 func (c *Sites) nameFrames(pid uint32, stack []uint64) []string {
 	var out []string
 	for _, ret := range stack[:min(len(stack), maxUserFrames)] {
-		s, err := c.user.CallSite(pid, ret)
+		s, err := c.user.CallSite(pid, ret, symbolize.Mapping{})
 		if err != nil || s.Path == "" || strings.HasPrefix(s.Path, "[") {
 			break
 		}

@@ -128,6 +128,39 @@ struct ib_event {
 } __attribute__((preserve_access_index));
 
 /*
+ * include/linux/mm_types.h, fs.h: what bpf_find_vma's callback reads of the
+ * mapping that holds a library call's return address, the numbers
+ * /proc/PID/maps prints for it (start, offset in pages, the file's device
+ * and inode). vm_start sits in an anonymous union on 6.12 and later: CO-RE
+ * finds it by name either way.
+ */
+typedef __u32 dev_t;
+
+struct super_block {
+	dev_t s_dev;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_pgoff;
+	struct file *vm_file;
+} __attribute__((preserve_access_index));
+
+/* include/uapi/linux/bpf.h: a helper the loader checks the kernel has. */
+enum bpf_func_id {
+	BPF_FUNC_find_vma = 180,
+};
+
+/*
  * Registers at a kprobe or uprobe (the uapi layout of bpf_user_pt_regs_t,
  * which is the context of both): the first arguments, the return value, the
  * stack pointer and, on arm64, the link register. Kprobe fallbacks read the
