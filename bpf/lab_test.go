@@ -148,15 +148,7 @@ func (r *traceRun) waitCount(t *testing.T, what string, n int, match func(traceL
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		r.mu.Lock()
-		seen := 0
-		for _, l := range r.lines {
-			if match(l) {
-				seen++
-			}
-		}
-		r.mu.Unlock()
-		if seen >= n {
+		if seenCount(r, match) >= n {
 			return
 		}
 		select {
@@ -165,7 +157,33 @@ func (r *traceRun) waitCount(t *testing.T, what string, n int, match func(traceL
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	t.Fatalf("rdmatool trace printed no %s within 1m", what)
+	r.mu.Lock()
+	last := r.lines[max(0, len(r.lines)-8):]
+	printed := len(r.lines)
+	r.mu.Unlock()
+	t.Fatalf("rdmatool trace printed %d lines of %s within 1m, want %d (%d lines in all, the last %d:\n%s)\nits stderr: %s",
+		seenCount(r, match), what, n, printed, len(last), joinLines(last), r.errText())
+}
+
+// seenCount counts the lines of r that match accepts.
+func seenCount(r *traceRun, match func(traceLine) bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, l := range r.lines {
+		if match(l) {
+			n++
+		}
+	}
+	return n
+}
+
+func joinLines(ls []traceLine) string {
+	var b strings.Builder
+	for _, l := range ls {
+		b.WriteString(l.raw + "\n")
+	}
+	return b.String()
 }
 
 func (r *traceRun) errText() string {
@@ -787,7 +805,7 @@ func TestLabTraceSites(t *testing.T) {
 			// QPs until both traces have printed every create.
 			for _, mode := range modes {
 				for _, qp := range qps {
-					tracers[mode].waitFor(t, fmt.Sprintf("the create of QP %d", qp.QPN), func(l traceLine) bool {
+					tracers[mode].waitFor(t, fmt.Sprintf("the create of QP %d (%s)", qp.QPN, mode), func(l traceLine) bool {
 						return l.Kind == "qp_create" && l.QPN == qp.QPN && l.PID == uint32(ready.PID)
 					})
 				}
