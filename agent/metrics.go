@@ -166,6 +166,8 @@ type collector struct {
 	saves, saveDuration, saveLock, saveWriting              *prometheus.Desc
 	// listEntries is the occupancy of the watcher's bounded lists.
 	listEntries *prometheus.Desc
+	// conns is the occupancy of the listeners' connection slots.
+	conns *prometheus.Desc
 }
 
 // newCollector returns a prometheus.Collector of the agent's state.
@@ -227,7 +229,9 @@ func newCollector(st *state) prometheus.Collector {
 			"result"),
 		saveDuration: d("state_save_duration_seconds", "How long the last save of the history that ended took, its copy, encoding, write, sync and rename (a save that timed out, when its writing returned)."),
 		saveLock:     d("state_save_lock_seconds", "How long the last save of the history held it locked to copy it: probe events, scans, socket answers and scrapes wait meanwhile."),
-		saveWriting:  d("state_save_in_flight", "Whether a save of the history is being written (1), past its deadline too: no other save begins until its writing returns."),
+		conns: d("agent_connections", fmt.Sprintf("Connections a listener of the agent serves now, at most %d each (more wait in the kernel's backlog): listener is socket (the agent's unix socket) or metrics (this endpoint, counting the scrape that reads it).", maxConns),
+			"listener"),
+		saveWriting: d("state_save_in_flight", "Whether a save of the history is being written (1), past its deadline too: no other save begins until its writing returns."),
 	}
 }
 
@@ -235,7 +239,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.startTime, c.probesUp, c.netlinkUp, c.events, c.lost,
 		c.stacksRefused, c.stacks, c.stacksCapacity,
 		c.resources, c.qps, c.ownerQPs, c.siteQPs, c.createFailures, c.qpErrors, c.unattributed, c.goneKept, c.mrs, c.mrBytes, c.ownerMRs, c.ownerMRBytes, c.mrDumps, c.findings, c.ruleSkipped, c.maxQP, c.useRatio, c.scans, c.scanErrors, c.scanDuration, c.lastScan,
-		c.policyInfo, c.decisions, c.resets, c.renames, c.saves, c.saveDuration, c.saveLock, c.saveWriting, c.listEntries} {
+		c.policyInfo, c.decisions, c.resets, c.renames, c.saves, c.saveDuration, c.saveLock, c.saveWriting, c.listEntries, c.conns} {
 		ch <- d
 	}
 }
@@ -290,6 +294,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.probesUp, b2f(s.probes))
 	gauge(c.netlinkUp, b2f(s.listedOK))
 	gauge(c.policyInfo, 1, s.policy.Mode, strconv.FormatBool(s.policy.DryRun))
+	gauge(c.conns, float64(c.st.sockConns.Load()), "socket")
+	gauge(c.conns, float64(c.st.metricsConns.Load()), "metrics")
 	for l, n := range s.decisions {
 		counter(c.decisions, float64(n), l.device, l.nodeGUID, l.decision)
 	}

@@ -139,6 +139,7 @@ func TestMetrics(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	st := newState(leakwatch.Config{MaxQP: map[string]uint64{"rxe0": 100}}, clock, "v9")
+	st.sockConns.Add(3) // as newServer counts them
 	st.SetProbes(true, "")
 	dev := rdmanl.Device{Index: 1, Name: "rxe0", NodeGUID: 0x021122fffe334455}
 	st.ScanSucceeded("")
@@ -229,6 +230,8 @@ func TestMetrics(t *testing.T) {
 		{"rdmatool_qp_errors_total", with("cause", "modify"), 1},
 		// QP 19's failure is kept for qp-error-storm, QP 18's modify not.
 		{"rdmatool_watcher_list_entries", with("list", "qp_errors"), 1},
+		{"rdmatool_agent_connections", map[string]string{"listener": "socket"}, 3},
+		{"rdmatool_agent_connections", map[string]string{"listener": "metrics"}, 0},
 		{"rdmatool_watcher_list_entries", with("list", "create_failures"), 3},
 		{"rdmatool_device_resources", with("resource", "mr"), 7},
 		{"rdmatool_mrs", d, 14},
@@ -353,6 +356,24 @@ func TestRunServesMetrics(t *testing.T) {
 		rts, ok1 := value(fams, "rdmatool_qps", map[string]string{"device": "rxe0", "node_guid": rxe.NodeGUID.String(), "type": "RC", "state": "RTS"})
 		n, ok2 := value(fams, "rdmatool_device_resources", map[string]string{"device": "rxe0", "node_guid": rxe.NodeGUID.String(), "resource": "qp"})
 		return ok1 && ok2 && rts == 1 && n == 2
+	})
+	// The scrape that reads it is a connection of /metrics; an idle
+	// connection to the socket counts while it is open.
+	c, err := net.Dial("unix", opts.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the socket's connection and the scrape's counted", func() bool {
+		fams, _, err := scrapeErr("http://" + addr + "/metrics")
+		sock, ok1 := value(fams, "rdmatool_agent_connections", map[string]string{"listener": "socket"})
+		scrapes, ok2 := value(fams, "rdmatool_agent_connections", map[string]string{"listener": "metrics"})
+		return err == nil && ok1 && ok2 && sock == 1 && scrapes >= 1
+	})
+	c.Close()
+	waitFor(t, "the socket's connection gone", func() bool {
+		fams, _, err := scrapeErr("http://" + addr + "/metrics")
+		sock, ok := value(fams, "rdmatool_agent_connections", map[string]string{"listener": "socket"})
+		return err == nil && ok && sock == 0
 	})
 }
 

@@ -270,12 +270,12 @@ func Run(ctx context.Context, d watch.Deps, o RunOptions) error {
 			return nil
 		}
 	}
-	srv := newServer(agentapi.Handler(st.State, o.Version), log, idleTimeout)
+	srv := newServer(agentapi.Handler(st.State, o.Version), log, idleTimeout, &st.sockConns)
 	log.Info("listening", "socket", o.Socket, "interval_seconds", o.Interval.Seconds(), "reconcile_seconds", o.Reconcile.Seconds())
 	logPolicy(log, o.Policy)
 	var msrv *http.Server
 	if mln != nil {
-		msrv = newServer(metricsHandler(st, log), log, idleTimeout)
+		msrv = newServer(metricsHandler(st, log), log, idleTimeout, &st.metricsConns)
 		log.Info("serving metrics", "address", mln.Addr().String())
 	}
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmatool/rdmatool/agentapi"
@@ -23,9 +24,17 @@ import (
 
 // newServer is the agent's HTTP server for h: it closes connections idle
 // for longer than idle, and gives a client a bounded time to send its
-// request and read the answer.
-func newServer(h http.Handler, log *slog.Logger, idle time.Duration) *http.Server {
+// request and read the answer. conns counts the connections it serves.
+func newServer(h http.Handler, log *slog.Logger, idle time.Duration, conns *atomic.Int64) *http.Server {
 	return &http.Server{
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				conns.Add(-1)
+			}
+		},
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       10 * time.Second,

@@ -70,7 +70,7 @@ func serveIdle(t *testing.T, idle time.Duration) string {
 	t.Helper()
 	st := watch.NewState(leakwatch.Config{}, time.Now)
 	st.Scan(leakwatch.Scan{Time: time.Now(), Devices: []leakwatch.DeviceScan{{Device: rxe, QPs: []rdmanl.QP{qp(17, rdmanl.QPStateErr, 42)}}}})
-	srv := newServer(agentapi.Handler(st, "test"), slog.New(slog.DiscardHandler), idle)
+	srv := newServer(agentapi.Handler(st, "test"), slog.New(slog.DiscardHandler), idle, new(atomic.Int64))
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ln, err := listen(sock)
 	if err != nil {
@@ -346,17 +346,12 @@ func TestIdleConnectionsClosed(t *testing.T) {
 
 // Idle connections beyond maxConns (a local user opening thousands on
 // /metrics or the socket) are not served, and so cost the agent nothing,
-// until served ones end: then the next is answered.
+// until served ones end: then the next is answered. The server's count
+// (rdmatool_agent_connections) follows.
 func TestServeLimited(t *testing.T) {
-	var served atomic.Int64 // connections the server took
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }),
-		ConnState: func(_ net.Conn, s http.ConnState) {
-			if s == http.StateNew {
-				served.Add(1)
-			}
-		},
-	}
+	var served atomic.Int64 // connections the server serves now
+	srv := newServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }),
+		slog.New(slog.DiscardHandler), time.Minute, &served)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -402,4 +397,6 @@ func TestServeLimited(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("GET not answered 10s after the idle connections closed")
 	}
+	http.DefaultClient.CloseIdleConnections()
+	waitFor(t, "no connection counted", func() bool { return served.Load() == 0 })
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmatool/rdmatool/internal/quote"
@@ -44,6 +45,10 @@ type state struct {
 	// saves are the state file's saves, behind a lock of their own: a
 	// save's goroutine counts its end without taking mu.
 	saves saveStats
+
+	// sockConns and metricsConns are the connections the agent's socket
+	// and /metrics serve now (newServer counts them).
+	sockConns, metricsConns atomic.Int64
 }
 
 // saveStats counts the history's saves to the state file, for the metrics.
