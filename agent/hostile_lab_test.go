@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,5 +63,62 @@ func TestLabAgentHostileInputs(t *testing.T) {
 	}
 	if lines := strings.Count(logs.String(), "\n"); lines > 20 {
 		t.Errorf("the agent logged %d lines:\n%s", lines, logs.String())
+	}
+}
+
+// Issue 39's notify socket nobody reads, on the binary in the guest: its
+// queue full (systemd wedged, a container's init that never reads), with
+// the watchdog on. The agent warns that READY and the watchdog's pet
+// failed, goes on serving, and on SIGTERM exits 0 within a few seconds
+// with its history saved (it stayed blocked on the write until SIGKILL,
+// saving nothing).
+func TestLabAgentNotifySocketStalled(t *testing.T) {
+	vmtest.Require(t, vmtest.RXE)
+	tmp := t.TempDir()
+	notify := filepath.Join(tmp, "notify")
+	reader, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close() // never read
+	filler, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+	queued := 0
+	for ; queued < 100_000; queued++ {
+		filler.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := filler.Write([]byte("STATUS=filler")); err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("filling the notify socket: %v", err)
+			}
+			break
+		}
+	}
+	if queued == 0 || queued == 100_000 {
+		t.Fatalf("%d datagrams queued on the notify socket: want it full", queued)
+	}
+	t.Setenv("NOTIFY_SOCKET", notify)
+	t.Setenv("WATCHDOG_USEC", "2000000")
+	state := filepath.Join(tmp, "state.json")
+	sock := filepath.Join(tmp, "agent.sock")
+	logs, exited, stop, _ := labAgent(t, "--socket", sock, "--state-file", state, "--interval", "1s", "--no-probes")
+	waitLab(t, time.Minute, exited, logs, "the agent's answer and a watchdog pet that failed", func() bool {
+		st, err := askStatus(t.Context(), sock)
+		return err == nil && st.Scans > 0 && strings.Contains(logs.String(), "sd_notify WATCHDOG failed")
+	})
+	if !strings.Contains(logs.String(), "sd_notify READY failed") {
+		t.Errorf("no warning that READY was not sent: %s", logs.String())
+	}
+	start := time.Now()
+	stop() // SIGTERM: exit 0 within 30 s, or the test fails
+	took := time.Since(start)
+	t.Logf("with %d datagrams queued on a notify socket nobody reads, the agent stopped %s after SIGTERM", queued, took.Round(10*time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("the agent took %s to exit after SIGTERM, want at most 5s (each write to the notify socket waits 1s at most)", took)
+	}
+	if fi, err := os.Stat(state); err != nil || fi.Size() == 0 {
+		t.Errorf("the history was not saved at the stop: %v: %s", err, logs.String())
 	}
 }
