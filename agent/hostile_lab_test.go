@@ -1,9 +1,13 @@
 package agent
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -121,4 +125,119 @@ func TestLabAgentNotifySocketStalled(t *testing.T) {
 	if fi, err := os.Stat(state); err != nil || fi.Size() == 0 {
 		t.Errorf("the history was not saved at the stop: %v: %s", err, logs.String())
 	}
+}
+
+// holdConnsEnv, in the environment of this test binary run again, makes
+// TestLabMetricsConnectionsNobody the client that holds the connections.
+const holdConnsEnv = "RDMATOOL_TEST_HOLD_CONNS"
+
+// Issue 39's local user who owes the agent nothing: nobody opens 2,000
+// connections to /metrics and sends nothing on them. The agent serves 64
+// (more wait in the kernel's backlog), so its RSS grows by what those
+// cost, not 2,000 (about 40 KiB each: 80 MB; 223 MB was seen before the
+// cap); its socket, another listener, answers meanwhile; once nobody
+// leaves, a scrape is answered, and rdmatool_agent_connections counts it
+// alone.
+func TestLabMetricsConnectionsNobody(t *testing.T) {
+	if addr := os.Getenv(holdConnsEnv); addr != "" {
+		holdConns(t, addr)
+		return
+	}
+	vmtest.Require(t, vmtest.RXE)
+	const addr = "127.0.0.1:19102"
+	const conns = 2000
+	tmp := t.TempDir()
+	sock := filepath.Join(tmp, "agent.sock")
+	logs, exited, stop, proc := labAgent(t, "--socket", sock, "--metrics-address", addr, "--interval", "1s", "--no-probes")
+	defer stop()
+	waitLab(t, time.Minute, exited, logs, "a scrape", func() bool {
+		_, _, err := scrapeErr("http://" + addr + "/metrics")
+		return err == nil
+	})
+	before := vmRSS(t, proc.Pid)
+	// This test binary again, as nobody, holds the connections until its
+	// stdin closes.
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLabMetricsConnectionsNobody$")
+	cmd.Env = append(os.Environ(), holdConnsEnv+"="+addr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if want := fmt.Sprintf("held %d\n", conns); err != nil || line != want {
+		stdin.Close()
+		cmd.Wait()
+		t.Fatalf("nobody's client said %q (%v), want %q", line, err, want)
+	}
+	time.Sleep(2 * time.Second) // the agent takes what it takes of them
+	held := vmRSS(t, proc.Pid)
+	st, err := askStatus(t.Context(), sock)
+	if err != nil || st.Scans == 0 {
+		t.Errorf("the agent's socket while nobody holds /metrics: %+v, %v", st, err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("nobody's client: %v", err)
+	}
+	t.Logf("%d idle connections from nobody: the agent's RSS %d KiB → %d KiB", conns, before, held)
+	if held-before > 16<<10 {
+		t.Errorf("the agent's RSS grew by %d KiB with %d idle connections held, want at most 16 MiB (64 served, about 40 KiB each)", held-before, conns)
+	}
+	waitLab(t, 30*time.Second, exited, logs, "a scrape that counts itself alone", func() bool {
+		fams, _, err := scrapeErr("http://" + addr + "/metrics")
+		n, ok := value(fams, "rdmatool_agent_connections", map[string]string{"listener": "metrics"})
+		return err == nil && ok && n == 1
+	})
+}
+
+// holdConns, as nobody, opens 2,000 connections to addr, sends nothing,
+// says "held N" and waits for its stdin to close.
+func holdConns(t *testing.T, addr string) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
+		lim.Cur = lim.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	var cs []net.Conn
+	for range 2000 {
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", len(cs)+1, err)
+		}
+		cs = append(cs, c)
+	}
+	fmt.Printf("held %d\n", len(cs))
+	io.Copy(io.Discard, os.Stdin)
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// vmRSS is a process's resident set in KiB (/proc/PID/status).
+func vmRSS(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kib int
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kib); err == nil {
+				return kib
+			}
+		}
+	}
+	t.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
 }
