@@ -314,7 +314,7 @@ func hostileConfig(t *testing.T, config, pid, cursor string) {
 	}{
 		{"a named pipe", "not a regular file (a named pipe)", func() error { return unix.Mkfifo(config, 0o644) }},
 		{"a link to /dev/zero", "not a regular file (a character device)", func() error { return os.Symlink("/dev/zero", config) }},
-		{"a file of 2 MiB", "larger than 1048576 bytes", func() error {
+		{"a file of 2 MiB", "larger than 65536 bytes", func() error {
 			return os.WriteFile(config, []byte("#"+strings.Repeat(" ", 2<<20)+"\n"), 0o644)
 		}},
 		{"a NaN threshold", "exhaustion_threshold", func() error {
