@@ -347,19 +347,29 @@ func TestUserCacheBound(t *testing.T) {
 	}
 }
 
-// TestUserRecentMapping follows a mapping found through map_files without
-// reading maps again, for as long as its map_files entry names the same
-// file: here a fixture /proc whose map_files entry is a copy of tiny.elf.
-func TestUserRecentMapping(t *testing.T) {
+// tinyEntry is tinyProc's map_files entry of pid 20's one mapping.
+const tinyEntry = "20/map_files/400000-401000"
+
+// tinyProc is a fixture /proc of pid 20, which maps /usr/bin/tiny (device
+// fd:01, inode 42) at 0x400000, its map_files entry a copy of tiny.elf:
+// its root, and tiny.elf's bytes.
+func tinyProc(t *testing.T) (root string, tiny []byte) {
+	t.Helper()
 	tiny, err := os.ReadFile("testdata/tiny.elf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	const entry = "20/map_files/400000-401000"
-	root := fixtureProc(t, map[string]string{
+	return fixtureProc(t, map[string]string{
 		"20/maps": "00400000-00401000 r-xp 00000000 fd:01 42 /usr/bin/tiny\n",
-		entry:     string(tiny),
-	})
+		tinyEntry: string(tiny),
+	}), tiny
+}
+
+// TestUserRecentMapping follows a mapping found through map_files without
+// reading maps again, for as long as its map_files entry names the same
+// file: here a fixture /proc whose map_files entry is a copy of tiny.elf.
+func TestUserRecentMapping(t *testing.T) {
+	root, tiny := tinyProc(t)
 	u := NewUser(root)
 	want := Site{Path: "/usr/bin/tiny", BuildID: tinyBuildID, Offset: 0x149, Symbol: "caller", SymbolOffset: 1}
 	check := func(when string) {
@@ -391,14 +401,14 @@ func TestUserRecentMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A zombie: its directory is there, its maps empty, map_files too.
-	if err := os.Rename(filepath.Join(root, entry), filepath.Join(root, "entry")); err != nil {
+	if err := os.Rename(filepath.Join(root, tinyEntry), filepath.Join(root, "entry")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "20/maps"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	check("with the process a zombie")
-	if err := os.Rename(filepath.Join(root, "entry"), filepath.Join(root, entry)); err != nil {
+	if err := os.Rename(filepath.Join(root, "entry"), filepath.Join(root, tinyEntry)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(root, "20/maps")); err != nil {
@@ -406,10 +416,10 @@ func TestUserRecentMapping(t *testing.T) {
 	}
 	// Another file in the mapping's place: the remembered mapping is
 	// dropped, and maps, read again, is gone.
-	if err := os.Remove(filepath.Join(root, entry)); err != nil {
+	if err := os.Remove(filepath.Join(root, tinyEntry)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, entry), append(tiny, 0), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, tinyEntry), append(tiny, 0), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := u.CallSite(20, 0x40014e, Mapping{}); !errors.Is(err, ErrNoProcess) {
@@ -425,15 +435,7 @@ func TestUserRecentMapping(t *testing.T) {
 // no look in /proc: here the fixture's map_files entry is replaced by
 // another file and maps removed, which a call without it notices.
 func TestUserSeenMapping(t *testing.T) {
-	tiny, err := os.ReadFile("testdata/tiny.elf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const entry = "20/map_files/400000-401000"
-	root := fixtureProc(t, map[string]string{
-		"20/maps": "00400000-00401000 r-xp 00000000 fd:01 42 /usr/bin/tiny\n",
-		entry:     string(tiny),
-	})
+	root, tiny := tinyProc(t)
 	seen := Mapping{Start: 0x400000, Offset: 0, Ino: 42, Dev: 0xfd<<20 | 1}
 	want := Site{Path: "/usr/bin/tiny", BuildID: tinyBuildID, Offset: 0x149, Symbol: "caller", SymbolOffset: 1}
 	u := NewUser(root)
@@ -443,7 +445,7 @@ func TestUserSeenMapping(t *testing.T) {
 	if err := os.Remove(filepath.Join(root, "20/maps")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, entry), append(tiny, 0), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, tinyEntry), append(tiny, 0), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := u.CallSite(20, 0x40014e, seen); err != nil || got != want {
