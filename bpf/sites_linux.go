@@ -18,6 +18,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 	"golang.org/x/sys/unix"
 )
 
@@ -160,26 +161,27 @@ func (s *sites) scanLocked(pid uint32) (int, error) {
 	}
 	n := 0
 	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 64<<10)
+	sc.Buffer(nil, procmaps.LineMax)
 	for sc.Scan() {
-		m, ok := parseMapsLine(sc.Text())
-		if !ok || m.ino == 0 {
+		m, ok := procmaps.Parse(sc.Bytes())
+		if !ok || m.Inode == 0 {
 			continue
 		}
-		lib := verbsLibrary(filepath.Base(strings.TrimSuffix(m.path, " (deleted)")))
-		if lib == "" || s.files[m.key()] {
+		lib := verbsLibrary(filepath.Base(strings.TrimSuffix(m.Path, " (deleted)")))
+		key := libKey{m.Major, m.Minor, m.Inode}
+		if lib == "" || s.files[key] {
 			continue
 		}
-		open := filepath.Join(dir, "map_files", m.addrs)
+		open := filepath.Join(dir, "map_files", m.MapFilesName())
 		var err error
-		if _, err = os.Stat(open); err != nil && strings.HasSuffix(m.path, " (deleted)") {
-			err = fmt.Errorf("bpf: open %s of pid %d: %w", m.path, pid, err)
+		if _, err = os.Stat(open); err != nil && strings.HasSuffix(m.Path, " (deleted)") {
+			err = fmt.Errorf("bpf: open %s of pid %d: %w", m.Path, pid, err)
 		} else {
 			if err != nil {
-				open = filepath.Join(dir, "root", m.path)
+				open = filepath.Join(dir, "root", m.Path)
 			}
 			var attached bool
-			if attached, err = s.attachFile(m.key(), lib, open, m.path); attached {
+			if attached, err = s.attachFile(key, lib, open, m.Path); attached {
 				n++
 			}
 		}
@@ -190,10 +192,10 @@ func (s *sites) scanLocked(pid uint32) (int, error) {
 		// library is not at fault, and the next process mapping it
 		// tries again.
 		if _, gone := os.Stat(dir); gone != nil {
-			delete(s.files, m.key())
+			delete(s.files, key)
 			return n, fmt.Errorf("bpf: attach libraries of pid %d: %w", pid, gone)
 		}
-		s.files[m.key()] = false
+		s.files[key] = false
 		s.fail(err)
 	}
 	return n, nil
@@ -306,60 +308,6 @@ func fileOffset(f *elf.File, vaddr uint64) (uint64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// mapsLine is what scanLocked needs of a line of /proc/PID/maps.
-type mapsLine struct {
-	addrs        string // "7f12a000-7f12b000", the map_files entry's name
-	major, minor uint32
-	ino          uint64
-	path         string
-}
-
-func (m mapsLine) key() libKey { return libKey{m.major, m.minor, m.ino} }
-
-// parseMapsLine parses "START-END PERMS OFFSET MAJ:MIN INODE   PATH"
-// (fs/proc/task_mmu.c); the path may hold spaces and is "" for anonymous
-// memory.
-func parseMapsLine(line string) (mapsLine, bool) {
-	var m mapsLine
-	// The kernel separates the fields with spaces; the path is found the
-	// same way below.
-	f := strings.FieldsFunc(line, func(r rune) bool { return r == ' ' })
-	if len(f) < 5 {
-		return m, false
-	}
-	majHex, minHex, ok := strings.Cut(f[3], ":")
-	lo, hi, isRange := strings.Cut(f[0], "-")
-	if !ok || !isRange || !isHex(lo) || !isHex(hi) {
-		return m, false
-	}
-	major, err1 := strconv.ParseUint(majHex, 16, 32)
-	minor, err2 := strconv.ParseUint(minHex, 16, 32)
-	ino, err3 := strconv.ParseUint(f[4], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return m, false
-	}
-	m = mapsLine{addrs: f[0], major: uint32(major), minor: uint32(minor), ino: ino}
-	// The path is what follows the inode, spaces in it kept.
-	rest := line
-	for range 5 {
-		rest = strings.TrimLeft(rest, " ")
-		i := strings.IndexByte(rest, ' ')
-		if i < 0 {
-			return m, true
-		}
-		rest = rest[i:]
-	}
-	m.path = strings.TrimLeft(rest, " ")
-	return m, true
-}
-
-// isHex says whether s is a hexadecimal number of at most 16 digits (an
-// address in /proc/PID/maps).
-func isHex(s string) bool {
-	_, err := strconv.ParseUint(s, 16, 64)
-	return err == nil
 }
 
 // report returns what Sites reports.

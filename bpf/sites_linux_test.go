@@ -25,49 +25,6 @@ import (
 	"github.com/rdmatool/rdmatool/symbolize"
 )
 
-func TestParseMapsLine(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name string
-		line string
-		want mapsLine
-		ok   bool
-	}{
-		{"library", "7f3c1a2b4000-7f3c1a2c7000 r-xp 00007000 fe:01 1311042                    /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0",
-			mapsLine{addrs: "7f3c1a2b4000-7f3c1a2c7000", major: 0xfe, minor: 1, ino: 1311042, path: "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"}, true},
-		{"spaces and deleted", "7f00-7f10 r-xp 00000000 00:2a 77 /opt/my app/librdmacm.so.1 (deleted)",
-			mapsLine{addrs: "7f00-7f10", minor: 0x2a, ino: 77, path: "/opt/my app/librdmacm.so.1 (deleted)"}, true},
-		{"anonymous", "7ffd1000-7ffd2000 rw-p 00000000 00:00 0 ", mapsLine{addrs: "7ffd1000-7ffd2000"}, true},
-		{"anonymous without the trailing space", "7ffd1000-7ffd2000 rw-p 00000000 00:00 0", mapsLine{addrs: "7ffd1000-7ffd2000"}, true},
-		{"short", "7ffd1000-7ffd2000 rw-p", mapsLine{}, false},
-		{"bad device", "7f00-7f10 r-xp 00000000 fe01 77 /x", mapsLine{}, false},
-		{"bad inode", "7f00-7f10 r-xp 00000000 fe:01 x77 /x", mapsLine{}, false},
-		{"no range", "7f00 r-xp 00000000 fe:01 77 /x", mapsLine{}, false},
-		{"not an address range", "\r- 0 0 0:0 0", mapsLine{}, false},
-		{"fields apart by tabs", "7f00-7f10\tr-xp 00000000 fe:01 77 /x", mapsLine{}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := parseMapsLine(tt.line)
-			if ok != tt.ok || ok && got != tt.want {
-				t.Errorf("parseMapsLine(%q) = %+v, %v; want %+v, %v", tt.line, got, ok, tt.want, tt.ok)
-			}
-		})
-	}
-}
-
-func FuzzParseMapsLine(f *testing.F) {
-	f.Add("7f3c1a2b4000-7f3c1a2c7000 r-xp 00007000 fe:01 1311042                    /usr/lib/libibverbs.so.1")
-	f.Add("7f00-7f10 r-xp 00000000 00:2a 77 /opt/my app/librdmacm.so.1 (deleted)")
-	f.Add("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 ")
-	f.Fuzz(func(t *testing.T, line string) {
-		m, ok := parseMapsLine(line)
-		if ok && (!strings.Contains(line, m.path) || !strings.HasPrefix(strings.TrimLeft(line, " \t"), m.addrs)) {
-			t.Errorf("parseMapsLine(%q) = %+v: path or range not from the line", line, m)
-		}
-	})
-}
-
 func TestVerbsLibrary(t *testing.T) {
 	t.Parallel()
 	for base, want := range map[string]string{

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 )
 
 // Kernel symbolizes kernel addresses through /proc/kallsyms, read once and
@@ -232,7 +234,7 @@ func parseKallsyms(r io.Reader) (*kallsyms, error) {
 		line := sc.Bytes()
 		addrF, rest, ok1 := bytes.Cut(line, []byte{' '})
 		typ, rest, ok2 := bytes.Cut(rest, []byte{' '})
-		addr, ok3 := parseHex(addrF)
+		addr, ok3 := procmaps.ParseHex(addrF)
 		if !ok1 || !ok2 || !ok3 || len(typ) != 1 {
 			continue
 		}

@@ -150,7 +150,7 @@ func (u *User) site(pid uint32, addr uint64, call bool, seen Mapping) (Site, err
 		s, ok := e.sites[req]
 		u.mu.Unlock()
 		if ok {
-			s.Path = m.path
+			s.Path = m.Path
 			return s, nil
 		}
 	} else {
@@ -168,7 +168,7 @@ func (u *User) site(pid uint32, addr uint64, call bool, seen Mapping) (Site, err
 		e = u.load(f, id)
 	}
 	if e.notELF != nil {
-		return partial, fmt.Errorf("symbolize: read ELF %s of pid %d: %w", quote.String(m.path), pid, e.notELF)
+		return partial, fmt.Errorf("symbolize: read ELF %s of pid %d: %w", quote.String(m.Path), pid, e.notELF)
 	}
 	var s Site
 	if call {
@@ -181,7 +181,7 @@ func (u *User) site(pid uint32, addr uint64, call bool, seen Mapping) (Site, err
 		e.sites[req] = s
 	}
 	u.mu.Unlock()
-	s.Path = m.path
+	s.Path = m.Path
 	return s, nil
 }
 
@@ -189,19 +189,19 @@ func (u *User) site(pid uint32, addr uint64, call bool, seen Mapping) (Site, err
 // to open it by and its identity. On an error, partial is what is known.
 func (u *User) locate(dir string, pid uint32, addr uint64, seen Mapping) (m mapping, name string, id fileIdent, partial Site, err error) {
 	if m, name, id, ok := u.recentMapping(dir, pid, addr, seen); ok {
-		return m, name, id, Site{Path: m.path, Offset: addr - m.start + m.pgoff}, nil
+		return m, name, id, Site{Path: m.Path, Offset: addr - m.Start + m.Offset}, nil
 	}
 	if m, err = u.mapping(dir, pid, addr); err != nil {
 		return mapping{}, "", fileIdent{}, Site{}, err
 	}
-	if !m.hasFile() {
-		what := m.path
+	if !m.HasFile() {
+		what := m.Path
 		if what == "" {
 			what = "anonymous memory"
 		}
-		return m, "", fileIdent{}, Site{Path: m.path}, fmt.Errorf("symbolize: pid %d address %#x in %s: %w", pid, addr, quote.String(what), ErrNoFile)
+		return m, "", fileIdent{}, Site{Path: m.Path}, fmt.Errorf("symbolize: pid %d address %#x in %s: %w", pid, addr, quote.String(what), ErrNoFile)
 	}
-	partial = Site{Path: m.path, Offset: addr - m.start + m.pgoff}
+	partial = Site{Path: m.Path, Offset: addr - m.Start + m.Offset}
 	name, id, viaMapFiles, err := u.stat(dir, pid, m)
 	if err != nil {
 		return m, "", fileIdent{}, partial, err
@@ -247,24 +247,24 @@ func (u *User) stat(dir string, pid uint32, m mapping) (name string, id fileIden
 			return name, identOf(fi), true, nil
 		}
 	}
-	p, deleted := strings.CutSuffix(m.path, " (deleted)")
+	p, deleted := strings.CutSuffix(m.Path, " (deleted)")
 	if deleted || !filepath.IsAbs(p) || filepath.Clean(p) != p {
-		return "", fileIdent{}, false, fmt.Errorf("symbolize: open %s of pid %d: %w", quote.String(m.path), pid, ErrFileReplaced)
+		return "", fileIdent{}, false, fmt.Errorf("symbolize: open %s of pid %d: %w", quote.String(m.Path), pid, ErrFileReplaced)
 	}
 	name = filepath.Join(dir, "root", p)
 	fi, err := os.Stat(name)
 	if err != nil {
 		return "", fileIdent{}, false, u.fileErr(dir, pid, m, err)
 	}
-	if id = identOf(fi); !fi.Mode().IsRegular() || id.ino != m.inode {
-		return "", fileIdent{}, false, fmt.Errorf("symbolize: open %s of pid %d: %w", quote.String(m.path), pid, ErrFileReplaced)
+	if id = identOf(fi); !fi.Mode().IsRegular() || id.ino != m.Inode {
+		return "", fileIdent{}, false, fmt.Errorf("symbolize: open %s of pid %d: %w", quote.String(m.Path), pid, ErrFileReplaced)
 	}
 	return name, id, false, nil
 }
 
 // mapFilesName is m's entry in the process's map_files directory.
 func mapFilesName(dir string, m mapping) string {
-	return filepath.Join(dir, "map_files", strconv.FormatUint(m.start, 16)+"-"+strconv.FormatUint(m.end, 16))
+	return filepath.Join(dir, "map_files", m.MapFilesName())
 }
 
 // recentMapping returns a mapping of pid that held an address asked for
@@ -281,7 +281,7 @@ func (u *User) recentMapping(dir string, pid uint32, addr uint64, seen Mapping) 
 		return mapping{}, "", fileIdent{}, false
 	}
 	u.mu.Lock()
-	i := slices.IndexFunc(u.recent[pid], func(r recentMapping) bool { return addr >= r.m.start && addr < r.m.end })
+	i := slices.IndexFunc(u.recent[pid], func(r recentMapping) bool { return addr >= r.m.Start && addr < r.m.End })
 	var r recentMapping
 	if i >= 0 {
 		r = u.recent[pid][i]
@@ -291,7 +291,7 @@ func (u *User) recentMapping(dir string, pid uint32, addr uint64, seen Mapping) 
 		return mapping{}, "", fileIdent{}, false
 	}
 	name := mapFilesName(dir, r.m)
-	if seen != (Mapping{}) && seen == (Mapping{Start: r.m.start, Offset: r.m.pgoff, Ino: r.m.inode, Dev: r.m.dev}) {
+	if seen != (Mapping{}) && seen == (Mapping{Start: r.m.Start, Offset: r.m.Offset, Ino: r.m.Inode, Dev: r.m.Dev()}) {
 		return r.m, name, r.id, true
 	}
 	if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() && identOf(fi) == r.id {
@@ -344,7 +344,7 @@ func (u *User) fileErr(dir string, pid uint32, m mapping, err error) error {
 	if errors.As(err, &pe) {
 		err = pe.Err // the /proc path says less than the mapped one
 	}
-	return fmt.Errorf("symbolize: open %s of pid %d: %w", quote.String(m.path), pid, err)
+	return fmt.Errorf("symbolize: open %s of pid %d: %w", quote.String(m.Path), pid, err)
 }
 
 // openFile opens a mapped file for reading without blocking on a FIFO put

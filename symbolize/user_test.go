@@ -458,7 +458,7 @@ func TestUserSeenMapping(t *testing.T) {
 		{Start: 0x3ff000, Offset: 0, Ino: 42, Dev: seen.Dev},
 	} {
 		u := NewUser(root)
-		u.noteMapping(20, mapping{start: 0x400000, end: 0x401000, exec: true, inode: 42, dev: 0xfd<<20 | 1, path: "/usr/bin/tiny"}, fileIdent{})
+		u.noteMapping(20, mapping{Start: 0x400000, End: 0x401000, Exec: true, Inode: 42, Major: 0xfd, Minor: 1, Path: "/usr/bin/tiny"}, fileIdent{})
 		if got, err := u.CallSite(20, 0x40014e, other); !errors.Is(err, ErrNoProcess) {
 			t.Errorf("another mapping seen (%+v): (%+v, %v), want the look in /proc, which finds no maps", other, got, err)
 		}
