@@ -90,3 +90,13 @@ func TestMapFilesName(t *testing.T) {
 		}
 	}
 }
+
+// Parse allocates nothing but the path (symbolize parses a line for each
+// address it has not seen, bpf every line of a process that maps a verbs
+// library).
+func TestParseAllocs(t *testing.T) {
+	line := []byte("7ffd1000-7ffd2000 rw-p 00000000 fe:01 12345 ")
+	if n := testing.AllocsPerRun(100, func() { Parse(line) }); n != 0 {
+		t.Errorf("Parse of a line without a path: %v allocations, want none", n)
+	}
+}
