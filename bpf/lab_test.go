@@ -43,10 +43,11 @@ type traceLine struct {
 	SiteVia     string   `json:"site_via"`
 	Stack       []string `json:"stack"`
 	// The summary's counts.
-	Events uint64 `json:"events"`
-	Lost   uint64 `json:"lost"`
-	at     time.Time
-	raw    string
+	Events        uint64 `json:"events"`
+	Lost          uint64 `json:"lost"`
+	StacksRefused uint64 `json:"stacks_refused"`
+	at            time.Time
+	raw           string
 }
 
 func (l traceLine) String() string { return l.raw }
@@ -206,6 +207,16 @@ func (r *traceRun) stop(t *testing.T) []traceLine {
 		t.Errorf("rdmatool trace exit status %d after SIGINT, want 130; stderr: %s", code, r.errText())
 	}
 	return r.events(t)
+}
+
+// summary is the trace's last line, its summary, once it has ended.
+func (r *traceRun) summary() traceLine {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.lines) == 0 {
+		return traceLine{}
+	}
+	return r.lines[len(r.lines)-1]
 }
 
 // events checks the last line, the summary, and returns the lines before it.
@@ -813,6 +824,7 @@ func TestLabTraceSites(t *testing.T) {
 			w.Release(time.Minute)
 			for _, mode := range modes {
 				evs := tracers[mode].stop(t)
+				refused := tracers[mode].summary().StacksRefused
 				t.Run(mode, func(t *testing.T) {
 					for _, qp := range qps {
 						i := slices.IndexFunc(evs, func(l traceLine) bool {
@@ -823,6 +835,14 @@ func TestLabTraceSites(t *testing.T) {
 							continue
 						}
 						checkCallSite(t, q, evs[i], c.fn, c.via)
+						if len(evs[i].Stack) == 0 && refused > 0 {
+							// The stack map's bucket for this stack held
+							// another (the kernel's hash has no seed, so
+							// both modes' maps collide alike): counted,
+							// and the site stands without its calls.
+							t.Logf("QP %d: no calls above the site, with %d stacks refused by the stack map", qp.QPN, refused)
+							continue
+						}
 						vmtest.CheckCallsAbove(t, fmt.Sprintf("QP %d", qp.QPN), "qpwork", evs[i].Stack)
 					}
 				})

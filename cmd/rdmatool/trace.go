@@ -51,9 +51,11 @@ event (one JSON object per line with -j) until interrupted or --duration.
 When the probes are attached, a line saying so goes to stderr, with the
 verbs libraries that the creation-site uprobes are on, or why some or all
 are missing. At the end the number of events that could not be delivered
-is printed: on stderr, or as a last JSON line {"kind":"summary",...} with
--j. With -d, the time each program spent in the kernel follows on stderr
-(counted while sysctl kernel.bpf_stats_enabled is 1).
+is printed, and the number of creates whose stack the probes' stack map
+could not store (its bucket held another): on stderr, or as a last JSON
+line {"kind":"summary",...} with -j. With -d, the time each program spent
+in the kernel follows on stderr (counted while sysctl
+kernel.bpf_stats_enabled is 1).
 
 ` + wrapWords(fields, 76) + `
 
@@ -216,7 +218,11 @@ func runTrace(ctx context.Context, g *globals, stdout io.Writer, o bpf.Options, 
 	if err != nil {
 		return err
 	}
-	if err := writeTraceSummary(w, g, events, st); err != nil {
+	stacks, err := tr.StackStats()
+	if err != nil {
+		return err
+	}
+	if err := writeTraceSummary(w, g, events, st, stacks.Refused); err != nil {
 		return err
 	}
 	if g.details {
@@ -375,11 +381,14 @@ type traceSummary struct {
 	Missed    uint64 `json:"missed"`    // probe runs the kernel skipped
 	Unmatched uint64 `json:"unmatched"` // returns without their entry
 	Malformed uint64 `json:"malformed"` // records that did not decode
+	// StacksRefused counts the creates delivered without their stack:
+	// the stack map's bucket held another stack (bpf.StackStats).
+	StacksRefused uint64 `json:"stacks_refused"`
 }
 
-func writeTraceSummary(w *bufio.Writer, g *globals, events uint64, st bpf.Stats) error {
+func writeTraceSummary(w *bufio.Writer, g *globals, events uint64, st bpf.Stats, stacksRefused uint64) error {
 	s := traceSummary{Kind: "summary", Events: events, Lost: st.Total(), RingFull: st.Lost, Missed: st.Missed,
-		Unmatched: st.Unmatched, Malformed: st.Malformed}
+		Unmatched: st.Unmatched, Malformed: st.Malformed, StacksRefused: stacksRefused}
 	if g.json {
 		b, err := json.Marshal(s)
 		if err != nil {
@@ -388,7 +397,7 @@ func writeTraceSummary(w *bufio.Writer, g *globals, events uint64, st bpf.Stats)
 		w.Write(b)
 		return w.WriteByte('\n')
 	}
-	_, err := fmt.Fprintf(g.stderr, "rdmatool trace: %d events, %d lost (ring buffer full %d, missed %d, unmatched %d, malformed %d)\n",
-		s.Events, s.Lost, s.RingFull, s.Missed, s.Unmatched, s.Malformed)
+	_, err := fmt.Fprintf(g.stderr, "rdmatool trace: %d events, %d lost (ring buffer full %d, missed %d, unmatched %d, malformed %d), %d stacks not stored\n",
+		s.Events, s.Lost, s.RingFull, s.Missed, s.Unmatched, s.Malformed, s.StacksRefused)
 	return err
 }

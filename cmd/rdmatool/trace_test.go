@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"strings"
 	"testing"
@@ -153,5 +154,31 @@ func TestTraceBufferFlag(t *testing.T) {
 		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "--buffer-mib") {
 			t.Errorf("trace --buffer-mib %s: exit %d, stdout %q, stderr %q; want 2 and one line naming the flag", arg, code, stdout, stderr)
 		}
+	}
+}
+
+// TestTraceSummary: the summary, its JSON line with -j and its line on
+// stderr without, counts the lost events by cause and the creates whose
+// stack the stack map refused.
+func TestTraceSummary(t *testing.T) {
+	st := bpf.Stats{Lost: 1, Missed: 2, Unmatched: 3, Malformed: 4}
+	var out, errOut strings.Builder
+	w := bufio.NewWriter(&out)
+	if err := writeTraceSummary(w, &globals{json: true, stderr: &errOut}, 42, st, 5); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	want := `{"kind":"summary","events":42,"lost":10,"ring_full":1,"missed":2,"unmatched":3,"malformed":4,"stacks_refused":5}` + "\n"
+	if out.String() != want || errOut.Len() != 0 {
+		t.Errorf("-j summary %q (stderr %q), want %q", out.String(), errOut.String(), want)
+	}
+	out.Reset()
+	if err := writeTraceSummary(w, &globals{stderr: &errOut}, 42, st, 5); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	want = "rdmatool trace: 42 events, 10 lost (ring buffer full 1, missed 2, unmatched 3, malformed 4), 5 stacks not stored\n"
+	if errOut.String() != want || out.Len() != 0 {
+		t.Errorf("summary on stderr %q (stdout %q), want %q", errOut.String(), out.String(), want)
 	}
 }
