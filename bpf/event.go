@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -47,14 +48,6 @@ func (k Kind) HasQP() bool {
 		return true
 	}
 	return false
-}
-
-// Mapping is a process's mapping of a file as /proc/PID/maps shows it: its
-// start address, the file offset mapped there (bytes), and the file's
-// inode and device (the kernel's dev_t, major<<20 | minor).
-type Mapping struct {
-	Start, Offset, Ino uint64
-	Dev                uint32
 }
 
 // IBEvent is an async event type (enum ib_event_type).
@@ -148,7 +141,7 @@ type Event struct {
 	// ViaMapping is the mapping that held ViaReturn when the call began,
 	// as the uprobe read it (zero when it could not: another thread held
 	// the process's mmap lock, or the kernel lacks bpf_find_vma).
-	ViaMapping Mapping
+	ViaMapping procmaps.Ident
 	// Stack is the kernel stack of a kernel QP create (qp_create by
 	// ib_create_qp_kernel, with Options.Sites): return addresses,
 	// innermost first, at most 32, the first ones in the probe's own BPF

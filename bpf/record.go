@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 	"github.com/rdmatool/rdmatool/rdmanl"
 )
 
@@ -131,7 +132,7 @@ func (d *decoder) decode(rec []byte, ev *Event) error {
 		}
 	}
 	if flags&(flagUserSite|flagUserVMA) == flagUserSite|flagUserVMA {
-		ev.ViaMapping = Mapping{
+		ev.ViaMapping = procmaps.Ident{
 			Start:  le.Uint64(rec[offVMAStart:]),
 			Offset: le.Uint64(rec[offVMAPgoff:]) * pageSize,
 			Ino:    le.Uint64(rec[offVMAIno:]),

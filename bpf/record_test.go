@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"flag"
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,7 +69,7 @@ func encodeRecord(ev Event, ts uint64) []byte {
 		str = ev.NewName
 	}
 	copy(b[offStr:offStr+nameLen], str)
-	if ev.Via != "" && ev.ViaMapping != (Mapping{}) {
+	if ev.Via != "" && ev.ViaMapping != (procmaps.Ident{}) {
 		b[offFlags] |= flagUserVMA
 		le.PutUint64(b[offVMAStart:], ev.ViaMapping.Start)
 		le.PutUint64(b[offVMAPgoff:], ev.ViaMapping.Offset/pageSize)
@@ -97,7 +98,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 			TID: 4242, Comm: "qpwork", Probe: "ib_create_qp_user", Via: "rdma_create_qp", ViaReturn: 0x5566_7788_99aa}},
 		{"user QP create with its site and mapping", Event{Kind: KindQPCreate, DevName: "rxe0", QPN: 19, QPType: rdmanl.QPTypeRC, PID: 4242,
 			TID: 4242, Comm: "qpwork", Probe: "ib_create_qp_user", Via: "ibv_create_qp", ViaReturn: 0x5566_7788_99aa,
-			ViaMapping: Mapping{Start: 0x5566_7788_0000, Offset: 3 * pageSize, Ino: 9986068, Dev: 0xfe << 20}}},
+			ViaMapping: procmaps.Ident{Start: 0x5566_7788_0000, Offset: 3 * pageSize, Ino: 9986068, Dev: 0xfe << 20}}},
 		{"failed create with its site", Event{Kind: KindQPCreate, DevIndex: 1, DevName: "rxe0", QPType: rdmanl.QPTypeRC, Result: -22,
 			PID: 4242, TID: 4242, Comm: "qpwork", Probe: "ib_create_qp_user", Via: "ibv_create_qp", ViaReturn: 0x401234}},
 		{"modify to ERR", Event{Kind: KindQPModify, DevName: "rxe0", QPN: 17, QPType: rdmanl.QPTypeRC, NewState: rdmanl.QPStateErr,

@@ -8,6 +8,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 	"io"
 	"log/slog"
 	"os"
@@ -223,7 +224,7 @@ func (f *fakeVerbs) next() string {
 
 // mappingOf returns the mapping of pid that holds addr as /proc/PID/maps
 // prints it, the device as the kernel's dev_t.
-func mappingOf(t *testing.T, pid uint32, addr uint64) Mapping {
+func mappingOf(t *testing.T, pid uint32, addr uint64) procmaps.Ident {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
@@ -237,11 +238,11 @@ func mappingOf(t *testing.T, pid uint32, addr uint64) Mapping {
 			t.Fatalf("maps line %q: %v", line, err)
 		}
 		if start <= addr && addr < end {
-			return Mapping{Start: start, Offset: off, Ino: ino, Dev: major<<20 | minor}
+			return procmaps.Ident{Start: start, Offset: off, Ino: ino, Dev: major<<20 | minor}
 		}
 	}
 	t.Fatalf("no mapping of pid %d holds %#x", pid, addr)
-	return Mapping{}
+	return procmaps.Ident{}
 }
 
 // call waits until fakeverbs is inside its next create and returns the
@@ -308,11 +309,11 @@ func TestSitesUprobes(t *testing.T) {
 		}
 		// bpf_find_vma's view of the return address's mapping is the
 		// line of maps that holds it.
-		vma := Mapping{Start: c.Vma.Start, Offset: c.Vma.Pgoff * pageSize, Ino: c.Vma.Ino, Dev: c.Vma.Dev}
+		vma := procmaps.Ident{Start: c.Vma.Start, Offset: c.Vma.Pgoff * pageSize, Ino: c.Vma.Ino, Dev: c.Vma.Dev}
 		if want := mappingOf(t, pid, c.Ret); c.HasVma != 1 || vma != want {
 			t.Errorf("recorded mapping of %#x: %+v (has_vma %d), want maps' %+v", c.Ret, vma, c.HasVma, want)
 		}
-		site, err := sym.CallSite(pid, c.Ret, symbolize.Mapping(vma))
+		site, err := sym.CallSite(pid, c.Ret, vma)
 		if err != nil || site.Symbol != "create_qp_plain" || site.Path != f.bin {
 			t.Errorf("recorded return %#x: the call at %+v (%v), want one in %s's create_qp_plain", c.Ret, site, err, f.bin)
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -146,7 +147,7 @@ func TestLabStacksBounded(t *testing.T) {
 	sym := symbolize.NewUser("/proc")
 	var frames []string
 	for _, addr := range user.UserStack {
-		s, err := sym.CallSite(user.PID, addr, symbolize.Mapping{})
+		s, err := sym.CallSite(user.PID, addr, procmaps.Ident{})
 		if err != nil || s.Path == "" {
 			break
 		}
@@ -156,7 +157,7 @@ func TestLabStacksBounded(t *testing.T) {
 	if want := mappingOf(t, user.PID, user.ViaReturn); user.ViaMapping != want {
 		t.Errorf("qpwork's create: the mapping of %#x %+v, want maps' %+v", user.ViaReturn, user.ViaMapping, want)
 	}
-	site, err := sym.CallSite(user.PID, user.ViaReturn, symbolize.Mapping(user.ViaMapping))
+	site, err := sym.CallSite(user.PID, user.ViaReturn, user.ViaMapping)
 	w.Release(time.Minute)
 	if err != nil || site.Symbol != "create_qps_verbs" {
 		t.Errorf("qpwork's create: site %+v (%v), want create_qps_verbs", site, err)

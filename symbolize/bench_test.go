@@ -2,6 +2,7 @@ package symbolize
 
 import (
 	"fmt"
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 	"os"
 	"strings"
 	"testing"
@@ -26,11 +27,11 @@ func BenchmarkUserCallSite(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			u := NewUser("/proc")
 			u.mapFiles = mapFiles
-			if _, err := u.CallSite(q.pid, q.ret, Mapping{}); err != nil {
+			if _, err := u.CallSite(q.pid, q.ret, procmaps.Ident{}); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				if _, err := u.CallSite(q.pid, q.ret, Mapping{}); err != nil {
+				if _, err := u.CallSite(q.pid, q.ret, procmaps.Ident{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -42,7 +43,7 @@ func BenchmarkUserCallSite(b *testing.B) {
 	}{{"uncached qpwork", q.ret}, {"uncached libc", libc}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				if _, err := NewUser("/proc").CallSite(q.pid, c.addr, Mapping{}); err != nil {
+				if _, err := NewUser("/proc").CallSite(q.pid, c.addr, procmaps.Ident{}); err != nil {
 					b.Fatal(err)
 				}
 			}

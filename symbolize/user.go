@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 	"github.com/rdmatool/rdmatool/internal/quote"
 )
 
@@ -107,16 +108,7 @@ func NewUser(procRoot string) *User {
 // that is not ELF is an error; an ELF file without symbols is not (the Site
 // has no Symbol).
 func (u *User) Site(pid uint32, addr uint64) (Site, error) {
-	return u.site(pid, addr, false, Mapping{})
-}
-
-// Mapping is what a probe read of the mapping that held an address, the
-// numbers /proc/PID/maps shows for it: bpf_find_vma in the uprobe on a
-// library call gives it with each QP create. Dev is the kernel's dev_t
-// (major<<20 | minor). The zero Mapping says nothing.
-type Mapping struct {
-	Start, Offset, Ino uint64 // Offset: the file offset mapped at Start, in bytes
-	Dev                uint32
+	return u.site(pid, addr, false, procmaps.Ident{})
 }
 
 // CallSite returns the site of the call instruction that precedes the
@@ -132,11 +124,11 @@ type Mapping struct {
 // offset, device and inode), /proc is not read at all.
 //
 // Errors are Site's.
-func (u *User) CallSite(pid uint32, ret uint64, seen Mapping) (Site, error) {
+func (u *User) CallSite(pid uint32, ret uint64, seen procmaps.Ident) (Site, error) {
 	return u.site(pid, ret, true, seen)
 }
 
-func (u *User) site(pid uint32, addr uint64, call bool, seen Mapping) (Site, error) {
+func (u *User) site(pid uint32, addr uint64, call bool, seen procmaps.Ident) (Site, error) {
 	dir := filepath.Join(u.procRoot, strconv.FormatUint(uint64(pid), 10))
 	m, name, id, partial, err := u.locate(dir, pid, addr, seen)
 	if err != nil {
@@ -187,7 +179,7 @@ func (u *User) site(pid uint32, addr uint64, call bool, seen Mapping) (Site, err
 
 // locate finds the mapping that holds addr, and the file it maps: the name
 // to open it by and its identity. On an error, partial is what is known.
-func (u *User) locate(dir string, pid uint32, addr uint64, seen Mapping) (m mapping, name string, id fileIdent, partial Site, err error) {
+func (u *User) locate(dir string, pid uint32, addr uint64, seen procmaps.Ident) (m mapping, name string, id fileIdent, partial Site, err error) {
 	if m, name, id, ok := u.recentMapping(dir, pid, addr, seen); ok {
 		return m, name, id, Site{Path: m.Path, Offset: addr - m.Start + m.Offset}, nil
 	}
@@ -276,7 +268,7 @@ func mapFilesName(dir string, m mapping) string {
 // its file before still resolve (the last creates of a process that exits
 // right after them). A mapping the probe saw (seen) that is the one found
 // before is taken without the stat: the probe read it when the call began.
-func (u *User) recentMapping(dir string, pid uint32, addr uint64, seen Mapping) (mapping, string, fileIdent, bool) {
+func (u *User) recentMapping(dir string, pid uint32, addr uint64, seen procmaps.Ident) (mapping, string, fileIdent, bool) {
 	if !u.mapFiles {
 		return mapping{}, "", fileIdent{}, false
 	}
@@ -291,7 +283,7 @@ func (u *User) recentMapping(dir string, pid uint32, addr uint64, seen Mapping) 
 		return mapping{}, "", fileIdent{}, false
 	}
 	name := mapFilesName(dir, r.m)
-	if seen != (Mapping{}) && seen == (Mapping{Start: r.m.Start, Offset: r.m.Offset, Ino: r.m.Inode, Dev: r.m.Dev()}) {
+	if seen != (procmaps.Ident{}) && seen == r.m.Ident() {
 		return r.m, name, r.id, true
 	}
 	if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() && identOf(fi) == r.id {

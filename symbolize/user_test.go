@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -70,8 +71,8 @@ func TestUserSitesAgainstObjdump(t *testing.T) {
 					fn       string
 					wantAddr uint64
 				}{
-					{"CallSite create_qp()", func() (Site, error) { return u.CallSite(q.pid, q.ret, Mapping{}) }, "leak_qps", direct.addr},
-					{"CallSite create_qp_ex()", func() (Site, error) { return u.CallSite(q.pid, q.retEx, Mapping{}) }, "leak_qps_ex", indirect.addr},
+					{"CallSite create_qp()", func() (Site, error) { return u.CallSite(q.pid, q.ret, procmaps.Ident{}) }, "leak_qps", direct.addr},
+					{"CallSite create_qp_ex()", func() (Site, error) { return u.CallSite(q.pid, q.retEx, procmaps.Ident{}) }, "leak_qps_ex", indirect.addr},
 					{"Site leak_qps", func() (Site, error) { return u.Site(q.pid, q.leakQP) }, "leak_qps", funcs["leak_qps"].addr},
 					{"Site return address", func() (Site, error) { return u.Site(q.pid, q.ret) }, "leak_qps", q.ret - bias},
 				}
@@ -198,7 +199,7 @@ func TestUserMountNamespace(t *testing.T) {
 	for _, mapFiles := range []bool{true, false} {
 		u := NewUser("/proc")
 		u.mapFiles = mapFiles
-		got, err := u.CallSite(q.pid, q.ret, Mapping{})
+		got, err := u.CallSite(q.pid, q.ret, procmaps.Ident{})
 		if err != nil {
 			t.Fatalf("map_files %v: %v", mapFiles, err)
 		}
@@ -260,7 +261,7 @@ func TestUserPartialSites(t *testing.T) {
 			for _, call := range []bool{false, true} {
 				lookup := u.Site
 				if call {
-					lookup = func(pid uint32, ret uint64) (Site, error) { return u.CallSite(pid, ret, Mapping{}) }
+					lookup = func(pid uint32, ret uint64) (Site, error) { return u.CallSite(pid, ret, procmaps.Ident{}) }
 				}
 				got, err := lookup(tt.pid, tt.addr)
 				if err == nil {
@@ -299,7 +300,7 @@ func TestUserConcurrent(t *testing.T) {
 				if i%2 == 1 {
 					ret = q.retEx
 				}
-				s, err := u.CallSite(q.pid, ret, Mapping{})
+				s, err := u.CallSite(q.pid, ret, procmaps.Ident{})
 				if err != nil {
 					t.Error(err)
 					return
@@ -374,7 +375,7 @@ func TestUserRecentMapping(t *testing.T) {
 	want := Site{Path: "/usr/bin/tiny", BuildID: tinyBuildID, Offset: 0x149, Symbol: "caller", SymbolOffset: 1}
 	check := func(when string) {
 		t.Helper()
-		got, err := u.CallSite(20, 0x40014e, Mapping{})
+		got, err := u.CallSite(20, 0x40014e, procmaps.Ident{})
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
@@ -394,7 +395,7 @@ func TestUserRecentMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("with the process gone")
-	if got, err := u.CallSite(20, 0x400150, Mapping{}); !errors.Is(err, ErrNoProcess) {
+	if got, err := u.CallSite(20, 0x400150, procmaps.Ident{}); !errors.Is(err, ErrNoProcess) {
 		t.Errorf("a new site with the process gone: (%+v, %v), want ErrNoProcess", got, err)
 	}
 	if err := os.Rename(gone, filepath.Join(root, "20")); err != nil {
@@ -422,7 +423,7 @@ func TestUserRecentMapping(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, tinyEntry), append(tiny, 0), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := u.CallSite(20, 0x40014e, Mapping{}); !errors.Is(err, ErrNoProcess) {
+	if got, err := u.CallSite(20, 0x40014e, procmaps.Ident{}); !errors.Is(err, ErrNoProcess) {
 		t.Fatalf("after the file changed: (%+v, %v), want ErrNoProcess", got, err)
 	}
 	if n := len(u.recent[20]); n != 0 {
@@ -436,7 +437,7 @@ func TestUserRecentMapping(t *testing.T) {
 // another file and maps removed, which a call without it notices.
 func TestUserSeenMapping(t *testing.T) {
 	root, tiny := tinyProc(t)
-	seen := Mapping{Start: 0x400000, Offset: 0, Ino: 42, Dev: 0xfd<<20 | 1}
+	seen := procmaps.Ident{Start: 0x400000, Offset: 0, Ino: 42, Dev: 0xfd<<20 | 1}
 	want := Site{Path: "/usr/bin/tiny", BuildID: tinyBuildID, Offset: 0x149, Symbol: "caller", SymbolOffset: 1}
 	u := NewUser(root)
 	if got, err := u.CallSite(20, 0x40014e, seen); err != nil || got != want {
@@ -451,7 +452,7 @@ func TestUserSeenMapping(t *testing.T) {
 	if got, err := u.CallSite(20, 0x40014e, seen); err != nil || got != want {
 		t.Errorf("the mapping seen again: (%+v, %v), want %+v from the mapping found before", got, err, want)
 	}
-	for _, other := range []Mapping{
+	for _, other := range []procmaps.Ident{
 		{Start: 0x400000, Offset: 0, Ino: 43, Dev: seen.Dev},
 		{Start: 0x400000, Offset: 0, Ino: 42, Dev: 0xfd<<20 | 2},
 		{Start: 0x400000, Offset: 0x1000, Ino: 42, Dev: seen.Dev},

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/rdmatool/rdmatool/bpf"
+	"github.com/rdmatool/rdmatool/internal/procmaps"
 	"github.com/rdmatool/rdmatool/leakwatch"
 	"github.com/rdmatool/rdmatool/symbolize"
 )
@@ -54,7 +55,7 @@ func (c *Sites) Site(ev *bpf.Event) leakwatch.Site {
 	case ev.Kind != bpf.KindQPCreate:
 		return leakwatch.Site{}
 	case ev.Via != "":
-		s, err := c.user.CallSite(ev.PID, ev.ViaReturn, symbolize.Mapping(ev.ViaMapping))
+		s, err := c.user.CallSite(ev.PID, ev.ViaReturn, ev.ViaMapping)
 		if err != nil {
 			c.log.Debug("creation site not symbolized", "pid", ev.PID, "err", err)
 		}
@@ -104,7 +105,7 @@ func (c *Sites) userFrames(pid uint32, stack []uint64) []string {
 func (c *Sites) nameFrames(pid uint32, stack []uint64) []string {
 	var out []string
 	for _, ret := range stack[:min(len(stack), maxUserFrames)] {
-		s, err := c.user.CallSite(pid, ret, symbolize.Mapping{})
+		s, err := c.user.CallSite(pid, ret, procmaps.Ident{})
 		if err != nil || s.Path == "" || strings.HasPrefix(s.Path, "[") {
 			break
 		}

@@ -19,6 +19,22 @@ type Mapping struct {
 	Path         string // "" for plain anonymous memory, "[heap]" and such for the kernel's
 }
 
+// Ident is what tells a mapping from another: its start, the file offset
+// mapped there (bytes), and the file's inode and device (the kernel's
+// dev_t). bpf_find_vma in the uprobe on a library call reads it with each
+// QP create (bpf.Event.ViaMapping), and symbolize trusts a mapping it found
+// before when the probe's Ident is that mapping's. The zero Ident says
+// nothing.
+type Ident struct {
+	Start, Offset, Ino uint64
+	Dev                uint32
+}
+
+// Ident is m's Ident.
+func (m Mapping) Ident() Ident {
+	return Ident{Start: m.Start, Offset: m.Offset, Ino: m.Inode, Dev: m.Dev()}
+}
+
 // Dev is the file's device as the kernel's dev_t: major<<20 | minor.
 func (m Mapping) Dev() uint32 { return m.Major<<20 | m.Minor }
 
